@@ -1,0 +1,195 @@
+"""Hardware profiles: one YAML file per GPU system under `hwprofiles/`, referred to by stem.
+
+Files use human units (`_tflop_per_s`, `_gb_per_s`, `_gbit_per_s`, `_us`, `_gb`); this module
+converts them once, into the SI properties the cost model reads. Every number in a profile
+must carry a source (a `sources:` entry with the same key in its section) so a reader can
+tell a datasheet value from a measurement from a fitted constant.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from simcluster import units
+from simcluster.config.choices import Dtype
+from simcluster.config.errors import ConfigError, describe_validation_error
+
+PROFILE_SUFFIX = ".yaml"
+
+
+class _Section(BaseModel):
+    """A profile section whose every numeric field must have a `sources` entry."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    sources: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _every_number_has_a_source(self) -> _Section:
+        numeric = [
+            name
+            for name, value in self
+            if name != "sources" and isinstance(value, (int, float)) and not isinstance(value, bool)
+        ]
+        missing = [name for name in numeric if name not in self.sources]
+        if missing:
+            raise ValueError(f"no entry in `sources` for {', '.join(missing)} (every number needs one)")
+        return self
+
+
+class GemmPoint(BaseModel):
+    """One measured GEMM: (batch × M × N × K) at an achieved rate."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    m: int = Field(gt=0)
+    n: int = Field(gt=0)
+    k: int = Field(gt=0)
+    batch: int = Field(default=1, gt=0)
+    tflop_per_s: float = Field(gt=0)
+
+
+class GpuSpec(_Section):
+    name: str
+    peak_bf16_tflop_per_s: float = Field(gt=0)
+    peak_fp32_tflop_per_s: float = Field(gt=0)
+    memory_gb: float = Field(gt=0)
+    memory_bandwidth_gb_per_s: float = Field(gt=0)
+    num_sms: int = Field(gt=0)
+
+
+class ComputeModel(_Section):
+    """How kernels reach (or miss) the peak: see `simcluster.costs.compute`."""
+
+    gemm_max_efficiency: float = Field(gt=0, le=1)
+    memory_bound_efficiency: float = Field(gt=0, le=1)
+    kernel_launch_us: float = Field(ge=0)
+    gemm_tiles: list[tuple[int, int, float]] = Field(
+        default=[(256, 128, 1.0), (128, 128, 0.95), (128, 64, 0.85), (64, 64, 0.7)],
+        description="candidate CTA tiles (M, N, relative efficiency) for wave quantization",
+    )
+    gemm_points: list[GemmPoint] = Field(
+        default_factory=list,
+        description="measured GEMMs; when present they override the analytical efficiency",
+    )
+    elementwise_points: list[tuple[float, float]] = Field(
+        default_factory=list,
+        description="measured (bytes moved, achieved GB/s) for memory-bound kernels",
+    )
+
+
+class NetworkModel(_Section):
+    gpus_per_node: int = Field(gt=0)
+    nvlink_bandwidth_gb_per_s: float = Field(gt=0)
+    nvlink_allreduce_busbw: list[tuple[float, float]] = Field(
+        min_length=1, description="(message MB, measured all-reduce busbw GB/s) in one node"
+    )
+    nvlink_latency_us: float = Field(ge=0)
+    nvlink_p2p_efficiency: float = Field(gt=0, le=1)
+    nics_per_node: int = Field(gt=0)
+    nic_bandwidth_gbit_per_s: float = Field(gt=0)
+    nic_achieved_gb_per_s: float = Field(gt=0)
+    ib_latency_per_step_us: float = Field(ge=0)
+    collective_base_latency_us: float = Field(ge=0)
+    tp_overlap_fraction: float = Field(
+        default=1.0,
+        ge=0,
+        le=1,
+        description="share of an asynchronous TP collective hidden behind the GEMM it overlaps",
+    )
+    measured: Literal["datasheet", "measured"] = "datasheet"
+
+
+class Provenance(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+    kind: Literal["datasheet", "public-measurements", "measured", "fitted"]
+    summary: str
+
+
+class HardwareProfile(BaseModel):
+    """A GPU system: one GPU's compute model and the node / cluster network."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    description: str = ""
+    provenance: Provenance
+    gpu: GpuSpec
+    compute: ComputeModel
+    network: NetworkModel
+    calibration: dict[str, Any] = Field(default_factory=dict)
+
+    # SI views, converted once here.
+    def peak_flop_per_s(self, dtype: Dtype = Dtype.BF16) -> float:
+        tflop = self.gpu.peak_fp32_tflop_per_s if dtype is Dtype.FP32 else self.gpu.peak_bf16_tflop_per_s
+        return units.tflop_per_s_to_flop_per_s(tflop)
+
+    @property
+    def memory_bytes(self) -> float:
+        return units.gb_to_bytes(self.gpu.memory_gb)
+
+    @property
+    def memory_bandwidth_bytes_per_s(self) -> float:
+        return units.gb_per_s_to_bytes_per_s(self.gpu.memory_bandwidth_gb_per_s)
+
+    @property
+    def kernel_launch_s(self) -> float:
+        return units.us_to_s(self.compute.kernel_launch_us)
+
+    @property
+    def nvlink_bytes_per_s(self) -> float:
+        return units.gb_per_s_to_bytes_per_s(self.network.nvlink_bandwidth_gb_per_s)
+
+    @property
+    def nic_bytes_per_s(self) -> float:
+        return units.gb_per_s_to_bytes_per_s(self.network.nic_achieved_gb_per_s)
+
+
+def profiles_dir() -> Path:
+    """`hwprofiles/` at the repository root (beside the package)."""
+    return Path(__file__).resolve().parents[2] / "hwprofiles"
+
+
+def known_profiles(directory: Path | None = None) -> list[str]:
+    directory = directory or profiles_dir()
+    return sorted(path.stem for path in directory.glob(f"*{PROFILE_SUFFIX}"))
+
+
+def resolve_profile_path(reference: str, relative_to: Path | None = None) -> Path:
+    """A profile stem in `hwprofiles/`, or a path (absolute, or relative to a scenario file)."""
+    candidates = [profiles_dir() / f"{reference}{PROFILE_SUFFIX}"]
+    as_path = Path(reference)
+    if as_path.suffix in (".yaml", ".yml"):
+        candidates.insert(0, as_path if as_path.is_absolute() else (relative_to or Path.cwd()) / as_path)
+        candidates.append(Path.cwd() / as_path)
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(reference)
+
+
+def load_hardware(
+    reference: str, relative_to: Path | None = None, field: str = "hardware"
+) -> HardwareProfile:
+    try:
+        path = resolve_profile_path(reference, relative_to)
+    except FileNotFoundError:
+        known = ", ".join(known_profiles()) or "(none found)"
+        raise ConfigError(
+            relative_to or reference,
+            [
+                f"{field}: value {reference!r}: unknown hardware profile; known profiles: {known} "
+                "(or give a path to a .yaml profile)"
+            ],
+        ) from None
+    return parse_hardware(yaml.safe_load(path.read_text()), path)
+
+
+def parse_hardware(data: Any, source: str | Path) -> HardwareProfile:
+    if not isinstance(data, dict):
+        raise ConfigError(source, ["(top level): a hardware profile must be a mapping"])
+    try:
+        return HardwareProfile.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(source, describe_validation_error(error)) from None

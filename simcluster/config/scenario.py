@@ -1,0 +1,166 @@
+"""Scenario files: a model, a parallel layout, a training setup and a hardware profile.
+
+The YAML keys are a public contract (Megatron's names). Unknown keys are errors; every
+cross-field rule is checked at load and reported with the file, the field, the value and
+what is allowed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from simcluster.config.choices import Dtype, Recompute, ScheduleKind
+from simcluster.config.errors import ConfigError, describe_validation_error
+from simcluster.config.hardware import HardwareProfile, load_hardware
+
+_STRICT = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(BaseModel):
+    """Transformer shape (Korthikanti Table 1: L, h, a, s, v)."""
+
+    model_config = _STRICT
+    num_layers: int = Field(gt=0)
+    hidden_size: int = Field(gt=0)
+    num_attention_heads: int = Field(gt=0)
+    seq_length: int = Field(gt=0)
+    vocab_size: int = Field(gt=0)
+    ffn_hidden_size: int | None = Field(default=None, gt=0, description="default 4 * hidden_size")
+
+    @property
+    def ffn_size(self) -> int:
+        return self.ffn_hidden_size or 4 * self.hidden_size
+
+
+class ParallelSpec(BaseModel):
+    """Tensor (t), pipeline (p), data (d) and virtual-pipeline (m in the paper) degrees."""
+
+    model_config = _STRICT
+    tp: int = Field(gt=0)
+    pp: int = Field(gt=0)
+    dp: int = Field(default=1, gt=0)
+    vpp: int = Field(default=1, gt=0)
+    sequence_parallel: bool = False
+
+
+class TrainingSpec(BaseModel):
+    model_config = _STRICT
+    micro_batch_size: int = Field(gt=0)
+    global_batch_size: int = Field(gt=0)
+    recompute: Recompute = Recompute.NONE
+    schedule: ScheduleKind = ScheduleKind.ONE_F_ONE_B
+    dtype: Dtype = Dtype.BF16
+    overlap_grad_reduce: bool = Field(
+        default=False, description="overlap the DP gradient all-reduce with the last backwards"
+    )
+    use_distributed_optimizer: bool = Field(
+        default=False, description="shard optimizer state over DP (Megatron's distributed optimizer)"
+    )
+
+
+class Scenario(BaseModel):
+    model_config = _STRICT
+    name: str
+    hardware: str
+    model: ModelSpec
+    parallel: ParallelSpec
+    training: TrainingSpec
+
+    @property
+    def num_gpus(self) -> int:
+        return self.parallel.tp * self.parallel.pp * self.parallel.dp
+
+    @property
+    def num_microbatches(self) -> int:
+        """m = B / (b · d) (Megatron)."""
+        return self.training.global_batch_size // (self.training.micro_batch_size * self.parallel.dp)
+
+    @property
+    def layers_per_chunk(self) -> int:
+        return self.model.num_layers // (self.parallel.pp * self.parallel.vpp)
+
+
+def _divisors(n: int) -> str:
+    values = [d for d in range(1, n + 1) if n % d == 0]
+    shown = values if len(values) <= 12 else values[:12] + ["…"]
+    return ", ".join(str(v) for v in shown)
+
+
+def cross_field_problems(scenario: Scenario) -> list[str]:
+    """The rules pydantic's per-field checks cannot see (also used to filter sweeps)."""
+    m, par, tr = scenario.model, scenario.parallel, scenario.training
+    problems: list[str] = []
+    if m.hidden_size % m.num_attention_heads:
+        problems.append(
+            f"model.hidden_size: value {m.hidden_size}: must be divisible by "
+            f"num_attention_heads ({m.num_attention_heads})"
+        )
+    if m.num_attention_heads % par.tp:
+        problems.append(
+            f"parallel.tp: value {par.tp}: must divide num_attention_heads "
+            f"({m.num_attention_heads}); allowed: {_divisors(m.num_attention_heads)}"
+        )
+    if m.ffn_size % par.tp:
+        problems.append(f"parallel.tp: value {par.tp}: must divide ffn_hidden_size ({m.ffn_size})")
+    if m.num_layers % (par.pp * par.vpp):
+        problems.append(
+            f"model.num_layers: value {m.num_layers}: must be divisible by pp * vpp "
+            f"({par.pp} * {par.vpp} = {par.pp * par.vpp})"
+        )
+    per_step = tr.micro_batch_size * par.dp
+    if tr.global_batch_size % per_step:
+        problems.append(
+            f"training.global_batch_size: value {tr.global_batch_size}: must be a multiple of "
+            f"micro_batch_size * dp ({tr.micro_batch_size} * {par.dp} = {per_step})"
+        )
+    elif par.vpp > 1 and tr.schedule is ScheduleKind.ONE_F_ONE_B and scenario.num_microbatches % par.pp:
+        problems.append(
+            f"parallel.vpp: value {par.vpp}: interleaved 1F1B needs the number of microbatches "
+            f"({scenario.num_microbatches}) to be a multiple of pp ({par.pp})"
+        )
+    if par.vpp > 1 and par.pp == 1:
+        problems.append(f"parallel.vpp: value {par.vpp}: interleaving needs pp > 1")
+    if par.sequence_parallel and par.tp == 1:
+        problems.append("parallel.sequence_parallel: value True: needs tp > 1")
+    if m.seq_length % par.tp and par.sequence_parallel:
+        problems.append(
+            f"model.seq_length: value {m.seq_length}: must be divisible by tp ({par.tp}) "
+            "with sequence_parallel"
+        )
+    return problems
+
+
+def parse_scenario(data: Any, source: str | Path, default_name: str = "scenario") -> Scenario:
+    """Validate a scenario mapping; raise ConfigError naming every problem at once."""
+    if not isinstance(data, dict):
+        raise ConfigError(source, ["(top level): a scenario must be a mapping of keys"])
+    data = {"name": default_name, **data}
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(source, describe_validation_error(error)) from None
+    problems = cross_field_problems(scenario)
+    if problems:
+        raise ConfigError(source, problems)
+    return scenario
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(path, ["file not found"])
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise ConfigError(path, [f"not valid YAML: {error}"]) from None
+    return parse_scenario(data, path, default_name=path.stem)
+
+
+def load_scenario_and_hardware(path: str | Path) -> tuple[Scenario, HardwareProfile]:
+    path = Path(path)
+    scenario = load_scenario(path)
+    return scenario, load_hardware(scenario.hardware, relative_to=path.parent)

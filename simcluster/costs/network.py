@@ -1,0 +1,90 @@
+"""Collectives and point-to-point messages priced with bandwidth and latency terms.
+
+Ring algorithms (NCCL): an all-reduce moves 2(n−1)/n of the buffer through each rank's
+link, all-gather and reduce-scatter (n−1)/n. nccl-tests reports "bus bandwidth" on exactly
+this scale, so a measured busbw prices every ring collective of the same buffer size:
+    t = max(factor · S / busbw(S),   (inside a node, busbw(S) interpolated in log S from the
+            latency)                  profile's measured NVLink all-reduce sweep, which
+                                      already contains the small-message latency)
+    t = latency + factor · S / min(k · NIC, busbw_nvlink(S))   (across nodes; k ranks of the
+                                      group per node each drive their own NIC, as DGX
+                                      A100's one NIC per GPU allows)
+with latency = base + steps · per-step network latency (NCCL tuning.cc, ring).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from simcluster import units
+from simcluster.config.hardware import HardwareProfile
+from simcluster.workload.ops import CollectiveKind
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPlacement:
+    """A communicator: its size and how many of its ranks share a node."""
+
+    num_ranks: int
+    ranks_per_node: int
+
+    @property
+    def crosses_nodes(self) -> bool:
+        return self.num_ranks > self.ranks_per_node
+
+
+def ring_factor(kind: CollectiveKind, num_ranks: int) -> float:
+    """Bytes through each rank's link per buffer byte (nccl-tests busbw factor)."""
+    share = (num_ranks - 1) / num_ranks
+    return 2 * share if kind is CollectiveKind.ALL_REDUCE else share
+
+
+def ring_steps(kind: CollectiveKind, num_ranks: int) -> int:
+    return 2 * (num_ranks - 1) if kind is CollectiveKind.ALL_REDUCE else num_ranks - 1
+
+
+def nvlink_busbw_bytes_per_s(message_bytes: float, hw: HardwareProfile) -> float:
+    table = hw.network.nvlink_allreduce_busbw
+    sizes = np.log([units.BYTES_PER_MB * mb for mb, _ in table])
+    rates = [gb for _, gb in table]
+    gb_per_s = float(np.interp(math.log(max(message_bytes, 1.0)), sizes, rates))
+    return units.gb_per_s_to_bytes_per_s(gb_per_s)
+
+
+def collective_time_s(
+    kind: CollectiveKind, message_bytes: float, group: GroupPlacement, hw: HardwareProfile
+) -> float:
+    """Time of one ring collective over `group` of a `message_bytes` buffer."""
+    if group.num_ranks <= 1 or message_bytes <= 0:
+        return 0.0
+    factor = ring_factor(kind, group.num_ranks)
+    nvlink = nvlink_busbw_bytes_per_s(message_bytes, hw)
+    net = hw.network
+    if not group.crosses_nodes:
+        floor_s = units.us_to_s(
+            net.collective_base_latency_us + ring_steps(kind, group.num_ranks) * net.nvlink_latency_us
+        )
+        return max(floor_s, factor * message_bytes / nvlink)
+    latency_s = units.us_to_s(
+        net.collective_base_latency_us + ring_steps(kind, group.num_ranks) * net.ib_latency_per_step_us
+    )
+    nic_share = hw.nic_bytes_per_s * net.nics_per_node / net.gpus_per_node
+    busbw = min(group.ranks_per_node * nic_share, nvlink)
+    return latency_s + factor * message_bytes / busbw
+
+
+def p2p_time_s(message_bytes: float, same_node: bool, hw: HardwareProfile) -> float:
+    """One send/recv: NVLink inside a node, the GPU's own NIC across nodes."""
+    if message_bytes <= 0:
+        return 0.0
+    net = hw.network
+    if same_node:
+        bandwidth = hw.nvlink_bytes_per_s * net.nvlink_p2p_efficiency
+        latency_s = units.us_to_s(net.collective_base_latency_us + net.nvlink_latency_us)
+        return latency_s + message_bytes / bandwidth
+    nic_share = hw.nic_bytes_per_s * net.nics_per_node / net.gpus_per_node
+    latency_s = units.us_to_s(net.collective_base_latency_us + net.ib_latency_per_step_us)
+    return latency_s + message_bytes / nic_share

@@ -1,0 +1,58 @@
+"""What the engine runs: tasks with durations, messages on links, memory deltas.
+
+The engine knows nothing of transformers. A `PipelinePlan` says, for every stage, the order
+of its tasks (from `simcluster.schedule`), how long each (chunk, phase) keeps the stage
+busy and under which labels, the bytes a forward allocates and its backward frees, and
+the links its messages and gradient reductions travel on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simcluster.schedule.tasks import Task
+
+
+@dataclass(frozen=True, slots=True)
+class TaskWork:
+    """One (chunk, phase) on a stage. `parts` label the busy time (they sum to busy_s);
+    a forward allocates `stored_bytes` when it starts and its backward frees them when it
+    ends; `transient_bytes` are held only while the task runs (recomputed activations)."""
+
+    busy_s: float
+    parts: tuple[tuple[str, float], ...]
+    stored_bytes: float = 0.0
+    transient_bytes: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    """A message or collective occupying `link` for `seconds` (FIFO on the link)."""
+
+    link: str
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class StagePlan:
+    tasks: tuple[Task, ...]
+    forward: tuple[TaskWork, ...]  # indexed by chunk
+    backward: tuple[TaskWork, ...]
+    static_bytes: float
+    send_forward: Transfer | None  # activation to the next virtual stage
+    send_backward: Transfer | None  # gradient to the previous virtual stage
+    grad_reduce: Transfer | None  # data-parallel gradient reduction after the last backward
+    tied_grad_reduce: Transfer | None  # first <-> last stage embedding-grad all-reduce
+    optimizer_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class PipelinePlan:
+    stages: tuple[StagePlan, ...]
+    num_chunks: int
+    blocking_p2p: bool = True
+    overlap_grad_reduce: bool = False
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.stages)

@@ -1,0 +1,216 @@
+"""The SimPy engine: one process per pipeline stage runs its task list.
+
+Life cycle of a task on stage r (virtual stage vs = chunk·p + r):
+  1. wait for its input: a forward for the activation from vs − 1, a backward for the
+     gradient from vs + 1 (the last virtual stage's backward follows its own forward);
+  2. hold the stage for the task's busy time (memory: a forward stores its activations at
+     start, a backward holds its transient bytes while it runs and frees at its end);
+  3. send its output to the neighbour on the stage's link (FIFO). Megatron's p2p is
+     synchronous, so by default the sender waits until the message is delivered.
+After its last task a stage reduces its gradients over data parallelism (on its link,
+after the last backward, or overlapped with the backwards of the last microbatch), the
+first and last stages all-reduce the tied embedding gradient, and every stage steps its
+optimizer after the slowest stage is ready (the gradient-norm all-reduce joins them).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+import simpy
+
+from simcluster.engine.links import Link
+from simcluster.engine.memory import MemoryTracker
+from simcluster.engine.plan import PipelinePlan, StagePlan, Transfer
+from simcluster.schedule.tasks import Phase
+
+PP_COMM = "pp_comm"
+DP_COMM = "dp_comm"
+OPTIMIZER = "optimizer"
+IDLE = "idle"
+
+Span = tuple[int, str, str, float, float]  # stage, name, category, start_s, duration_s
+
+
+@dataclass(slots=True)
+class StageOutcome:
+    busy_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    pipeline_end_s: float = 0.0
+    grads_ready_s: float = 0.0
+    finished: bool = False
+    memory: MemoryTracker | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineResult:
+    iteration_time_s: float
+    stages: tuple[StageOutcome, ...]
+    spans: tuple[Span, ...]
+    link_spans: dict[str, list[tuple[float, float, str]]]
+    num_events: int
+
+    def bubble_fraction(self) -> float:
+        """Idle over busy stage-time until the pipeline's last backward ends (textbook
+        (p − 1)/(m·v) for uniform tasks and free communication)."""
+        span = max(stage.pipeline_end_s for stage in self.stages)
+        work = sum(
+            sum(v for k, v in stage.busy_s.items() if k not in (DP_COMM, OPTIMIZER)) for stage in self.stages
+        )
+        return (span * len(self.stages) - work) / work if work > 0 else 0.0
+
+
+class _Mailbox:
+    """Messages between stages, keyed (phase, microbatch, sending virtual stage)."""
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+        self.events: dict[tuple[Phase, int, int], simpy.Event] = {}
+
+    def deliver(self, key: tuple[Phase, int, int], delay_s: float) -> simpy.Event:
+        arrival = self.env.timeout(delay_s)
+        waiting = self.events.get(key)
+        if waiting is None:
+            self.events[key] = arrival
+        else:
+            arrival.callbacks.append(lambda _event: waiting.succeed())
+        return arrival
+
+    def receive(self, key: tuple[Phase, int, int]) -> simpy.Event:
+        event = self.events.get(key)
+        if event is None:
+            event = self.events[key] = self.env.event()
+        return event
+
+
+class _Run:
+    def __init__(self, plan: PipelinePlan, record: bool) -> None:
+        self.plan = plan
+        self.record = record
+        self.env = simpy.Environment()
+        self.mailbox = _Mailbox(self.env)
+        self.links: dict[str, Link] = {}
+        self.spans: list[Span] = []
+        self.outcomes = tuple(StageOutcome(memory=MemoryTracker(stage.static_bytes)) for stage in plan.stages)
+
+    def link(self, name: str) -> Link:
+        if name not in self.links:
+            self.links[name] = Link(name, record=self.record)
+        return self.links[name]
+
+    def transfer(self, transfer: Transfer, label: str) -> float:
+        """Issue a transfer now; return seconds until it is delivered."""
+        now = self.env.now
+        _, end = self.link(transfer.link).reserve(now, transfer.seconds, label)
+        return end - now
+
+    def stage_process(self, index: int, stage: StagePlan) -> Generator[simpy.Event, Any, None]:
+        env, plan, outcome = self.env, self.plan, self.outcomes[index]
+        assert outcome.memory is not None
+        memory, busy = outcome.memory, outcome.busy_s
+        p = plan.num_stages
+        last_vs = p * plan.num_chunks - 1
+        last_backward_of_chunk = _last_backward_positions(stage)
+        for position, task in enumerate(stage.tasks):
+            vs = task.chunk * p + index
+            forward = task.phase is Phase.FORWARD
+            if forward and vs > 0:
+                yield self.mailbox.receive((Phase.FORWARD, task.microbatch, vs - 1))
+            elif not forward and vs < last_vs:
+                yield self.mailbox.receive((Phase.BACKWARD, task.microbatch, vs + 1))
+            work = stage.forward[task.chunk] if forward else stage.backward[task.chunk]
+            start = env.now
+            if forward:
+                memory.store(work.stored_bytes)
+            else:
+                memory.hold(work.transient_bytes)
+            yield env.timeout(work.busy_s)
+            if not forward:
+                memory.drop(work.transient_bytes)
+                memory.release(stage.forward[task.chunk].stored_bytes)
+            for category, seconds in work.parts:
+                busy[category] += seconds
+            if self.record:
+                self.spans.append(
+                    (index, str(task), "forward" if forward else "backward", start, work.busy_s)
+                )
+            route = stage.send_forward if forward and vs < last_vs else None
+            if not forward and vs > 0:
+                route = stage.send_backward
+            if route is not None:
+                delay = self.transfer(route, str(task))
+                arrival = self.mailbox.deliver((task.phase, task.microbatch, vs), delay)
+            if plan.overlap_grad_reduce and position in last_backward_of_chunk and stage.grad_reduce:
+                # the chunk's gradients are final: reduce them while later work runs
+                share = Transfer(stage.grad_reduce.link, stage.grad_reduce.seconds / plan.num_chunks)
+                outcome.grads_ready_s = env.now + self.transfer(share, f"dp grads chunk {task.chunk}")
+            if route is not None:
+                if plan.blocking_p2p and delay > 0:
+                    sent_at = env.now
+                    yield arrival
+                    busy[PP_COMM] += env.now - sent_at
+                    if self.record:
+                        self.spans.append((index, f"send {task}", PP_COMM, sent_at, env.now - sent_at))
+        outcome.pipeline_end_s = env.now
+        if not plan.overlap_grad_reduce and stage.grad_reduce is not None:
+            start = env.now
+            yield env.timeout(self.transfer(stage.grad_reduce, "dp grads"))
+            busy[DP_COMM] += env.now - start
+            if self.record:
+                self.spans.append((index, "dp all-reduce", DP_COMM, start, env.now - start))
+        outcome.grads_ready_s = max(outcome.grads_ready_s, env.now)
+        outcome.finished = True
+
+    def run(self) -> EngineResult:
+        for index, stage in enumerate(self.plan.stages):
+            self.env.process(self.stage_process(index, stage))
+        self.env.run()
+        self._check_all_ran()
+        iteration_s = self._finish_iteration()
+        return EngineResult(
+            iteration_time_s=iteration_s,
+            stages=self.outcomes,
+            spans=tuple(self.spans),
+            link_spans={name: link.spans for name, link in self.links.items()},
+            num_events=next(self.env._eid),  # SimPy's running event id: events scheduled
+        )
+
+    def _check_all_ran(self) -> None:
+        stuck = [i for i, outcome in enumerate(self.outcomes) if not outcome.finished]
+        if stuck:
+            raise RuntimeError(f"engine deadlock: stages {stuck} never finished their task lists")
+
+    def _finish_iteration(self) -> float:
+        """Tied-embedding all-reduce between first and last stage, then the optimizer step
+        of every stage after the slowest stage is ready (gradient-norm all-reduce)."""
+        ready = [o.grads_ready_s for o in self.outcomes]
+        tied = [i for i, s in enumerate(self.plan.stages) if s.tied_grad_reduce is not None]
+        if tied:
+            start = max(ready[i] for i in tied)
+            for i in tied:
+                seconds = self.plan.stages[i].tied_grad_reduce.seconds  # type: ignore[union-attr]
+                self.outcomes[i].busy_s[DP_COMM] += seconds
+                ready[i] = start + seconds
+                if self.record:
+                    self.spans.append((i, "embedding all-reduce", DP_COMM, start, seconds))
+        step_start = max(ready)
+        for i, stage in enumerate(self.plan.stages):
+            self.outcomes[i].busy_s[OPTIMIZER] += stage.optimizer_s
+            if self.record:
+                self.spans.append((i, "optimizer step", OPTIMIZER, step_start, stage.optimizer_s))
+        return step_start + max(stage.optimizer_s for stage in self.plan.stages)
+
+
+def _last_backward_positions(stage: StagePlan) -> set[int]:
+    last: dict[int, int] = {}
+    for position, task in enumerate(stage.tasks):
+        if task.phase is Phase.BACKWARD:
+            last[task.chunk] = position
+    return set(last.values())
+
+
+def simulate(plan: PipelinePlan, record: bool = False) -> EngineResult:
+    """Run one training iteration of `plan`. `record` keeps spans for a trace."""
+    return _Run(plan, record).run()

@@ -1,0 +1,1 @@
+"""Trace -> metrics, tables, plots (the only package that imports matplotlib)."""

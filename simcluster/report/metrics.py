@@ -1,0 +1,83 @@
+"""Results as data: the numbers a run produces, and their JSON form (a public contract)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+TIME_CATEGORIES = ("compute", "recompute", "tp_comm", "pp_comm", "dp_comm", "optimizer", "idle")
+
+
+@dataclass(frozen=True, slots=True)
+class StageMemory:
+    """Peak memory of one pipeline stage's most loaded rank (bytes)."""
+
+    stage: int
+    weight_bytes: float
+    gradient_bytes: float
+    optimizer_bytes: float
+    activation_bytes: float  # peak activations stored for backward
+    transient_bytes: float  # recomputed activations alive during one backward
+    peak_memory_bytes: float
+    capacity_bytes: float
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_memory_bytes <= self.capacity_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class LayerTimes:
+    """One transformer layer on one rank, one microbatch (Table 4's quantities)."""
+
+    forward_s: float
+    backward_s: float  # includes recompute
+
+    @property
+    def combined_s(self) -> float:
+        return self.forward_s + self.backward_s
+
+
+@dataclass(frozen=True, slots=True)
+class SimulationResult:
+    scenario: str
+    hardware: str
+    num_gpus: int
+    iteration_time_s: float
+    model_flops: float
+    hardware_flops: float
+    mfu: float
+    hfu: float
+    tflops_per_gpu: float
+    bubble_fraction: float
+    time_breakdown_s: dict[str, float]
+    stages: tuple[StageMemory, ...]
+    layer: LayerTimes
+    num_events: int = 0
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def fits_in_memory(self) -> bool:
+        return all(stage.fits for stage in self.stages)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The `simcluster run --json` object. Keys are a public contract: add, never rename."""
+        return {
+            "scenario": self.scenario,
+            "hardware": self.hardware,
+            "iteration_time_s": self.iteration_time_s,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "tflops_per_gpu": self.tflops_per_gpu,
+            "model_flops": self.model_flops,
+            "hardware_flops": self.hardware_flops,
+            "bubble_fraction": self.bubble_fraction,
+            "num_gpus": self.num_gpus,
+            "fits_in_memory": self.fits_in_memory,
+            "time_breakdown_s": dict(self.time_breakdown_s),
+            "stages": [{**asdict(stage), "fits": stage.fits} for stage in self.stages],
+            "layer_forward_s": self.layer.forward_s,
+            "layer_backward_s": self.layer.backward_s,
+            "num_events": self.num_events,
+            **self.extras,
+        }

@@ -1,0 +1,86 @@
+"""Text tables for people: a run's summary and the validation table."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from simcluster import units
+from simcluster.report.metrics import SimulationResult
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Left-aligned first column, right-aligned others."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = []
+    for n, row in enumerate(cells):
+        parts = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]
+        lines.append("  ".join(parts).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _gb(num_bytes: float) -> str:
+    return f"{units.bytes_to_gb(num_bytes):.1f}"
+
+
+def format_result(result: SimulationResult) -> str:
+    t = result.iteration_time_s
+    summary = format_table(
+        ["metric", "value"],
+        [
+            ["scenario", result.scenario],
+            ["hardware", result.hardware],
+            ["GPUs", result.num_gpus],
+            ["iteration time", f"{t:.3f} s"],
+            ["MFU", f"{100 * result.mfu:.1f} %"],
+            ["HFU", f"{100 * result.hfu:.1f} %"],
+            ["model TFLOP/s per GPU", f"{result.tflops_per_gpu:.1f}"],
+            ["pipeline bubble", f"{100 * result.bubble_fraction:.1f} %"],
+            [
+                "layer forward / backward",
+                f"{1e3 * result.layer.forward_s:.2f} / {1e3 * result.layer.backward_s:.2f} ms",
+            ],
+        ],
+    )
+    breakdown = format_table(
+        ["time (mean stage)", "s", "share"],
+        [[k, f"{v:.3f}", f"{100 * v / t:.1f} %"] for k, v in result.time_breakdown_s.items()],
+    )
+    memory = format_table(
+        [
+            "stage",
+            "weights GB",
+            "grads GB",
+            "optimizer GB",
+            "activations GB",
+            "transient GB",
+            "peak GB",
+            "fits",
+        ],
+        [
+            [
+                s.stage,
+                _gb(s.weight_bytes),
+                _gb(s.gradient_bytes),
+                _gb(s.optimizer_bytes),
+                _gb(s.activation_bytes),
+                _gb(s.transient_bytes),
+                _gb(s.peak_memory_bytes),
+                "yes" if s.fits else f"NO (> {_gb(s.capacity_bytes)})",
+            ]
+            for s in _stages_to_show(result)
+        ],
+    )
+    return "\n\n".join([summary, breakdown, memory])
+
+
+def _stages_to_show(result: SimulationResult, limit: int = 8):
+    """Every stage for short pipelines; otherwise the first, the last and the fullest."""
+    stages = list(result.stages)
+    if len(stages) <= limit:
+        return stages
+    fullest = max(stages, key=lambda s: s.peak_memory_bytes)
+    picked = {stages[0].stage: stages[0], fullest.stage: fullest, stages[-1].stage: stages[-1]}
+    return [picked[k] for k in sorted(picked)]

@@ -1,0 +1,210 @@
+"""Scenario -> workload -> costs -> schedule -> engine -> result: the main job, end to end."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from simcluster.config.choices import Dtype, Recompute
+from simcluster.config.hardware import HardwareProfile
+from simcluster.config.scenario import Scenario
+from simcluster.costs.chunk import ChunkCost, price_chunk, price_ops
+from simcluster.costs.compute import elementwise_time_s
+from simcluster.costs.network import GroupPlacement, collective_time_s, p2p_time_s
+from simcluster.costs.placement import dp_group, stages_share_node, tp_group
+from simcluster.engine.plan import PipelinePlan, StagePlan, TaskWork, Transfer
+from simcluster.engine.simulator import EngineResult, simulate
+from simcluster.report.metrics import TIME_CATEGORIES, LayerTimes, SimulationResult, StageMemory
+from simcluster.schedule import build_schedule
+from simcluster.workload import flops
+from simcluster.workload.layer import layer_ops
+from simcluster.workload.model import StageWork, Workload, build_workload
+from simcluster.workload.ops import CollectiveKind
+
+
+@dataclass(frozen=True, slots=True)
+class Simulation:
+    """Everything one run produced: the inputs, the plan, the engine's raw outcome."""
+
+    scenario: Scenario
+    hardware: HardwareProfile
+    workload: Workload
+    plan: PipelinePlan
+    engine: EngineResult
+    result: SimulationResult
+
+
+def transient_bytes_per_backward(workload: Workload) -> float:
+    """Recomputation re-materialises one layer at a time: the bytes that layer would have
+    kept without recompute, minus what it did keep."""
+    cfg = workload.layer_config
+    if cfg.recompute is Recompute.NONE:
+        return 0.0
+    full = layer_ops(replace(cfg, recompute=Recompute.NONE)).saved_bytes
+    return full - workload.layer.saved_bytes
+
+
+def _task_works(
+    costs: tuple[ChunkCost, ...], stage: StageWork, transient: float
+) -> tuple[tuple[TaskWork, ...], tuple[TaskWork, ...]]:
+    forward = tuple(
+        TaskWork(
+            busy_s=cost.forward_s,
+            parts=(("compute", cost.forward.compute_s), ("tp_comm", cost.forward.comm_s)),
+            stored_bytes=chunk.saved_bytes,
+        )
+        for cost, chunk in zip(costs, stage.chunks)
+    )
+    backward = tuple(
+        TaskWork(
+            busy_s=cost.backward_s,
+            parts=(
+                ("compute", cost.backward.compute_s),
+                ("tp_comm", cost.backward.comm_s),
+                ("recompute", cost.recompute.total_s),
+            ),
+            transient_bytes=transient,
+        )
+        for cost in costs
+    )
+    return forward, backward
+
+
+def _p2p(scenario: Scenario, hw: HardwareProfile, src: int, dst: int, message_bytes: float) -> Transfer:
+    same = stages_share_node(scenario, hw, src, dst)
+    return Transfer(f"{'nvlink' if same else 'nic'}:{src}", p2p_time_s(message_bytes, same, hw))
+
+
+def _grad_reduce(scenario: Scenario, hw: HardwareProfile, stage: StageWork) -> Transfer | None:
+    """DP reduction of fp32 main grads: an all-reduce, or with the distributed optimizer a
+    reduce-scatter plus the all-gather of updated bf16 parameters."""
+    par = scenario.parallel
+    if par.dp == 1:
+        return None
+    group = dp_group(scenario, hw)
+    if scenario.training.use_distributed_optimizer:
+        seconds = collective_time_s(
+            CollectiveKind.REDUCE_SCATTER, stage.dp_gradient_bytes, group, hw
+        ) + collective_time_s(CollectiveKind.ALL_GATHER, stage.dp_gradient_bytes / 2, group, hw)
+    else:
+        seconds = collective_time_s(CollectiveKind.ALL_REDUCE, stage.dp_gradient_bytes, group, hw)
+    link = "nic" if group.crosses_nodes else "nvlink"
+    return Transfer(f"{link}:{stage.stage}", seconds)
+
+
+def _tied_reduce(scenario: Scenario, hw: HardwareProfile, stage: StageWork) -> Transfer | None:
+    if stage.embedding_grad_bytes == 0:
+        return None
+    pp = scenario.parallel.pp
+    same = stages_share_node(scenario, hw, 0, pp - 1)
+    group = GroupPlacement(num_ranks=2, ranks_per_node=2 if same else 1)
+    seconds = collective_time_s(CollectiveKind.ALL_REDUCE, stage.embedding_grad_bytes, group, hw)
+    return Transfer(f"{'nvlink' if same else 'nic'}:{stage.stage}", seconds)
+
+
+def build_plan(scenario: Scenario, hw: HardwareProfile, workload: Workload) -> PipelinePlan:
+    par, dtype = scenario.parallel, scenario.training.dtype
+    tp = tp_group(scenario, hw)
+    schedule = build_schedule(scenario.training.schedule, par.pp, scenario.num_microbatches, par.vpp)
+    transient = transient_bytes_per_backward(workload)
+    cost_cache: dict[tuple[bool, bool], ChunkCost] = {}
+    stages = []
+    for stage in workload.stages:
+        costs = []
+        for chunk in stage.chunks:
+            key = (chunk.embedding is not None, chunk.output is not None)
+            if key not in cost_cache:
+                cost_cache[key] = price_chunk(chunk, hw, tp, dtype)
+            costs.append(cost_cache[key])
+        forward, backward = _task_works(tuple(costs), stage, transient)
+        r, p = stage.stage, par.pp
+        stages.append(
+            StagePlan(
+                tasks=schedule[r],
+                forward=forward,
+                backward=backward,
+                static_bytes=stage.static.total_bytes,
+                send_forward=_p2p(scenario, hw, r, (r + 1) % p, workload.p2p_bytes) if p > 1 else None,
+                send_backward=_p2p(scenario, hw, r, (r - 1) % p, workload.p2p_bytes) if p > 1 else None,
+                grad_reduce=_grad_reduce(scenario, hw, stage),
+                tied_grad_reduce=_tied_reduce(scenario, hw, stage),
+                optimizer_s=elementwise_time_s(stage.optimizer_step_bytes, hw),
+            )
+        )
+    return PipelinePlan(
+        stages=tuple(stages),
+        num_chunks=par.vpp,
+        overlap_grad_reduce=scenario.training.overlap_grad_reduce,
+    )
+
+
+def _time_breakdown(engine: EngineResult) -> dict[str, float]:
+    num_stages = len(engine.stages)
+    breakdown = {
+        category: sum(stage.busy_s.get(category, 0.0) for stage in engine.stages) / num_stages
+        for category in TIME_CATEGORIES
+        if category != "idle"
+    }
+    breakdown["idle"] = max(0.0, engine.iteration_time_s - sum(breakdown.values()))
+    return breakdown
+
+
+def _stage_memory(workload: Workload, engine: EngineResult, hw: HardwareProfile) -> tuple[StageMemory, ...]:
+    rows = []
+    for stage, outcome in zip(workload.stages, engine.stages):
+        tracker = outcome.memory
+        assert tracker is not None
+        rows.append(
+            StageMemory(
+                stage=stage.stage,
+                weight_bytes=stage.static.weight_bytes,
+                gradient_bytes=stage.static.gradient_bytes,
+                optimizer_bytes=stage.static.optimizer_bytes,
+                activation_bytes=tracker.peak_stored_bytes,
+                transient_bytes=tracker.peak_total_bytes
+                - stage.static.total_bytes
+                - tracker.peak_stored_bytes,
+                peak_memory_bytes=tracker.peak_total_bytes,
+                capacity_bytes=hw.memory_bytes,
+            )
+        )
+    return tuple(rows)
+
+
+def layer_times(workload: Workload, hw: HardwareProfile, scenario: Scenario) -> LayerTimes:
+    tp = tp_group(scenario, hw)
+    dtype: Dtype = scenario.training.dtype
+    layer = workload.layer
+    forward = price_ops(layer.forward, hw, tp, dtype).total_s
+    backward = (
+        price_ops(layer.backward, hw, tp, dtype).total_s + price_ops(layer.recompute, hw, tp, dtype).total_s
+    )
+    return LayerTimes(forward_s=forward, backward_s=backward)
+
+
+def run_simulation(scenario: Scenario, hw: HardwareProfile, record: bool = False) -> Simulation:
+    workload = build_workload(scenario)
+    plan = build_plan(scenario, hw, workload)
+    engine = simulate(plan, record=record)
+    m, tr = scenario.model, scenario.training
+    B, s, L, h, v = tr.global_batch_size, m.seq_length, m.num_layers, m.hidden_size, m.vocab_size
+    model_flops = flops.model_flops(B, s, L, h, v)
+    hardware_flops = flops.hardware_flops(B, s, L, h, v, tr.recompute)
+    peak = hw.peak_flop_per_s(tr.dtype)
+    t = engine.iteration_time_s
+    result = SimulationResult(
+        scenario=scenario.name,
+        hardware=hw.name,
+        num_gpus=scenario.num_gpus,
+        iteration_time_s=t,
+        model_flops=model_flops,
+        hardware_flops=hardware_flops,
+        mfu=flops.utilization(model_flops, t, scenario.num_gpus, peak),
+        hfu=flops.utilization(hardware_flops, t, scenario.num_gpus, peak),
+        tflops_per_gpu=model_flops / (t * scenario.num_gpus) / 1e12,
+        bubble_fraction=engine.bubble_fraction(),
+        time_breakdown_s=_time_breakdown(engine),
+        stages=_stage_memory(workload, engine, hw),
+        layer=layer_times(workload, hw, scenario),
+        num_events=engine.num_events,
+    )
+    return Simulation(scenario, hw, workload, plan, engine, result)

@@ -1,0 +1,1 @@
+"""Config -> per-rank op graph, memory and FLOPs formulas. Pure; knows nothing of SimPy."""

@@ -1,0 +1,85 @@
+"""Ops outside the transformer layers: the input embedding (first virtual stage) and the
+output layer with vocab-parallel cross-entropy (last virtual stage).
+
+Korthikanti §4.3: the embedding keeps its dropout mask (sbh/t with SP); the output keeps the
+final layer norm's input (2sbh/t), the output layer's input (2sbh/t) and fp32 logits (4sbv/t).
+"""
+
+from __future__ import annotations
+
+from simcluster.workload.layer import MASK_BYTES, LayerConfig, LayerOps
+from simcluster.workload.ops import CollectiveKind, GemmShape, Op, collective, elementwise, gemm
+
+FP32_BYTES = 4
+# Vocab-parallel cross-entropy in fp32 over the rank's logits: cast (read 2, write 4), max
+# (read 4), exp in place (read 4, write 4), sum (read 4), normalise in place (read 4, write 4).
+CROSS_ENTROPY_FORWARD_BYTES_PER_LOGIT = 30
+# Backward: softmax − one-hot in place (read 4, write 4), cast to 16 bit (read 4, write 2).
+CROSS_ENTROPY_BACKWARD_BYTES_PER_LOGIT = 14
+MAKE_VOCAB_DIVISIBLE_BY = 128  # Megatron's --make-vocab-size-divisible-by default
+
+
+def padded_vocab_size(vocab_size: int, tp: int) -> int:
+    """Megatron pads the vocabulary to a multiple of 128·t."""
+    multiple = MAKE_VOCAB_DIVISIBLE_BY * tp
+    return -(-vocab_size // multiple) * multiple
+
+
+def embedding_ops(cfg: LayerConfig, vocab_size: int) -> LayerOps:
+    """Vocab-parallel word embedding + position embedding, conjugate collective, dropout."""
+    e, tokens, h = cfg.element_bytes, cfg.tokens, cfg.hidden_size
+    region = cfg.region_tokens * h
+    full = e * tokens * h
+    conj = (
+        collective("embedding.reducescatter", CollectiveKind.REDUCE_SCATTER, full)
+        if cfg.sequence_parallel
+        else collective("embedding.allreduce", CollectiveKind.ALL_REDUCE, full)
+    )
+    forward: list[Op] = [
+        # gather rows (read + write), add positions (read 2, write 1)
+        elementwise("embedding.lookup", 5 * e * tokens * h),
+    ]
+    if cfg.tp > 1:
+        forward.append(conj)
+    forward.append(elementwise("embedding.dropout", (2 * e + MASK_BYTES) * region, MASK_BYTES * region))
+    backward: list[Op] = [elementwise("embedding.dropout.bwd", (2 * e + MASK_BYTES) * region)]
+    if cfg.sequence_parallel:
+        backward.append(collective("embedding.allgather.bwd", CollectiveKind.ALL_GATHER, full))
+    # scatter-add of the grad rows into fp32 main grads (read dy, read+write fp32 rows)
+    backward.append(elementwise("embedding.wgrad", (e + 2 * FP32_BYTES) * tokens * h))
+    return LayerOps(tuple(forward), tuple(backward), recompute=())
+
+
+def output_ops(cfg: LayerConfig, vocab_size: int) -> LayerOps:
+    """Final layer norm, logits GEMM against the tied embedding, vocab-parallel CE loss."""
+    e, tokens, h, t = cfg.element_bytes, cfg.tokens, cfg.hidden_size, cfg.tp
+    vocab_rank = padded_vocab_size(vocab_size, t) // t
+    logits = float(tokens * vocab_rank)
+    region = cfg.region_tokens * h
+    full = e * tokens * h
+    loss_reduce = FP32_BYTES * tokens
+    forward: list[Op] = [elementwise("output.ln", 2 * e * region, e * region)]
+    if cfg.sequence_parallel:
+        forward.append(collective("output.allgather", CollectiveKind.ALL_GATHER, full))
+    forward.append(gemm("output.logits", GemmShape(m=tokens, n=vocab_rank, k=h), e * region))
+    forward.append(
+        elementwise(
+            "output.cross_entropy", CROSS_ENTROPY_FORWARD_BYTES_PER_LOGIT * logits, FP32_BYTES * logits
+        )
+    )
+    if t > 1:
+        # max and sum-exp across the vocab shards: two small fp32 all-reduces
+        forward.append(collective("output.ce.allreduce_max", CollectiveKind.ALL_REDUCE, loss_reduce))
+        forward.append(collective("output.ce.allreduce_sum", CollectiveKind.ALL_REDUCE, loss_reduce))
+    backward: list[Op] = [
+        elementwise("output.cross_entropy.bwd", CROSS_ENTROPY_BACKWARD_BYTES_PER_LOGIT * logits),
+    ]
+    if cfg.sequence_parallel:
+        backward.append(collective("output.input_allgather.bwd", CollectiveKind.ALL_GATHER, full, True))
+    backward.append(gemm("output.logits.dgrad", GemmShape(m=tokens, n=h, k=vocab_rank)))
+    if t > 1:
+        kind = CollectiveKind.REDUCE_SCATTER if cfg.sequence_parallel else CollectiveKind.ALL_REDUCE
+        backward.append(collective("output.conj.bwd", kind, full, True))
+    backward.append(gemm("output.logits.wgrad", GemmShape(m=vocab_rank, n=h, k=tokens, accumulate_fp32=True)))
+    backward.append(elementwise("output.ln.bwd", 3 * e * region))
+    return LayerOps(tuple(forward), tuple(backward), recompute=())

@@ -1,0 +1,146 @@
+"""A scenario's whole workload, hardware-free: the ops of every pipeline chunk, the bytes
+each chunk keeps per microbatch, parameters and static memory per stage, and the message
+sizes of pipeline p2p, data-parallel gradient reduction and the optimizer step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simcluster.config.scenario import Scenario
+from simcluster.workload import memory
+from simcluster.workload.embedding import embedding_ops, output_ops, padded_vocab_size
+from simcluster.workload.layer import LayerConfig, LayerOps, layer_ops
+
+FP32_BYTES = 4
+# HBM traffic of one optimizer step per parameter on a rank (Megatron mixed precision, fp32
+# main grads, apex FusedAdam): grad-norm read 4; Adam reads grad, master, m, v (16) and
+# writes master, m, v (12); master→bf16 copy reads 4, writes 2; zeroing main grads writes 4.
+OPTIMIZER_STEP_BYTES_PER_PARAM = 4 + 16 + 12 + 6 + 4
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkWork:
+    """What one microbatch costs on one (stage, chunk): `num_layers` copies of `layer`,
+    plus the embedding on the first virtual stage and the output layer on the last."""
+
+    stage: int
+    chunk: int
+    num_layers: int
+    layer: LayerOps
+    embedding: LayerOps | None
+    output: LayerOps | None
+
+    @property
+    def saved_bytes(self) -> float:
+        extras = sum(part.saved_bytes for part in (self.embedding, self.output) if part)
+        return self.num_layers * self.layer.saved_bytes + extras
+
+    @property
+    def layer_saved_bytes(self) -> float:
+        return self.num_layers * self.layer.saved_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class StageWork:
+    stage: int
+    num_params: float
+    static: memory.StaticMemory
+    chunks: tuple[ChunkWork, ...]
+    dp_gradient_bytes: float
+    optimizer_step_bytes: float
+    embedding_grad_bytes: float  # tied word-embedding grads all-reduced between first and last stage
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    scenario: Scenario
+    layer_config: LayerConfig
+    layer: LayerOps
+    stages: tuple[StageWork, ...]
+    p2p_bytes: float
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.stages)
+
+
+def layer_config(scenario: Scenario) -> LayerConfig:
+    m, par, tr = scenario.model, scenario.parallel, scenario.training
+    return LayerConfig(
+        micro_batch_size=tr.micro_batch_size,
+        seq_length=m.seq_length,
+        hidden_size=m.hidden_size,
+        num_attention_heads=m.num_attention_heads,
+        ffn_hidden_size=m.ffn_size,
+        tp=par.tp,
+        sequence_parallel=par.sequence_parallel,
+        recompute=tr.recompute,
+        element_bytes=tr.dtype.num_bytes,
+    )
+
+
+def layer_params_per_rank(h: int, ffn: int, tp: int) -> float:
+    """QKV, projection, fc1, fc2 weights and column biases split by t; row-parallel biases
+    and both layer norms replicated (12h² + 13h per layer when ffn = 4h, t = 1)."""
+    sharded = (3 * h * h + 3 * h) + h * h + (h * ffn + ffn) + ffn * h
+    replicated = h + h + 4 * h
+    return sharded / tp + replicated
+
+
+def stage_params_per_rank(scenario: Scenario, stage: int) -> float:
+    m, par = scenario.model, scenario.parallel
+    layers = m.num_layers // par.pp
+    params = layers * layer_params_per_rank(m.hidden_size, m.ffn_size, par.tp)
+    word_embedding = padded_vocab_size(m.vocab_size, par.tp) * m.hidden_size / par.tp
+    if stage == 0:
+        params += word_embedding + m.seq_length * m.hidden_size
+    if stage == par.pp - 1:
+        params += 2 * m.hidden_size + (word_embedding if par.pp > 1 else 0.0)
+    return params
+
+
+def build_workload(scenario: Scenario) -> Workload:
+    cfg = layer_config(scenario)
+    layer = layer_ops(cfg)
+    embedding = embedding_ops(cfg, scenario.model.vocab_size)
+    output = output_ops(cfg, scenario.model.vocab_size)
+    par = scenario.parallel
+    last_virtual = par.pp * par.vpp - 1
+    stages = []
+    for stage in range(par.pp):
+        chunks = tuple(
+            ChunkWork(
+                stage=stage,
+                chunk=chunk,
+                num_layers=scenario.layers_per_chunk,
+                layer=layer,
+                embedding=embedding if chunk * par.pp + stage == 0 else None,
+                output=output if chunk * par.pp + stage == last_virtual else None,
+            )
+            for chunk in range(par.vpp)
+        )
+        params = stage_params_per_rank(scenario, stage)
+        tied = par.pp > 1 and stage in (0, par.pp - 1)
+        stages.append(
+            StageWork(
+                stage=stage,
+                num_params=params,
+                static=memory.static_memory(params, par.dp, scenario.training.use_distributed_optimizer),
+                chunks=chunks,
+                dp_gradient_bytes=FP32_BYTES * params,
+                optimizer_step_bytes=OPTIMIZER_STEP_BYTES_PER_PARAM * params,
+                embedding_grad_bytes=(
+                    FP32_BYTES
+                    * padded_vocab_size(scenario.model.vocab_size, par.tp)
+                    * scenario.model.hidden_size
+                    / par.tp
+                    if tied
+                    else 0.0
+                ),
+            )
+        )
+    # Per rank, each pipeline message is 1/t of [s, b, h]: the sequence shard with SP, or
+    # Megatron's scatter/gather split without it (reference/megatron.md §4.1).
+    p2p_bytes = cfg.element_bytes * cfg.tokens * cfg.hidden_size / par.tp
+    return Workload(scenario, cfg, layer, tuple(stages), p2p_bytes)
