@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from simcluster.config.choices import Dtype, Recompute
+from simcluster.config.choices import Dtype, Recompute, ScheduleKind
 from simcluster.config.hardware import HardwareProfile
 from simcluster.config.scenario import Scenario
 from simcluster.costs.chunk import ChunkCost, price_chunk, price_ops
@@ -14,7 +14,12 @@ from simcluster.costs.placement import dp_group, stages_share_node, tp_group
 from simcluster.engine.plan import PipelinePlan, StagePlan, TaskWork, Transfer
 from simcluster.engine.simulator import EngineResult, simulate
 from simcluster.report.metrics import TIME_CATEGORIES, LayerTimes, SimulationResult, StageMemory
-from simcluster.schedule import build_schedule
+from simcluster.schedule import (
+    build_schedule,
+    default_comm_points,
+    interleaved_comm_points,
+    warmup_microbatches,
+)
 from simcluster.workload import flops
 from simcluster.workload.layer import layer_ops
 from simcluster.workload.model import StageWork, Workload, build_workload
@@ -117,6 +122,15 @@ def build_plan(scenario: Scenario, hw: HardwareProfile, workload: Workload) -> P
             costs.append(cost_cache[key])
         forward, backward = _task_works(tuple(costs), stage, transient)
         r, p = stage.stage, par.pp
+        interleaved = scenario.training.schedule is ScheduleKind.ONE_F_ONE_B and par.vpp > 1
+        comm = (
+            interleaved_comm_points(
+                schedule[r],
+                warmup_microbatches(scenario.training.schedule, p, r, scenario.num_microbatches, par.vpp),
+            )
+            if interleaved
+            else default_comm_points(schedule[r])
+        )
         stages.append(
             StagePlan(
                 tasks=schedule[r],
@@ -128,6 +142,8 @@ def build_plan(scenario: Scenario, hw: HardwareProfile, workload: Workload) -> P
                 grad_reduce=_grad_reduce(scenario, hw, stage),
                 tied_grad_reduce=_tied_reduce(scenario, hw, stage),
                 optimizer_s=elementwise_time_s(stage.optimizer_step_bytes, hw),
+                send_after=comm.send_after,
+                extra_waits=comm.extra_waits,
             )
         )
     return PipelinePlan(

@@ -85,7 +85,7 @@ def table5_comparisons(hardware: HardwareProfile | None = None) -> list[Comparis
     return rows
 
 
-TABLE4_FITTED = ("gemm_max_efficiency", "tp_overlap_fraction")
+TABLE4_FITTED = ("compute.gemm_max_efficiency", "network.tp_overlap_fraction")
 
 
 def with_constants(
@@ -99,25 +99,48 @@ def with_constants(
     )
 
 
-def table4_squared_error(hw: HardwareProfile) -> float:
-    return sum(row.error**2 for row in table4_comparisons(hw))
+@dataclass(frozen=True, slots=True)
+class Table4Fit:
+    gemm_max_efficiency: float
+    tp_overlap_fraction: float
+    rms_error: float
 
 
-def fit_table4(hw: HardwareProfile, steps: int = 41) -> tuple[float, float, float]:
+def fit_table4(hw: HardwareProfile, steps: int = 21, rounds: int = 3) -> Table4Fit:
     """Least-squares fit of (gemm_max_efficiency, tp_overlap_fraction) to the ten Table 4
-    times, by a coarse grid then a fine grid. Returns (efficiency, overlap, rms error).
-    This is calibration: Table 5 is never used here."""
-    best = (hw.compute.gemm_max_efficiency, hw.network.tp_overlap_fraction, float("inf"))
-    eff_lo, eff_hi, ov_lo, ov_hi = 0.6, 1.0, 0.0, 1.0
-    for _ in range(2):
-        for i in range(steps):
-            eff = eff_lo + (eff_hi - eff_lo) * i / (steps - 1)
-            for j in range(steps):
-                overlap = ov_lo + (ov_hi - ov_lo) * j / (steps - 1)
-                error = table4_squared_error(with_constants(hw, eff, overlap))
+    times by successively finer grids. Calibration only: Table 5 is never used here."""
+    cases = []
+    for entry in load_paper_tables()["table4"]:
+        scenario, _ = _load(entry["scenario"], hw)
+        cases.append((scenario, build_workload(scenario), entry["forward_ms"], entry["backward_ms"]))
+
+    def squared_error(eff: float, overlap: float) -> float:
+        candidate = with_constants(hw, eff, overlap)
+        total = 0.0
+        for scenario, workload, forward_ms, backward_ms in cases:
+            layer = layer_times(workload, candidate, scenario)
+            total += (1e3 * layer.forward_s / forward_ms - 1) ** 2
+            total += (1e3 * layer.backward_s / backward_ms - 1) ** 2
+        return total
+
+    eff_range, overlap_range = (0.5, 1.0), (0.0, 1.0)
+    best = (0.0, 0.0, float("inf"))
+    for _ in range(rounds):
+        effs = [eff_range[0] + (eff_range[1] - eff_range[0]) * i / (steps - 1) for i in range(steps)]
+        overlaps = [
+            overlap_range[0] + (overlap_range[1] - overlap_range[0]) * j / (steps - 1) for j in range(steps)
+        ]
+        for eff in effs:
+            for overlap in overlaps:
+                error = squared_error(eff, overlap)
                 if error < best[2]:
                     best = (eff, overlap, error)
-        eff_step, ov_step = (eff_hi - eff_lo) / (steps - 1), (ov_hi - ov_lo) / (steps - 1)
-        eff_lo, eff_hi = best[0] - 2 * eff_step, min(1.0, best[0] + 2 * eff_step)
-        ov_lo, ov_hi = max(0.0, best[1] - 2 * ov_step), min(1.0, best[1] + 2 * ov_step)
-    return round(best[0], 3), round(best[1], 3), (best[2] / 10) ** 0.5
+        eff_step, overlap_step = effs[1] - effs[0], overlaps[1] - overlaps[0]
+        eff_range = (max(0.01, best[0] - eff_step), min(1.0, best[0] + eff_step))
+        overlap_range = (max(0.0, best[1] - overlap_step), min(1.0, best[1] + overlap_step))
+    return Table4Fit(round(best[0], 3), round(best[1], 3), (best[2] / (2 * len(cases))) ** 0.5)
+
+
+def fitted_to_table4(hw: HardwareProfile | None) -> bool:
+    """Whether the profile declares constants fitted to Table 4."""
+    return hw is not None and "Table 4" in str(hw.calibration.get("fitted_to", ""))

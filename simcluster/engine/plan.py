@@ -44,6 +44,8 @@ class StagePlan:
     grad_reduce: Transfer | None  # data-parallel gradient reduction after the last backward
     tied_grad_reduce: Transfer | None  # first <-> last stage embedding-grad all-reduce
     optimizer_s: float
+    send_after: tuple[int, ...] | None = None  # per task: position after which its output leaves
+    extra_waits: tuple[tuple[int, ...], ...] | None = None  # other positions' inputs to await first
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,9 @@ Life cycle of a task on stage r (virtual stage vs = chunk·p + r):
   2. hold the stage for the task's busy time (memory: a forward stores its activations at
      start, a backward holds its transient bytes while it runs and frees at its end);
   3. send its output to the neighbour on the stage's link (FIFO). Megatron's p2p is
-     synchronous, so by default the sender waits until the message is delivered.
+     synchronous, so by default the sender waits until the message is delivered. A plan
+     may defer a send and add waits (`send_after`, `extra_waits`) to mirror Megatron's
+     combined p2p calls (see `simcluster.schedule.comm`).
 After its last task a stage reduces its gradients over data parallelism (on its link,
 after the last backward, or overlapped with the backwards of the last microbatch), the
 first and last stages all-reduce the tied embedding gradient, and every stage steps its
@@ -33,6 +35,7 @@ OPTIMIZER = "optimizer"
 IDLE = "idle"
 
 Span = tuple[int, str, str, float, float]  # stage, name, category, start_s, duration_s
+Key = tuple[Phase, int, int]  # a message: (phase, microbatch, sending virtual stage)
 
 
 @dataclass(slots=True)
@@ -59,7 +62,7 @@ class EngineResult:
         work = sum(
             sum(v for k, v in stage.busy_s.items() if k not in (DP_COMM, OPTIMIZER)) for stage in self.stages
         )
-        return (span * len(self.stages) - work) / work if work > 0 else 0.0
+        return max(0.0, (span * len(self.stages) - work) / work) if work > 0 else 0.0
 
 
 class _Mailbox:
@@ -67,9 +70,9 @@ class _Mailbox:
 
     def __init__(self, env: simpy.Environment) -> None:
         self.env = env
-        self.events: dict[tuple[Phase, int, int], simpy.Event] = {}
+        self.events: dict[Key, simpy.Event] = {}
 
-    def deliver(self, key: tuple[Phase, int, int], delay_s: float) -> simpy.Event:
+    def deliver(self, key: Key, delay_s: float) -> simpy.Event:
         arrival = self.env.timeout(delay_s)
         waiting = self.events.get(key)
         if waiting is None:
@@ -78,7 +81,7 @@ class _Mailbox:
             arrival.callbacks.append(lambda _event: waiting.succeed())
         return arrival
 
-    def receive(self, key: tuple[Phase, int, int]) -> simpy.Event:
+    def receive(self, key: Key) -> simpy.Event:
         event = self.events.get(key)
         if event is None:
             event = self.events[key] = self.env.event()
@@ -106,20 +109,44 @@ class _Run:
         _, end = self.link(transfer.link).reserve(now, transfer.seconds, label)
         return end - now
 
+    def _wiring(
+        self, index: int, stage: StagePlan
+    ) -> tuple[list[list[Key]], list[list[tuple[Transfer, Key, str]]]]:
+        """Per task position: the message keys to await before it, the sends after it."""
+        p, last_vs = self.plan.num_stages, self.plan.num_stages * self.plan.num_chunks - 1
+        inputs: list[Key | None] = []
+        outputs: list[tuple[Transfer, Key, str] | None] = []
+        for task in stage.tasks:
+            vs = task.chunk * p + index
+            forward = task.phase is Phase.FORWARD
+            if forward:
+                inputs.append((Phase.FORWARD, task.microbatch, vs - 1) if vs > 0 else None)
+                route = stage.send_forward if vs < last_vs else None
+            else:
+                inputs.append((Phase.BACKWARD, task.microbatch, vs + 1) if vs < last_vs else None)
+                route = stage.send_backward if vs > 0 else None
+            key = (task.phase, task.microbatch, vs)
+            outputs.append((route, key, str(task)) if route is not None else None)
+        n = len(stage.tasks)
+        send_after = stage.send_after or tuple(range(n))
+        extra = stage.extra_waits or tuple(() for _ in range(n))
+        waits = [[k for k in (inputs[i], *(inputs[j] for j in extra[i])) if k is not None] for i in range(n)]
+        sends: list[list[tuple[Transfer, Key, str]]] = [[] for _ in range(n)]
+        for position, output in enumerate(outputs):
+            if output is not None:
+                sends[send_after[position]].append(output)
+        return waits, sends
+
     def stage_process(self, index: int, stage: StagePlan) -> Generator[simpy.Event, Any, None]:
         env, plan, outcome = self.env, self.plan, self.outcomes[index]
         assert outcome.memory is not None
-        memory, busy = outcome.memory, outcome.busy_s
-        p = plan.num_stages
-        last_vs = p * plan.num_chunks - 1
+        memory, busy, mailbox = outcome.memory, outcome.busy_s, self.mailbox
+        waits, sends = self._wiring(index, stage)
         last_backward_of_chunk = _last_backward_positions(stage)
         for position, task in enumerate(stage.tasks):
-            vs = task.chunk * p + index
+            for key in waits[position]:
+                yield mailbox.receive(key)
             forward = task.phase is Phase.FORWARD
-            if forward and vs > 0:
-                yield self.mailbox.receive((Phase.FORWARD, task.microbatch, vs - 1))
-            elif not forward and vs < last_vs:
-                yield self.mailbox.receive((Phase.BACKWARD, task.microbatch, vs + 1))
             work = stage.forward[task.chunk] if forward else stage.backward[task.chunk]
             start = env.now
             if forward:
@@ -136,23 +163,20 @@ class _Run:
                 self.spans.append(
                     (index, str(task), "forward" if forward else "backward", start, work.busy_s)
                 )
-            route = stage.send_forward if forward and vs < last_vs else None
-            if not forward and vs > 0:
-                route = stage.send_backward
-            if route is not None:
-                delay = self.transfer(route, str(task))
-                arrival = self.mailbox.deliver((task.phase, task.microbatch, vs), delay)
+            arrivals = [
+                mailbox.deliver(key, self.transfer(route, label)) for route, key, label in sends[position]
+            ]
             if plan.overlap_grad_reduce and position in last_backward_of_chunk and stage.grad_reduce:
                 # the chunk's gradients are final: reduce them while later work runs
                 share = Transfer(stage.grad_reduce.link, stage.grad_reduce.seconds / plan.num_chunks)
                 outcome.grads_ready_s = env.now + self.transfer(share, f"dp grads chunk {task.chunk}")
-            if route is not None:
-                if plan.blocking_p2p and delay > 0:
-                    sent_at = env.now
-                    yield arrival
+            if plan.blocking_p2p and arrivals:
+                sent_at = env.now
+                yield from arrivals
+                if env.now > sent_at:
                     busy[PP_COMM] += env.now - sent_at
                     if self.record:
-                        self.spans.append((index, f"send {task}", PP_COMM, sent_at, env.now - sent_at))
+                        self.spans.append((index, f"send after {task}", PP_COMM, sent_at, env.now - sent_at))
         outcome.pipeline_end_s = env.now
         if not plan.overlap_grad_reduce and stage.grad_reduce is not None:
             start = env.now

@@ -84,3 +84,23 @@ def _stages_to_show(result: SimulationResult, limit: int = 8):
     fullest = max(stages, key=lambda s: s.peak_memory_bytes)
     picked = {stages[0].stage: stages[0], fullest.stage: fullest, stages[-1].stage: stages[-1]}
     return [picked[k] for k in sorted(picked)]
+
+
+def format_summary(results: Sequence[SimulationResult]) -> str:
+    """One line per scenario, for `simcluster run FOLDER`."""
+    return format_table(
+        ["scenario", "GPUs", "iteration s", "MFU %", "HFU %", "bubble %", "peak GB (stage 0)", "fits"],
+        [
+            [
+                r.scenario,
+                r.num_gpus,
+                f"{r.iteration_time_s:.3f}",
+                f"{100 * r.mfu:.1f}",
+                f"{100 * r.hfu:.1f}",
+                f"{100 * r.bubble_fraction:.1f}",
+                _gb(r.stages[0].peak_memory_bytes),
+                "yes" if r.fits_in_memory else "NO",
+            ]
+            for r in results
+        ],
+    )

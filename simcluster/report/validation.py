@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from simcluster.config.hardware import HardwareProfile, load_hardware
+from simcluster.config.scenario import load_scenario
 from simcluster.report.tables import format_table
-from simcluster.validation import Comparison
+from simcluster.validation import Comparison, fitted_to_table4, load_paper_tables, scenarios_dir
 
 
 def _error_text(row: Comparison) -> str:
@@ -33,7 +35,26 @@ def summary_lines(rows: Sequence[Comparison]) -> list[str]:
     return lines
 
 
-def format_validation(rows: Sequence[Comparison]) -> str:
+def _profile_used(hw: HardwareProfile | None) -> HardwareProfile:
+    if hw is not None:
+        return hw
+    first = load_paper_tables()["table5"][0]["scenario"]
+    return load_hardware(load_scenario(scenarios_dir() / f"{first}.yaml").hardware)
+
+
+def format_validation(rows: Sequence[Comparison], hw: HardwareProfile | None = None) -> str:
+    profile = _profile_used(hw)
+    role = (
+        "CALIBRATION: constants of this profile were fitted to Table 4"
+        if fitted_to_table4(profile)
+        else "validation: nothing in this profile was fitted to Table 4"
+    )
+    header = [
+        f"profile: {profile.name} ({profile.provenance.kind})",
+        f"Table 4 rows are {role}; Table 5 is validation (never fitted to).",
+        f"source: {' '.join(load_paper_tables()['source'].split())}",
+        "",
+    ]
     table = format_table(
         ["table", "row", "quantity", "predicted", "measured", "error"],
         [
@@ -41,4 +62,4 @@ def format_validation(rows: Sequence[Comparison]) -> str:
             for r in rows
         ],
     )
-    return table + "\n\n" + "\n".join(summary_lines(rows))
+    return "\n".join(header) + table + "\n\n" + "\n".join(summary_lines(rows))

@@ -6,6 +6,7 @@ chunk-forwards and the ideal (communication-free) makespan.
 """
 
 from simcluster.schedule.build import build_schedule, warmup_microbatches
+from simcluster.schedule.comm import CommPoints, default_comm_points, interleaved_comm_points
 from simcluster.schedule.dependencies import (
     StagedTask,
     downstream,
@@ -22,6 +23,9 @@ from simcluster.schedule.ordering import Schedule, StageTasks
 from simcluster.schedule.tasks import Phase, Task
 
 __all__ = [
+    "CommPoints",
+    "default_comm_points",
+    "interleaved_comm_points",
     "Phase",
     "Schedule",
     "ScheduleDeadlockError",
