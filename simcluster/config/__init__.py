@@ -1,30 +1,34 @@
-"""Files -> frozen, validated models. No logic beyond validation."""
+"""Files -> frozen, validated models. No logic beyond validation.
 
-from simcluster.config.choices import Dtype, Recompute, ScheduleKind
-from simcluster.config.errors import ConfigError
-from simcluster.config.hardware import HardwareProfile, load_hardware
-from simcluster.config.scenario import (
-    ModelSpec,
-    ParallelSpec,
-    Scenario,
-    TrainingSpec,
-    load_scenario,
-    load_scenario_and_hardware,
-    parse_scenario,
-)
+Re-exports are lazy so that `simcluster.config.choices` (plain enums) imports with the
+standard library alone: the torch profiler runs on machines without pydantic or yaml.
+"""
 
-__all__ = [
-    "ConfigError",
-    "Dtype",
-    "HardwareProfile",
-    "ModelSpec",
-    "ParallelSpec",
-    "Recompute",
-    "Scenario",
-    "ScheduleKind",
-    "TrainingSpec",
-    "load_hardware",
-    "load_scenario",
-    "load_scenario_and_hardware",
-    "parse_scenario",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Dtype": "choices",
+    "Recompute": "choices",
+    "ScheduleKind": "choices",
+    "ConfigError": "errors",
+    "HardwareProfile": "hardware",
+    "load_hardware": "hardware",
+    "ModelSpec": "scenario",
+    "ParallelSpec": "scenario",
+    "Scenario": "scenario",
+    "TrainingSpec": "scenario",
+    "load_scenario": "scenario",
+    "load_scenario_and_hardware": "scenario",
+    "parse_scenario": "scenario",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)

@@ -35,7 +35,8 @@ OPTIMIZER = "optimizer"
 IDLE = "idle"
 
 Span = tuple[int, str, str, float, float]  # stage, name, category, start_s, duration_s
-Key = tuple[Phase, int, int]  # a message: (phase, microbatch, sending virtual stage)
+Key = tuple[int, int, int]  # a message: (0 forward / 1 backward, microbatch, sending virtual stage)
+Send = tuple[Transfer, Key, object]  # route, message key, the task that produced it
 
 
 @dataclass(slots=True)
@@ -103,38 +104,40 @@ class _Run:
             self.links[name] = Link(name, record=self.record)
         return self.links[name]
 
-    def transfer(self, transfer: Transfer, label: str) -> float:
+    def transfer(self, transfer: Transfer, label: object) -> float:
         """Issue a transfer now; return seconds until it is delivered."""
         now = self.env.now
-        _, end = self.link(transfer.link).reserve(now, transfer.seconds, label)
+        link = self.links.get(transfer.link) or self.link(transfer.link)
+        _, end = link.reserve(now, transfer.seconds, str(label) if self.record else "")
         return end - now
 
-    def _wiring(
-        self, index: int, stage: StagePlan
-    ) -> tuple[list[list[Key]], list[list[tuple[Transfer, Key, str]]]]:
-        """Per task position: the message keys to await before it, the sends after it."""
+    def _wiring(self, index: int, stage: StagePlan) -> tuple[list[tuple[Key, ...]], list[list[Send]]]:
+        """Per task position: the message keys to await before it, the sends after it.
+        Keys use 0/1 for forward/backward: hashing ints is much cheaper than enums."""
         p, last_vs = self.plan.num_stages, self.plan.num_stages * self.plan.num_chunks - 1
         inputs: list[Key | None] = []
-        outputs: list[tuple[Transfer, Key, str] | None] = []
+        outputs: list[Send | None] = []
         for task in stage.tasks:
             vs = task.chunk * p + index
-            forward = task.phase is Phase.FORWARD
-            if forward:
-                inputs.append((Phase.FORWARD, task.microbatch, vs - 1) if vs > 0 else None)
-                route = stage.send_forward if vs < last_vs else None
+            mb = task.microbatch
+            if task.phase is Phase.FORWARD:
+                inputs.append((0, mb, vs - 1) if vs > 0 else None)
+                outputs.append((stage.send_forward, (0, mb, vs), task) if vs < last_vs else None)
             else:
-                inputs.append((Phase.BACKWARD, task.microbatch, vs + 1) if vs < last_vs else None)
-                route = stage.send_backward if vs > 0 else None
-            key = (task.phase, task.microbatch, vs)
-            outputs.append((route, key, str(task)) if route is not None else None)
+                inputs.append((1, mb, vs + 1) if vs < last_vs else None)
+                outputs.append((stage.send_backward, (1, mb, vs), task) if vs > 0 else None)
         n = len(stage.tasks)
-        send_after = stage.send_after or tuple(range(n))
-        extra = stage.extra_waits or tuple(() for _ in range(n))
-        waits = [[k for k in (inputs[i], *(inputs[j] for j in extra[i])) if k is not None] for i in range(n)]
-        sends: list[list[tuple[Transfer, Key, str]]] = [[] for _ in range(n)]
+        waits: list[tuple[Key, ...]] = []
+        for position in range(n):
+            keys = [inputs[position]]
+            if stage.extra_waits is not None:
+                keys += [inputs[j] for j in stage.extra_waits[position]]
+            waits.append(tuple(k for k in keys if k is not None))
+        sends: list[list[Send]] = [[] for _ in range(n)]
         for position, output in enumerate(outputs):
-            if output is not None:
-                sends[send_after[position]].append(output)
+            if output is not None and output[0] is not None:
+                after = stage.send_after[position] if stage.send_after is not None else position
+                sends[after].append(output)  # type: ignore[arg-type]
         return waits, sends
 
     def stage_process(self, index: int, stage: StagePlan) -> Generator[simpy.Event, Any, None]:
