@@ -7,12 +7,16 @@ the cost, so sweeps can prune configurations that cannot fit before simulating t
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+from typing import Any
+
 from simcluster.config.hardware import HardwareProfile
 from simcluster.config.scenario import Scenario
 from simcluster.report.metrics import StageMemory
 from simcluster.schedule import build_schedule
 from simcluster.schedule.tasks import Phase
 from simcluster.simulation import transient_bytes_per_backward
+from simcluster.workload import memory
 from simcluster.workload.model import Workload, build_workload
 
 
@@ -48,3 +52,48 @@ def stage_memory_estimate(
             )
         )
     return tuple(rows)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryReport:
+    """`simcluster memory`: where each stage's bytes go, per Korthikanti §4."""
+
+    scenario: str
+    table2_row: str
+    predicted_bytes_per_layer: float
+    layers_per_stage: int
+    interleave_factor: float
+    embedding_bytes_per_microbatch: float
+    output_bytes_per_microbatch: float
+    transient_bytes: float
+    stages: tuple[StageMemory, ...]
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario,
+            "table2_row": self.table2_row,
+            "predicted_bytes_per_layer": self.predicted_bytes_per_layer,
+            "layers_per_stage": self.layers_per_stage,
+            "interleave_factor": self.interleave_factor,
+            "embedding_bytes_per_microbatch": self.embedding_bytes_per_microbatch,
+            "output_bytes_per_microbatch": self.output_bytes_per_microbatch,
+            "transient_bytes": self.transient_bytes,
+            "stages": [{**asdict(stage), "fits": stage.fits} for stage in self.stages],
+        }
+
+
+def memory_report(scenario: Scenario, hw: HardwareProfile) -> MemoryReport:
+    workload = build_workload(scenario)
+    par = scenario.parallel
+    first, last = workload.stages[0].chunks[0], workload.stages[-1].chunks[-1]
+    return MemoryReport(
+        scenario=scenario.name,
+        table2_row=memory.table2_row(par.tp, par.sequence_parallel, scenario.training.recompute).value,
+        predicted_bytes_per_layer=workload.layer.saved_bytes,
+        layers_per_stage=scenario.model.num_layers // par.pp,
+        interleave_factor=memory.interleave_factor(par.pp, par.vpp),
+        embedding_bytes_per_microbatch=first.embedding.saved_bytes if first.embedding else 0.0,
+        output_bytes_per_microbatch=last.output.saved_bytes if last.output else 0.0,
+        transient_bytes=transient_bytes_per_backward(workload),
+        stages=stage_memory_estimate(scenario, hw, workload),
+    )

@@ -34,6 +34,7 @@ from simcluster.config.choices import Dtype, Recompute
 from simcluster.profiler.layer import layer_input, local_layer
 from simcluster.profiler.parallel import ShardStandInComm
 from simcluster.profiler.spec import LayerSpec
+from simcluster.workload.layer import LayerConfig, saved_activation_bytes
 
 
 @dataclass(frozen=True)
@@ -84,11 +85,13 @@ class SavedTensorCounter:
         by_kind = {"activation": 0, "dropout_mask": 0, "layernorm_stats": 0}
         for kind, nbytes in self._seen.values():
             by_kind[kind] += nbytes
-        return SavedBytes(total_bytes=sum(by_kind.values()),
-                          activation_bytes=by_kind["activation"],
-                          dropout_mask_bytes=by_kind["dropout_mask"],
-                          layernorm_stats_bytes=by_kind["layernorm_stats"],
-                          num_storages=len(self._seen))
+        return SavedBytes(
+            total_bytes=sum(by_kind.values()),
+            activation_bytes=by_kind["activation"],
+            dropout_mask_bytes=by_kind["dropout_mask"],
+            layernorm_stats_bytes=by_kind["layernorm_stats"],
+            num_storages=len(self._seen),
+        )
 
 
 def _unpack(tensor: Any) -> Any:
@@ -120,8 +123,7 @@ def measure_saved_bytes(spec: LayerSpec, device: str = "cpu", seed: int = 0) -> 
 def table2_row(spec: LayerSpec) -> str:
     """The name of Table 2's row that `spec` falls in."""
     if spec.recompute is Recompute.FULL:
-        return "full recompute" + (" (sequence parallel: 2sbh/t)" if spec.sequence_parallel
-                                   else "")
+        return "full recompute" + (" (sequence parallel: 2sbh/t)" if spec.sequence_parallel else "")
     if spec.tp == 1:
         name = "no parallelism"
     elif spec.sequence_parallel:
@@ -131,27 +133,33 @@ def table2_row(spec: LayerSpec) -> str:
     return name + (" + selective recompute" if spec.recompute is Recompute.SELECTIVE else "")
 
 
-def table2_bytes(spec: LayerSpec) -> int:
-    """Activation bytes per layer per rank from Table 2 (Korthikanti et al.).
+def simulator_layer_config(spec: LayerSpec) -> LayerConfig:
+    """The simulator's description of the same layer on the same rank."""
+    return LayerConfig(
+        micro_batch_size=spec.micro_batch_size,
+        seq_length=spec.seq_length,
+        hidden_size=spec.hidden_size,
+        num_attention_heads=spec.num_attention_heads,
+        ffn_hidden_size=spec.ffn_hidden_size or 4 * spec.hidden_size,
+        tp=spec.tp,
+        sequence_parallel=spec.sequence_parallel,
+        recompute=spec.recompute,
+        element_bytes=spec.dtype.num_bytes,
+    )
 
-    In 16-bit (e = 2 bytes) the rows are: no parallelism sbh(34 + 5as/h); TP baseline
-    sbh(10 + 24/t + 5as/(ht)); TP + SP sbh(34/t + 5as/(ht)); TP + selective sbh(10 + 24/t);
-    TP + SP + selective 34sbh/t; full recompute 2sbh. The table's full-recompute row
-    ignores SP; Megatron keeps the layer input, which with SP is the [s/t, b, h] shard, so
-    this returns 2sbh/t there. For another element size e the same terms read
-    sbh((4e + 2)·r + 12e/t) + as²b(2e + 1)/t, with r = 1/t under SP, else 1 (fp32: e = 4).
+
+def table2_bytes(spec: LayerSpec) -> int:
+    """Activation bytes per layer per rank as the simulator's op graph counts them
+    (`simcluster.workload.layer`), which equals Table 2 (Korthikanti et al.) in 16 bit:
+    no parallelism sbh(34 + 5as/h); TP baseline sbh(10 + 24/t + 5as/(ht)); TP + SP
+    sbh(34/t + 5as/(ht)); TP + selective sbh(10 + 24/t); TP + SP + selective 34sbh/t; full
+    recompute 2sbh. The table's full-recompute row ignores SP; Megatron keeps the layer
+    input, which with SP is the [s/t, b, h] shard, so this is 2sbh/t there. For another
+    element size e the same terms read sbh((4e + 2)·r + 12e/t) + as²b(2e + 1)/t, r = 1/t
+    under SP, else 1. Using the op graph here is the one-source-of-truth link: measured
+    bytes == op graph + named negligible buffers is tested for every row.
     """
-    e = spec.dtype.num_bytes
-    t = spec.tp
-    sbh = spec.seq_length * spec.micro_batch_size * spec.hidden_size
-    as2b = spec.num_attention_heads * spec.seq_length ** 2 * spec.micro_batch_size
-    replicated = Fraction(1, t) if spec.sequence_parallel else Fraction(1)
-    if spec.recompute is Recompute.FULL:
-        return _exact(e * sbh * replicated)
-    total = sbh * ((4 * e + 2) * replicated + Fraction(12 * e, t))
-    if spec.recompute is Recompute.NONE:
-        total += Fraction(as2b * (2 * e + 1), t)
-    return _exact(total)
+    return _exact(Fraction(saved_activation_bytes(simulator_layer_config(spec))).limit_denominator(1 << 20))
 
 
 def _exact(value: Fraction) -> int:
@@ -164,8 +172,7 @@ def negligible_buffers(spec: LayerSpec, device_type: str = "cpu") -> dict[str, i
     """Bytes torch keeps that Table 2 neglects, by name (see module docstring)."""
     if spec.recompute is Recompute.FULL:
         return {"layernorm_stats": 0}
-    stat_bytes = 4 if device_type == "cuda" or spec.dtype is Dtype.FP32 \
-        else spec.dtype.num_bytes
+    stat_bytes = 4 if device_type == "cuda" or spec.dtype is Dtype.FP32 else spec.dtype.num_bytes
     tokens = spec.local_seq_length * spec.micro_batch_size
     return {"layernorm_stats": 2 * 2 * tokens * stat_bytes}
 
@@ -182,6 +189,6 @@ def expected_saved_bytes(spec: LayerSpec, device_type: str = "cpu") -> int:
     sbh = spec.local_seq_length * spec.micro_batch_size * spec.hidden_size
     total -= 2 * sbh
     if spec.recompute is Recompute.NONE:
-        as2b = spec.num_attention_heads * spec.seq_length ** 2 * spec.micro_batch_size
+        as2b = spec.num_attention_heads * spec.seq_length**2 * spec.micro_batch_size
         total -= _exact(Fraction(as2b * (1 + spec.dtype.num_bytes), spec.tp))
     return total

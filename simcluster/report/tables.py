@@ -104,3 +104,49 @@ def format_summary(results: Sequence[SimulationResult]) -> str:
             for r in results
         ],
     )
+
+
+def format_memory_report(report) -> str:
+    """`simcluster memory`: the per-layer model, then every stage's peak."""
+    head = format_table(
+        ["memory model", "value"],
+        [
+            ["scenario", report.scenario],
+            ["Table 2 row", report.table2_row],
+            ["activations per layer (rank)", f"{report.predicted_bytes_per_layer / 1e6:,.1f} MB"],
+            ["layers per stage", report.layers_per_stage],
+            ["interleave factor 1 + (p-1)/(p·m)", f"{report.interleave_factor:.4f}"],
+            ["embedding dropout mask / microbatch", f"{report.embedding_bytes_per_microbatch / 1e6:,.1f} MB"],
+            [
+                "output layer (LN, input, fp32 logits) / microbatch",
+                f"{report.output_bytes_per_microbatch / 1e6:,.1f} MB",
+            ],
+            ["recompute workspace (one layer)", f"{report.transient_bytes / 1e6:,.1f} MB"],
+        ],
+    )
+    stages = format_table(
+        [
+            "stage",
+            "weights GB",
+            "grads GB",
+            "optimizer GB",
+            "activations GB",
+            "transient GB",
+            "peak GB",
+            "fits",
+        ],
+        [
+            [
+                s.stage,
+                _gb(s.weight_bytes),
+                _gb(s.gradient_bytes),
+                _gb(s.optimizer_bytes),
+                _gb(s.activation_bytes),
+                _gb(s.transient_bytes),
+                _gb(s.peak_memory_bytes),
+                "yes" if s.fits else f"NO (> {_gb(s.capacity_bytes)})",
+            ]
+            for s in report.stages
+        ],
+    )
+    return head + "\n\n" + stages

@@ -12,7 +12,8 @@ PAPER = ROOT / "scenarios" / "paper"
 
 
 @pytest.mark.parametrize(
-    "name", ["gpt3-175b-sp-selective", "gpt3-175b-full-recompute", "gpt-22b-sp-selective", "gpt-1t-sp-selective"]
+    "name",
+    ["gpt3-175b-sp-selective", "gpt3-175b-full-recompute", "gpt-22b-sp-selective", "gpt-1t-sp-selective"],
 )
 def test_first_stage_activations_follow_eq5(name):
     """Stage 0 keeps L layers' worth × (1 + (p−1)/(p·vpp)) plus p embedding-dropout masks
@@ -37,7 +38,9 @@ def test_first_stage_activations_follow_eq5(name):
         assert stage0 == pytest.approx(layers + 2 * par.pp * mask, rel=1e-9)
 
 
-@pytest.mark.parametrize("name", ["gpt3-175b-sp-selective", "mt-nlg-530b-full-recompute", "gpt-22b-sp-selective"])
+@pytest.mark.parametrize(
+    "name", ["gpt3-175b-sp-selective", "mt-nlg-530b-full-recompute", "gpt-22b-sp-selective"]
+)
 def test_engine_free_estimate_equals_engine(name):
     """memory_plan replays the schedule and matches the engine's tracker exactly."""
     scenario, hw = load_scenario_and_hardware(PAPER / f"{name}.yaml")

@@ -1,0 +1,130 @@
+"""`simcluster memory SCENARIO [--measure]`: per-stage memory, and the real layer's bytes."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from simcluster.cli._app import app, fail
+from simcluster.config.errors import ConfigError
+
+# A one-layer CPU measurement holds the layer's weights (16-bit) and the activations of a
+# forward without recompute; refuse shapes needing more than this share of free memory.
+CPU_MEMORY_SHARE = 0.5
+
+
+def _available_memory_bytes() -> float:
+    try:
+        return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return float("inf")
+
+
+@app.command()
+def memory(
+    scenario: Annotated[Path, typer.Argument(help="scenario YAML file")],
+    measure: Annotated[bool, typer.Option(help="count the real torch layer's saved bytes")] = False,
+    device: Annotated[str, typer.Option(help="device for --measure: cpu or cuda")] = "cpu",
+    seq_length: Annotated[int | None, typer.Option(help="override s for --measure")] = None,
+    micro_batch_size: Annotated[int | None, typer.Option(help="override b for --measure")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Per-stage memory breakdown (Table 2 row, interleaving factor, extras); --measure adds
+    the bytes autograd really keeps for one layer on one rank."""
+    from simcluster.config.scenario import load_scenario_and_hardware
+    from simcluster.memory_plan import memory_report
+    from simcluster.report.tables import format_memory_report
+
+    if device not in ("cpu", "cuda"):
+        fail(f"--device: value {device!r}: allowed: cpu, cuda")
+    try:
+        spec, hw = load_scenario_and_hardware(scenario)
+        if seq_length or micro_batch_size:
+            spec = _override(spec, seq_length, micro_batch_size)
+    except ConfigError as error:
+        fail(error)
+    report = memory_report(spec, hw)
+    measured = _measure(spec, device) if measure else None
+    if json_output:
+        payload = report.to_json_dict()
+        payload["measured_bytes_per_layer"] = measured["activation_bytes"] if measured else None
+        payload["measured"] = measured
+        typer.echo(json.dumps(payload, indent=2))
+        return
+    typer.echo(format_memory_report(report))
+    if measured:
+        typer.echo(
+            f"\nmeasured on {device} (real layer, rank 0 of t = {spec.parallel.tp}): "
+            f"{measured['activation_bytes']:,} bytes per layer kept for backward "
+            f"(+ {measured['negligible_bytes']:,} of layer-norm statistics the paper neglects); "
+            f"predicted {report.predicted_bytes_per_layer:,.0f}"
+        )
+
+
+def _override(spec, seq_length: int | None, micro_batch_size: int | None):
+    from simcluster.config.scenario import parse_scenario
+
+    data = spec.model_dump(mode="json")
+    if seq_length:
+        data["model"]["seq_length"] = seq_length
+    if micro_batch_size:
+        data["training"]["micro_batch_size"] = micro_batch_size
+        data["training"]["global_batch_size"] = micro_batch_size * spec.parallel.dp * spec.num_microbatches
+    return parse_scenario(data, "command-line overrides", default_name=spec.name)
+
+
+def _measure(spec, device: str) -> dict[str, int]:
+    try:
+        from simcluster.profiler.accounting import measure_saved_bytes, negligible_buffers
+        from simcluster.profiler.spec import LayerSpec
+    except ImportError:
+        fail("--measure needs torch: pip install 'simcluster[torch]' (torch==2.13.0 for the CPU wheel)")
+    m, par, tr = spec.model, spec.parallel, spec.training
+    layer = LayerSpec(
+        hidden_size=m.hidden_size,
+        num_attention_heads=m.num_attention_heads,
+        seq_length=m.seq_length,
+        micro_batch_size=tr.micro_batch_size,
+        ffn_hidden_size=m.ffn_size,
+        tp=par.tp,
+        sequence_parallel=par.sequence_parallel,
+        recompute=tr.recompute,
+        dtype=tr.dtype,
+    )
+    if device == "cpu":
+        _check_cpu_fits(spec)
+    measured = measure_saved_bytes(layer, device=device)
+    negligible = sum(negligible_buffers(layer, device).values())
+    return {
+        "total_bytes": measured.total_bytes,
+        "activation_bytes": measured.total_bytes - negligible,
+        "negligible_bytes": negligible,
+        "dropout_mask_bytes": measured.dropout_mask_bytes,
+        "num_storages": measured.num_storages,
+    }
+
+
+def _check_cpu_fits(spec) -> None:
+    from simcluster.config.choices import Recompute
+    from simcluster.workload.layer import layer_ops
+    from simcluster.workload.model import layer_config, layer_params_per_rank
+
+    cfg = layer_config(spec)
+    activations = layer_ops(cfg.__class__(**{**_fields(cfg), "recompute": Recompute.NONE})).saved_bytes
+    weights = layer_params_per_rank(spec.model.hidden_size, spec.model.ffn_size, spec.parallel.tp) * 4
+    need = activations + weights
+    available = _available_memory_bytes()
+    if need > CPU_MEMORY_SHARE * available:
+        fail(
+            f"measuring one layer at the scenario's shapes needs about {need / 1e9:.1f} GB, more than "
+            f"{CPU_MEMORY_SHARE:.0%} of the {available / 1e9:.1f} GB free here; try smaller shapes, "
+            f"e.g. --seq-length {max(64, spec.model.seq_length // 8)} or --micro-batch-size 1"
+        )
+
+
+def _fields(cfg) -> dict:
+    return {name: getattr(cfg, name) for name in cfg.__slots__}
