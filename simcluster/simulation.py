@@ -75,8 +75,17 @@ def _task_works(
 
 
 def _p2p(scenario: Scenario, hw: HardwareProfile, src: int, dst: int, message_bytes: float) -> Transfer:
+    """Each rank sends its 1/t of the activation. Without SP the receiver then all-gathers
+    the t pieces over NVLink (Megatron's scatter/gather p2p, megatron.md §4.1) before the
+    p2p call returns, so the message is delivered only after that all-gather."""
     same = stages_share_node(scenario, hw, src, dst)
-    return Transfer(f"{'nvlink' if same else 'nic'}:{src}", p2p_time_s(message_bytes, same, hw))
+    seconds = p2p_time_s(message_bytes, same, hw)
+    par = scenario.parallel
+    if par.tp > 1 and not par.sequence_parallel:
+        seconds += collective_time_s(
+            CollectiveKind.ALL_GATHER, message_bytes * par.tp, tp_group(scenario, hw), hw
+        )
+    return Transfer(f"{'nvlink' if same else 'nic'}:{src}", seconds)
 
 
 def _grad_reduce(scenario: Scenario, hw: HardwareProfile, stage: StageWork) -> Transfer | None:
