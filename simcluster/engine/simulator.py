@@ -187,6 +187,8 @@ class _Run:
             busy[DP_COMM] += env.now - start
             if self.record:
                 self.spans.append((index, "dp all-reduce", DP_COMM, start, env.now - start))
+        if plan.overlap_grad_reduce and outcome.grads_ready_s > env.now:
+            busy[DP_COMM] += outcome.grads_ready_s - env.now  # the part not hidden by backwards
         outcome.grads_ready_s = max(outcome.grads_ready_s, env.now)
         outcome.finished = True
 
