@@ -1,0 +1,56 @@
+"""`simcluster import-megatron "ARGS"`: a Megatron-LM launch command line -> scenario YAML."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from simcluster.cli._app import app, fail
+from simcluster.config.errors import ConfigError
+from simcluster.megatron_args import DEFAULT_HARDWARE
+
+
+@app.command(
+    "import-megatron",
+    # Megatron's flags arrive as arguments: unknown options must not be parsed as ours.
+    context_settings={"ignore_unknown_options": True},
+)
+def import_megatron(
+    args: Annotated[
+        list[str],
+        typer.Argument(
+            help='the launch command line, quoted: "torchrun … pretrain_gpt.py --num-layers 96 …" '
+            '("-" reads it from stdin)',
+            show_default=False,
+        ),
+    ],
+    out: Annotated[Path | None, typer.Option(help="write the scenario here instead of stdout")] = None,
+    hardware: Annotated[str, typer.Option(help="hardware profile stem or path")] = DEFAULT_HARDWARE,
+    name: Annotated[str | None, typer.Option(help="scenario name (default: --out's stem)")] = None,
+    num_gpus: Annotated[
+        int | None, typer.Option(min=1, help="world size, for dp = num_gpus / (tp * pp)")
+    ] = None,
+) -> None:
+    """Turn Megatron-LM arguments into a scenario; unknown and ignored flags are listed."""
+    from simcluster.config.hardware import load_hardware
+    from simcluster.megatron_args import parse_megatron_args
+
+    command = sys.stdin.read() if args == ["-"] else args
+    try:
+        load_hardware(hardware)
+        imported = parse_megatron_args(
+            command, hardware, name or (out.stem if out else "megatron-import"), num_gpus
+        )
+    except ConfigError as error:
+        fail(error)
+    for line in imported.comment_lines():
+        typer.echo(line, err=True)
+    if out is None:
+        typer.echo(imported.to_yaml(), nl=False)
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(imported.to_yaml())
+    typer.echo(f"wrote {out}", err=True)

@@ -1,0 +1,177 @@
+"""`simcluster import-megatron`: Megatron-LM flags -> a scenario that loads, with every flag
+accounted for (used, ignored, not modelled or unknown)."""
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from simcluster.cli import app
+from simcluster.config import ConfigError, Recompute, load_scenario
+from simcluster.config.choices import Dtype
+from simcluster.megatron_args import DEFAULT_VOCAB_SIZE, parse_megatron_args, split_command_line
+
+GPT3_175B = (
+    "torchrun --nproc_per_node 8 --nnodes 8 pretrain_gpt.py "
+    "--num-layers 96 --hidden-size 12288 --num-attention-heads 96 --seq-length 2048 "
+    "--max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 64 "
+    "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 8 "
+    "--num-layers-per-virtual-pipeline-stage 4 --sequence-parallel "
+    "--recompute-granularity selective --bf16 --use-distributed-optimizer --overlap-grad-reduce "
+    "--lr 6.0e-5 --train-iters 500000 --vocab-file gpt2-vocab.json --swiglu --frobnicate 3"
+)
+MINIMAL = "--num-layers 8 --hidden-size 256 --num-attention-heads 8 --seq-length 128 --micro-batch-size 2"
+
+
+def _invoke(*args):
+    return CliRunner().invoke(app, ["import-megatron", *args])
+
+
+def test_round_trip_yaml_loads_and_matches_the_flags(tmp_path):
+    """The printed YAML loads with load_scenario and holds the command line's values."""
+    result = _invoke(GPT3_175B)
+    assert result.exit_code == 0, result.output
+    path = tmp_path / "imported.yaml"
+    path.write_text(result.stdout)
+    scenario = load_scenario(path)
+    m, par, tr = scenario.model, scenario.parallel, scenario.training
+    assert (m.num_layers, m.hidden_size, m.num_attention_heads, m.seq_length) == (96, 12288, 96, 2048)
+    assert m.vocab_size == DEFAULT_VOCAB_SIZE
+    assert (par.tp, par.pp, par.dp, par.vpp) == (8, 8, 1, 3)  # vpp = 96 / 8 / 4; dp = 64 / 64
+    assert par.sequence_parallel
+    assert (tr.micro_batch_size, tr.global_batch_size) == (1, 64)
+    assert tr.recompute is Recompute.SELECTIVE and tr.dtype is Dtype.BF16
+    assert tr.use_distributed_optimizer and tr.overlap_grad_reduce
+
+
+def test_unknown_ignored_and_unmodelled_flags_are_listed_on_stderr_and_in_the_yaml():
+    """Nothing is dropped silently: each leftover flag appears with its bucket."""
+    result = _invoke(GPT3_175B)
+    comments = [line for line in result.stdout.splitlines() if line.startswith("#")]
+    for text in (result.stderr, "\n".join(comments)):
+        assert "unknown flags (not recognised, not used): --frobnicate 3" in text
+        assert "ignored (no effect on the simulation):" in text
+        assert "--lr 6.0e-5" in text and "--train-iters 500000" in text
+        assert "not modelled (simulated without it): --swiglu" in text
+        assert "vocab_size = 51200" in text
+
+
+def test_out_file_and_unquoted_flags(tmp_path):
+    """Flags may also come unquoted; --out writes the file and names the scenario."""
+    out = tmp_path / "small-run.yaml"
+    result = _invoke(*MINIMAL.split(), "--global-batch-size", "8", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    scenario = load_scenario(out)
+    assert scenario.name == "small-run"
+    assert scenario.training.global_batch_size == 8
+
+
+def test_missing_required_flag_exits_2_naming_it():
+    result = _invoke("--hidden-size 256 --num-attention-heads 8 --seq-length 128 --micro-batch-size 1")
+    assert result.exit_code == 2
+    assert "required flag missing: --num-layers" in result.stderr
+
+
+def test_layout_the_scenario_rules_reject_exits_2_with_the_rule():
+    result = _invoke(MINIMAL + " --pipeline-model-parallel-size 3")
+    assert result.exit_code == 2
+    assert "must be divisible by pp * vpp" in result.stderr
+
+
+def test_unknown_hardware_profile_exits_2():
+    result = _invoke(MINIMAL, "--hardware", "no-such-gpu")
+    assert result.exit_code == 2
+    assert "unknown hardware profile" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("extra", "num_gpus", "dp"),
+    [
+        ("--world-size 32 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2", None, 8),
+        ("--data-parallel-size 4", None, 4),
+        ("--tensor-model-parallel-size 2", 16, 8),
+        ("", None, 1),
+    ],
+)
+def test_dp_is_world_size_over_tp_times_pp(extra, num_gpus, dp):
+    """Megatron derives d = world / (t·p); without a world size d = 1 with a note."""
+    imported = parse_megatron_args(f"{MINIMAL} --global-batch-size 64 {extra}", num_gpus=num_gpus)
+    assert imported.scenario["parallel"]["dp"] == dp
+    if dp == 1:
+        assert any(note.startswith("dp = 1: no world size") for note in imported.notes)
+
+
+def test_torchrun_prefix_gives_the_world_size():
+    """torchrun --nnodes 2 --nproc_per_node=8 → 16 ranks; with t = 2, p = 2: d = 4."""
+    imported = parse_megatron_args(
+        "CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun --nnodes 2 --nproc_per_node=8 pretrain_gpt.py "
+        f"{MINIMAL} --global-batch-size 64 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"
+    )
+    assert imported.scenario["parallel"]["dp"] == 4
+    assert imported.unknown == ()
+
+
+def test_defaults_follow_megatron():
+    """No --global-batch-size: b·d; no --bf16/--fp16: fp32; no recompute flags: none."""
+    imported = parse_megatron_args(MINIMAL)
+    training = imported.scenario["training"]
+    assert training["global_batch_size"] == 2
+    assert training["dtype"] == "fp32"
+    assert training["recompute"] == "none"
+    assert imported.validated().parallel.dp == 1
+
+
+@pytest.mark.parametrize(
+    ("flags", "recompute"),
+    [
+        ("--recompute-activations", Recompute.SELECTIVE),
+        ("--checkpoint-activations", Recompute.FULL),
+        ("--recompute-granularity full --recompute-method uniform --recompute-num-layers 1", Recompute.FULL),
+    ],
+)
+def test_recompute_flags(flags, recompute):
+    assert parse_megatron_args(f"{MINIMAL} {flags}").validated().training.recompute is recompute
+
+
+def test_partial_full_recompute_is_noted():
+    imported = parse_megatron_args(
+        f"{MINIMAL} --recompute-granularity full --recompute-method block --recompute-num-layers 2"
+    )
+    assert any("simulated as full recompute of every layer" in note for note in imported.notes)
+
+
+def test_virtual_pipeline_flags_must_agree():
+    """8 layers / p 2 / 2 per virtual stage = 2 chunks, not 4."""
+    with pytest.raises(ConfigError, match="disagrees"):
+        parse_megatron_args(
+            f"{MINIMAL} --global-batch-size 8 --pipeline-model-parallel-size 2 "
+            "--num-layers-per-virtual-pipeline-stage 2 --virtual-pipeline-model-parallel-size 4"
+        )
+
+
+def test_command_line_forms():
+    """`--flag=value`, underscores, continuation lines and shell comments all parse."""
+    words = split_command_line("python pretrain_gpt.py \\\n  --num_layers=8 \\\n  --bf16  # comment")
+    assert words == ["python", "pretrain_gpt.py", "--num_layers=8", "--bf16"]
+    imported = parse_megatron_args(
+        "--num_layers=8 --hidden_size 256 --num-attention-heads=8 --seq-length 128 --micro-batch-size 1"
+    )
+    assert imported.scenario["model"]["num_layers"] == 8
+
+
+def test_unexpanded_shell_variables_are_noted():
+    imported = parse_megatron_args(f"torchrun pretrain_gpt.py {MINIMAL} $DATA_ARGS")
+    assert any("$DATA_ARGS" in note for note in imported.notes)
+
+
+def test_bad_values_are_reported_together():
+    with pytest.raises(ConfigError) as error:
+        parse_megatron_args(MINIMAL + " --tensor-model-parallel-size two --bf16 --fp16")
+    text = str(error.value)
+    assert "--tensor-model-parallel-size: value 'two': expected an integer" in text
+    assert "--bf16 and --fp16: choose one" in text
+
+
+def test_yaml_comments_do_not_change_the_mapping():
+    imported = parse_megatron_args(MINIMAL + " --weird-flag")
+    assert yaml.safe_load(imported.to_yaml()) == imported.scenario
+    assert imported.unknown == ("--weird-flag",)
