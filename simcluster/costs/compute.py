@@ -7,8 +7,11 @@ is the best, over candidate CTA tiles (tile_m, tile_n, relative efficiency), of
     rel · tiles / (ceil(tiles / SMs) · SMs),   tiles = batch · ⌈M/tile_m⌉ · ⌈N/tile_n⌉,
 so small or skinny GEMMs that leave SMs idle in their last wave run slower, and GEMMs
 with low arithmetic intensity (attention's K = head_dim) fall to the memory roofline.
-A calibrated profile may list measured GEMMs (`gemm_points`); then the efficiency of the
-nearest measured shape (log-distance in M, N, K, batch) replaces e_max · e_wave.
+A calibrated profile may list measured GEMMs (`gemm_points`, `simcluster calibrate`); then
+    t = launch + FLOPs / rate,   log rate = Σ w_i log(rate_i · e_wave(shape) / e_wave(shape_i))
+over the few nearest measured shapes i in log(M, N, K, batch), w_i ∝ 1 / distance² (an
+exact match is its own rate). The measured rates already contain the memory roofline and
+the device's kernels for those shapes, so no roofline term is added.
 
 Memory-bound kernels: t = launch + bytes / (HBM · e_mem), or, with measured
 `elementwise_points`, the achieved bandwidth interpolated in log(bytes).
@@ -20,9 +23,12 @@ import math
 
 import numpy as np
 
+from simcluster import units
 from simcluster.config.choices import Dtype
-from simcluster.config.hardware import HardwareProfile
+from simcluster.config.hardware import GemmPoint, HardwareProfile
 from simcluster.workload.ops import GemmShape
+
+NEAREST_GEMM_POINTS = 4  # measured shapes blended per prediction
 
 
 def wave_efficiency(shape: GemmShape, num_sms: int, tiles: list[tuple[int, int, float]]) -> float:
@@ -39,13 +45,15 @@ def wave_efficiency(shape: GemmShape, num_sms: int, tiles: list[tuple[int, int, 
 def gemm_efficiency(shape: GemmShape, hw: HardwareProfile) -> float:
     """Fraction of peak the GEMM's arithmetic reaches (before the memory roofline)."""
     if hw.compute.gemm_points:
-        return _measured_gemm_efficiency(shape, hw)
+        return measured_gemm_flop_per_s(shape, hw) / hw.peak_flop_per_s(Dtype.BF16)
     return hw.compute.gemm_max_efficiency * wave_efficiency(
         shape, hw.gpu.num_sms, [tuple(t) for t in hw.compute.gemm_tiles]
     )
 
 
 def gemm_time_s(shape: GemmShape, hw: HardwareProfile, dtype: Dtype = Dtype.BF16) -> float:
+    if hw.compute.gemm_points:
+        return hw.kernel_launch_s + shape.flops / measured_gemm_flop_per_s(shape, hw, dtype)
     compute_s = shape.flops / (hw.peak_flop_per_s(dtype) * gemm_efficiency(shape, hw))
     memory_s = shape.bytes_moved(dtype.num_bytes) / achieved_bandwidth_bytes_per_s(
         shape.bytes_moved(dtype.num_bytes), hw
@@ -69,18 +77,27 @@ def elementwise_time_s(bytes_moved: float, hw: HardwareProfile) -> float:
     return hw.kernel_launch_s + bytes_moved / achieved_bandwidth_bytes_per_s(bytes_moved, hw)
 
 
-def _measured_gemm_efficiency(shape: GemmShape, hw: HardwareProfile) -> float:
-    """Efficiency of the nearest measured GEMM in log-shape space, corrected for the
-    difference in wave quantization between the two shapes."""
-    peak = hw.gpu.peak_bf16_tflop_per_s
-    tiles = [tuple(t) for t in hw.compute.gemm_tiles]
+def measured_gemm_flop_per_s(shape: GemmShape, hw: HardwareProfile, dtype: Dtype = Dtype.BF16) -> float:
+    """Rate interpolated from `gemm_points` (module docstring). The points are 16-bit
+    measurements; an fp32 GEMM is scaled by the profile's fp32 / bf16 peak ratio."""
+    tiles = hw.compute.gemm_tiles
     target = np.log([shape.m, shape.n, shape.k, shape.batch])
-    best_point, best_distance = None, math.inf
-    for point in hw.compute.gemm_points:
-        distance = float(np.sum((np.log([point.m, point.n, point.k, point.batch]) - target) ** 2))
-        if distance < best_distance:
-            best_point, best_distance = point, distance
-    assert best_point is not None
-    measured = GemmShape(best_point.m, best_point.n, best_point.k, best_point.batch)
-    ratio = wave_efficiency(shape, hw.gpu.num_sms, tiles) / wave_efficiency(measured, hw.gpu.num_sms, tiles)
-    return min(1.0, best_point.tflop_per_s / peak * ratio)
+    points = hw.compute.gemm_points
+    coords = np.log([[p.m, p.n, p.k, p.batch] for p in points])
+    distance2 = np.sum((coords - target) ** 2, axis=1)
+    nearest = np.argsort(distance2, kind="stable")[:NEAREST_GEMM_POINTS]
+    exact = nearest[distance2[nearest] < 1e-12]
+    chosen = exact if exact.size else nearest
+    weights = np.ones(len(chosen)) if exact.size else 1.0 / distance2[chosen]
+    wave = wave_efficiency(shape, hw.gpu.num_sms, tiles)
+    log_rates = [
+        math.log(points[i].tflop_per_s * wave / wave_efficiency(_shape_of(points[i]), hw.gpu.num_sms, tiles))
+        for i in chosen
+    ]
+    tflop_per_s = min(math.exp(float(np.average(log_rates, weights=weights))), hw.gpu.peak_bf16_tflop_per_s)
+    dtype_scale = hw.peak_flop_per_s(dtype) / hw.peak_flop_per_s(Dtype.BF16)
+    return units.tflop_per_s_to_flop_per_s(tflop_per_s) * dtype_scale
+
+
+def _shape_of(point: GemmPoint) -> GemmShape:
+    return GemmShape(point.m, point.n, point.k, point.batch)

@@ -10,4 +10,9 @@
 - `checks`      sharded layer vs serial layer, operator definitions.
 - `accounting`  bytes saved for backward vs Table 2 (measure_saved_bytes, table2_bytes).
 - `gpu_memory`  `python -m simcluster.profiler.gpu_memory`: allocated bytes of a layer stack.
+- `microbench`  `python -m simcluster.profiler.microbench`: the layer's kernels, timed for
+                `simcluster calibrate` (`kernels`, `sites`, `timing`, `device_info`, `netbench`).
+- `layer_timing` `python -m simcluster.profiler.layer_timing`: the real layer at held-out
+                shapes, for `simcluster check-profile` (`shapes` lists both grids).
+- `records`     what those two measure, as torch-free dataclasses (JSON in, JSON out).
 """

@@ -1,0 +1,183 @@
+"""Measurements -> the profile's `gpu` and `compute` sections.
+
+The fit is chosen so that `simcluster.costs.compute` returns the measured time at every
+measured kernel (up to the binning of memory-bound kernels):
+
+- kernel_launch_us, the fixed cost the model adds to every op: on a GPU the empty-kernel
+  launch (32 back-to-back one-element adds, per add); the host runs ahead of the GPU, so
+  the eager framework's own cost per op hides behind kernels and is only recorded
+  (`calibration.layer_overhead_us`). On a CPU nothing runs ahead: every op pays the
+  framework in full, so it is the tiny-layer cost per op-graph op
+  (`profiler.microbench.layer_overhead_s`).
+- gemm_points: each GEMM's rate FLOPs / (t − launch), since the model prices a GEMM as
+  launch + FLOPs / rate; duplicate shapes keep the median rate.
+- elementwise_points: the op graph's bytes / (t − launch) for every memory-bound site,
+  pooled in bins one octave of bytes wide: bin rate = Σ bytes / Σ (t − launch), so the
+  bin prices the sum of its kernels exactly. These are *effective* bandwidths of the
+  eager layer (several torch kernels per op-graph op, see `profiler.sites`).
+- peak: the datasheet's (GPU) or the best measured GEMM (CPU, or a GPU not in the table);
+  gemm_max_efficiency = best measured GEMM / peak.
+- memory bandwidth: the datasheet's (GPU), with memory_bound_efficiency = large copy /
+  datasheet; on a CPU the copy itself, efficiency 1.
+(t − launch is floored at t / 4, so a kernel faster than the launch estimate still
+gets a finite rate.)
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from typing import Any
+
+from simcluster import units
+from simcluster.calibration.datasheets import datasheet_for
+from simcluster.profiler.records import GemmRecord, Measurements
+
+MIN_BUSY_FRACTION = 0.25
+
+
+def _busy_s(seconds: float, launch_s: float) -> float:
+    return max(seconds - launch_s, MIN_BUSY_FRACTION * seconds)
+
+
+def _sig(value: float, digits: int = 4) -> float:
+    """Round to `digits` significant digits (readable YAML)."""
+    if value == 0 or not math.isfinite(value):
+        return value
+    return round(value, digits - 1 - int(math.floor(math.log10(abs(value)))))
+
+
+def gemm_points(meas: Measurements) -> list[dict[str, float]]:
+    """One point per distinct (m, n, k, batch), median rate over duplicates."""
+    rates: dict[tuple[int, int, int, int], list[float]] = defaultdict(list)
+    for g in meas.gemms:
+        rates[(g.m, g.n, g.k, g.batch)].append(g.flops / _busy_s(g.seconds, meas.launch_s))
+    return [
+        {
+            "m": m,
+            "n": n,
+            "k": k,
+            "batch": b,
+            "tflop_per_s": _sig(units.flop_per_s_to_tflop_per_s(statistics.median(r))),
+        }
+        for (m, n, k, b), r in sorted(rates.items())
+    ]
+
+
+def elementwise_points(meas: Measurements) -> list[list[float]]:
+    """(bytes, effective GB/s) per octave of bytes, pooled as Σ bytes / Σ busy time."""
+    bins: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for e in meas.elementwise:
+        if e.bytes_moved > 0:
+            bins[math.floor(math.log2(e.bytes_moved))].append(
+                (e.bytes_moved, _busy_s(e.seconds, meas.launch_s))
+            )
+    points = []
+    for key in sorted(bins):
+        members = bins[key]
+        size = math.exp(statistics.fmean(math.log(b) for b, _ in members))
+        rate = sum(b for b, _ in members) / sum(s for _, s in members)
+        points.append([_sig(size), _sig(units.bytes_to_gb(rate))])
+    return points
+
+
+def _rate_tflop(record: GemmRecord, launch_s: float) -> float:
+    return units.flop_per_s_to_tflop_per_s(record.flops / _busy_s(record.seconds, launch_s))
+
+
+def best_gemm_tflop_per_s(meas: Measurements) -> float:
+    rates = [_rate_tflop(g, meas.launch_s) for g in [*meas.gemms, meas.peak_gemm]]
+    return max(rates)
+
+
+def copy_gb_per_s(meas: Measurements) -> float:
+    return units.bytes_to_gb(meas.copy_bytes / meas.copy_s)
+
+
+def gpu_section(meas: Measurements) -> dict[str, Any]:
+    """Name, peaks, memory, bandwidth and SMs (or cores), each with its source."""
+    dev = meas.device
+    best = _sig(best_gemm_tflop_per_s(meas))
+    fp32 = _sig(_rate_tflop(meas.peak_gemm_fp32, meas.launch_s))
+    copy = _sig(copy_gb_per_s(meas))
+    where = f"measured on this device, {dev.date}"
+    sheet = datasheet_for(dev.name) if dev.device_type == "cuda" else None
+    section: dict[str, Any] = {
+        "name": dev.name,
+        "peak_bf16_tflop_per_s": best,
+        "peak_fp32_tflop_per_s": fp32,
+        "memory_gb": _sig(dev.memory_gb),
+        "memory_bandwidth_gb_per_s": copy,
+        "num_sms": dev.num_sms,
+    }
+    sources = {
+        "peak_bf16_tflop_per_s": f"best measured bf16 GEMM ({where}); no datasheet peak used",
+        "peak_fp32_tflop_per_s": f"measured fp32 {meas.peak_gemm_fp32.m}³ GEMM ({where})",
+        "memory_gb": "total_memory (torch.cuda.get_device_properties)"
+        if dev.device_type == "cuda"
+        else "host RAM (sysconf)",
+        "memory_bandwidth_gb_per_s": f"large device copy, bytes read + written / time ({where})",
+        "num_sms": (
+            "multi_processor_count (torch.cuda.get_device_properties)"
+            if dev.device_type == "cuda"
+            else f"os.cpu_count(); timed on {dev.num_threads} intra-op thread(s)"
+        ),
+    }
+    if sheet is not None:
+        section.update(
+            peak_bf16_tflop_per_s=sheet.peak_bf16_tflop_per_s,
+            peak_fp32_tflop_per_s=sheet.peak_fp32_tflop_per_s,
+            memory_bandwidth_gb_per_s=sheet.memory_bandwidth_gb_per_s,
+        )
+        for key in ("peak_bf16_tflop_per_s", "peak_fp32_tflop_per_s", "memory_bandwidth_gb_per_s"):
+            sources[key] = sheet.source
+    elif dev.device_type == "cuda" and dev.memory_clock_khz and dev.memory_bus_width_bits:
+        section["memory_bandwidth_gb_per_s"] = _sig(
+            2 * dev.memory_clock_khz * 1e3 * dev.memory_bus_width_bits / 8 / 1e9
+        )
+        sources["memory_bandwidth_gb_per_s"] = "2 × memory clock × bus width (device properties)"
+    section["sources"] = sources
+    return section
+
+
+def compute_section(meas: Measurements, gpu: dict[str, Any], gemm_tiles: list[Any]) -> dict[str, Any]:
+    """The compute model: measured tables plus the three scalar constants."""
+    where = f"{meas.device.name}, {meas.device.date}"
+    best = _sig(best_gemm_tflop_per_s(meas))
+    copy = _sig(copy_gb_per_s(meas))
+    points = gemm_points(meas)
+    return {
+        "gemm_max_efficiency": _sig(min(1.0, best / gpu["peak_bf16_tflop_per_s"])),
+        "memory_bound_efficiency": _sig(min(1.0, copy / gpu["memory_bandwidth_gb_per_s"])),
+        "kernel_launch_us": _sig(per_op_s(meas) / units.SECONDS_PER_US),
+        "gemm_tiles": [list(t) for t in gemm_tiles],
+        "gemm_points": points,
+        "elementwise_points": elementwise_points(meas),
+        "sources": {
+            "gemm_max_efficiency": f"best measured bf16 GEMM, {_sig(best)} TFLOP/s, over the peak ({where})",
+            "memory_bound_efficiency": f"large device copy, {_sig(copy)} GB/s, over the bandwidth ({where})",
+            "kernel_launch_us": f"{_PER_OP_NOTE[meas.device.device_type == 'cuda']} ({where})",
+            "gemm_points": (
+                f"{len(points)} distinct GEMM shapes of the layer's op graph (forward, input "
+                f"grad, weight grad, attention) at shard shapes, rate = FLOPs / (median time − "
+                f"launch) ({where})"
+            ),
+            "elementwise_points": (
+                "the layer's memory-bound sites as eager torch runs them, op-graph "
+                f"bytes / (median time − launch), pooled per octave ({where})"
+            ),
+        },
+    }
+
+
+def per_op_s(meas: Measurements) -> float:
+    """The model's fixed seconds per op for this device (module docstring)."""
+    return meas.launch_s if meas.device.device_type == "cuda" else meas.layer_overhead_s
+
+
+_PER_OP_NOTE = {
+    True: "32 back-to-back one-element in-place adds, median time per add",
+    False: "eager cost per op-graph op of a real layer too small for its kernels to matter "
+    "(h 64, s 8, b 1; t 1 and 8, SP off / on, every recompute; median)",
+}

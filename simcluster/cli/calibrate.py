@@ -1,0 +1,138 @@
+"""`simcluster calibrate`: measure this device's kernels and write a hardware profile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from simcluster.calibration import DeviceKind
+from simcluster.cli._app import app, fail
+
+
+def require_device(device: DeviceKind) -> None:
+    """Exit 2 with a message when CUDA is asked for and torch sees no GPU."""
+    import torch
+
+    if device is DeviceKind.CUDA and not torch.cuda.is_available():
+        fail("--device cuda: torch sees no CUDA device (try --device cpu)")
+
+
+def command_line(name: str, args: dict[str, object]) -> str:
+    """The command as a person would type it, for provenance."""
+    parts = [f"simcluster {name}"]
+    for key, value in args.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            parts.append(flag)
+        elif value not in (None, False):
+            parts.append(f"{flag} {value.value if isinstance(value, DeviceKind) else value}")
+    return " ".join(parts)
+
+
+@app.command()
+def calibrate(
+    device: Annotated[DeviceKind, typer.Option(help="where to measure")] = DeviceKind.CUDA,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="profile file or folder (default: hwprofiles/<device>-measured.yaml; CPU: out/calibration/)"
+        ),
+    ] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="a tiny grid of shapes (a smoke test)")] = False,
+    base: Annotated[
+        str | None,
+        typer.Option(
+            help="profile whose network section is kept (default: h100-sxm5-80gb for H100/H200, "
+            "else a100-sxm4-80gb-public)"
+        ),
+    ] = None,
+    network: Annotated[
+        bool, typer.Option("--network", help="measure NCCL all-reduce on all local GPUs (needs ≥ 2)")
+    ] = False,
+    measurements: Annotated[
+        Path | None, typer.Option(help="fit a saved `python -m simcluster.profiler.microbench` JSON instead")
+    ] = None,
+    save_measurements: Annotated[
+        Path | None, typer.Option(help="also write the raw measurements JSON")
+    ] = None,
+    threads: Annotated[int, typer.Option(help="CPU intra-op threads while measuring")] = 1,
+) -> None:
+    """Time the layer's kernels (GEMMs, memory-bound ops, copy, launch) and fit a profile."""
+    from simcluster.calibration.profile import build_profile, default_output, write_profile
+    from simcluster.config.errors import ConfigError
+    from simcluster.profiler.records import Measurements
+
+    num_gpus = _gpu_count() if network else 0
+    if network and (device is not DeviceKind.CUDA or num_gpus < 2):
+        fail(f"--network needs ≥ 2 GPUs (found {num_gpus} CUDA device(s) for --device {device.value})")
+    if measurements is not None:
+        meas = Measurements.from_json(measurements.read_text())
+    else:
+        from simcluster.profiler.microbench import run_calibration
+        from simcluster.profiler.progress import StderrProgress
+
+        require_device(device)
+        command = command_line(
+            "calibrate",
+            {
+                "device": device,
+                "out": out,
+                "quick": quick,
+                "base": base,
+                "network": network,
+                "threads": threads,
+            },
+        )
+        progress = StderrProgress("calibrate")
+        try:
+            meas = run_calibration(device.value, quick, command, progress, threads)
+        finally:
+            progress.close()
+    if save_measurements is not None:
+        _write_text(save_measurements, meas.to_json())
+    allreduce = _measure_network(num_gpus, quick) if network else None
+    path = out or default_output(meas)
+    if path.is_dir():
+        path = path / default_output(meas).name
+    try:
+        profile = write_profile(build_profile(meas, base, allreduce), path)
+    except ConfigError as error:
+        fail(error)
+    c = profile.compute
+    typer.echo(
+        f"wrote {path} ({profile.name})\n"
+        f"  device: {meas.device.name}; torch {meas.device.torch_version}, CUDA {meas.device.cuda_version}\n"
+        f"  peak bf16 {profile.gpu.peak_bf16_tflop_per_s} TFLOP/s, best GEMM "
+        f"{c.gemm_max_efficiency * profile.gpu.peak_bf16_tflop_per_s:.4g} TFLOP/s "
+        f"(gemm_max_efficiency {c.gemm_max_efficiency})\n"
+        f"  copy {profile.gpu.memory_bandwidth_gb_per_s * c.memory_bound_efficiency:.4g} GB/s, "
+        f"kernel_launch_us {c.kernel_launch_us}\n"
+        f"  {len(c.gemm_points)} GEMM points, {len(c.elementwise_points)} element-wise points; network "
+        f"{'measured' if allreduce else 'from ' + str(profile.calibration['network_from'])}\n"
+        f"next: simcluster check-profile {path} --device {meas.device.device_type}"
+        + (" --quick" if meas.grid == "quick" else "")
+    )
+
+
+def _gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _measure_network(num_gpus: int, quick: bool) -> list:
+    import torch
+
+    from simcluster.profiler.netbench import measure_allreduce
+
+    torch.cuda.empty_cache()  # the kernel benchmarks' cached blocks, before NCCL allocates
+    return measure_allreduce(num_gpus, quick)
+
+
+def _write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.partial")
+    tmp.write_text(text)
+    tmp.replace(path)

@@ -1,0 +1,63 @@
+"""`simcluster check-profile PROFILE`: the real layer at held-out shapes vs the prediction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from simcluster.calibration import DeviceKind
+from simcluster.cli._app import app, fail
+from simcluster.cli.calibrate import command_line, require_device
+
+
+@app.command("check-profile")
+def check_profile(
+    profile: Annotated[str, typer.Argument(help="hardware profile stem or path")],
+    device: Annotated[DeviceKind, typer.Option(help="where to run the layer")] = DeviceKind.CUDA,
+    quick: Annotated[bool, typer.Option("--quick", help="the tiny held-out grid (a smoke test)")] = False,
+    out_dir: Annotated[Path, typer.Option(help="folder for <profile>-<device>.csv and .md")] = Path(
+        "hwprofiles/reports"
+    ),
+    measurements: Annotated[
+        Path | None, typer.Option(help="use a saved `python -m simcluster.profiler.layer_timing` JSON")
+    ] = None,
+    save_measurements: Annotated[Path | None, typer.Option(help="also write the raw timings JSON")] = None,
+    threads: Annotated[int, typer.Option(help="CPU intra-op threads while measuring")] = 1,
+) -> None:
+    """Time the real layer forward+backward (t 1-8, SP on/off, each recompute) and compare."""
+    from simcluster.calibration.check import compare, summarize
+    from simcluster.calibration.report import format_summary, format_table, write_reports
+    from simcluster.config.errors import ConfigError
+    from simcluster.config.hardware import load_hardware, resolve_profile_path
+    from simcluster.profiler.records import LayerRun
+
+    try:
+        hw = load_hardware(profile)
+    except ConfigError as error:
+        fail(error)
+    stem = resolve_profile_path(profile).stem
+    if measurements is not None:
+        run = LayerRun.from_json(measurements.read_text())
+    else:
+        from simcluster.profiler.layer_timing import run_check
+        from simcluster.profiler.progress import StderrProgress
+
+        require_device(device)
+        command = command_line(
+            f"check-profile {profile}", {"device": device, "quick": quick, "threads": threads}
+        )
+        progress = StderrProgress("check-profile")
+        try:
+            run = run_check(device.value, quick, command, progress, threads)
+        finally:
+            progress.close()
+    if save_measurements is not None:
+        save_measurements.parent.mkdir(parents=True, exist_ok=True)
+        save_measurements.write_text(run.to_json())
+    checks = compare(run, hw)
+    typer.echo(format_table(checks))
+    typer.echo(format_summary(summarize(checks)))
+    csv_path, md_path = write_reports(checks, run, stem, hw.provenance.summary, out_dir)
+    typer.echo(f"wrote {csv_path} and {md_path}")

@@ -1,0 +1,146 @@
+"""`calibrate` and `check-profile` end to end on the CPU (CI), and on CUDA where one exists."""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import simcluster.profiler.microbench as microbench
+from simcluster.cli import app
+from simcluster.config.hardware import load_hardware
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def cpu_profile(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """One quick CPU calibration shared by the tests below: (profile, raw measurements)."""
+    folder = tmp_path_factory.mktemp("calibrate")
+    profile, raw = folder / "cpu.yaml", folder / "microbench.json"
+    result = runner.invoke(
+        app,
+        ["calibrate", "--device", "cpu", "--quick", "--out", str(profile), "--save-measurements", str(raw)],
+    )
+    assert result.exit_code == 0, result.output
+    return profile, raw
+
+
+def test_quick_cpu_calibration_writes_a_profile_that_loads(cpu_profile: tuple[Path, Path]) -> None:
+    """The YAML validates, says it was measured, and keeps the base profile's network."""
+    profile = load_hardware(str(cpu_profile[0]))
+    assert profile.provenance.kind == "measured"
+    assert profile.compute.gemm_points and profile.compute.elementwise_points
+    sizes = [size for size, _ in profile.compute.elementwise_points]
+    assert sizes == sorted(sizes)
+    assert profile.network.measured == "datasheet"
+    assert profile.calibration["network_from"] == "a100-sxm4-80gb-public"
+    extra = profile.provenance.model_extra or {}
+    assert extra["torch"] == torch.__version__ and extra["shapes"]
+
+
+def test_fitting_saved_measurements_gives_the_same_profile(
+    cpu_profile: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """`--measurements` (the bare-GPU-machine path) refits the saved JSON to the same tables."""
+    refit = tmp_path / "refit.yaml"
+    result = runner.invoke(
+        app, ["calibrate", "--device", "cpu", "--measurements", str(cpu_profile[1]), "--out", str(refit)]
+    )
+    assert result.exit_code == 0, result.output
+    first, second = load_hardware(str(cpu_profile[0])), load_hardware(str(refit))
+    assert first.compute == second.compute and first.gpu == second.gpu
+
+
+def test_check_profile_on_cpu_reports_the_error(cpu_profile: tuple[Path, Path], tmp_path: Path) -> None:
+    """24 held-out runs (t × SP × recompute); CSV + markdown written; median |error| < 50 %."""
+    result = runner.invoke(
+        app, ["check-profile", str(cpu_profile[0]), "--device", "cpu", "--quick", "--out-dir", str(tmp_path)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "median" in result.output
+    with (tmp_path / "cpu-cpu.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 4 * 2 * 3
+    assert {r["torch_version"] for r in rows} == {torch.__version__}
+    errors = [abs(float(r["total_error"])) for r in rows]
+    assert statistics.median(errors) < 0.5
+    assert (tmp_path / "cpu-cpu.md").read_text().count("\n| 512 |") == 24
+
+
+def test_interrupted_calibration_leaves_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C in the middle of the benchmarks: no profile, no temporary file."""
+    calls = []
+
+    def interrupt(*args: object) -> tuple[float, float]:
+        calls.append(args)
+        if len(calls) > 2:
+            raise KeyboardInterrupt
+        return 1e-3, 0.0
+
+    monkeypatch.setattr(microbench, "_time_benchmark", interrupt)
+    out = tmp_path / "never.yaml"
+    result = runner.invoke(app, ["calibrate", "--device", "cpu", "--quick", "--out", str(out)])
+    assert result.exit_code != 0
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_interrupted_write_leaves_no_file(
+    cpu_profile: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C between writing the temporary file and renaming it: nothing is left."""
+
+    def interrupt(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("simcluster.calibration.profile.os.replace", interrupt)
+    result = runner.invoke(
+        app,
+        [
+            "calibrate",
+            "--device",
+            "cpu",
+            "--measurements",
+            str(cpu_profile[1]),
+            "--out",
+            str(tmp_path / "x.yaml"),
+        ],
+    )
+    assert result.exit_code != 0
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_network_needs_two_gpus() -> None:
+    """`--network` without two CUDA devices says so and exits 2 before measuring anything."""
+    if torch.cuda.device_count() >= 2:
+        pytest.skip("this machine has two GPUs")
+    result = runner.invoke(app, ["calibrate", "--device", "cpu", "--network"])
+    assert result.exit_code == 2
+    assert "needs ≥ 2 GPUs" in result.output
+
+
+def test_cuda_without_a_gpu_is_a_clear_error() -> None:
+    """`--device cuda` on a machine without CUDA exits 2 with a hint."""
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    result = runner.invoke(app, ["calibrate", "--device", "cuda", "--quick"])
+    assert result.exit_code == 2
+    assert "no CUDA device" in result.output
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_quick_cuda_calibration_and_check(tmp_path: Path) -> None:
+    """On a GPU: the quick grid calibrates, loads, and check-profile writes its report."""
+    profile = tmp_path / "gpu.yaml"
+    result = runner.invoke(app, ["calibrate", "--device", "cuda", "--quick", "--out", str(profile)])
+    assert result.exit_code == 0, result.output
+    assert load_hardware(str(profile)).gpu.name == torch.cuda.get_device_name()
+    result = runner.invoke(
+        app, ["check-profile", str(profile), "--device", "cuda", "--quick", "--out-dir", str(tmp_path)]
+    )
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "gpu-cuda.csv").exists()
