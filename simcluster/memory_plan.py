@@ -15,9 +15,8 @@ from simcluster.config.scenario import Scenario
 from simcluster.report.metrics import StageMemory
 from simcluster.schedule import build_schedule
 from simcluster.schedule.tasks import Phase
-from simcluster.simulation import transient_bytes_per_backward
 from simcluster.workload import memory
-from simcluster.workload.model import Workload, build_workload
+from simcluster.workload.model import StageWork, Workload, build_workload, recompute_workspace_bytes
 
 
 def stage_memory_estimate(
@@ -26,7 +25,7 @@ def stage_memory_estimate(
     workload = workload or build_workload(scenario)
     par = scenario.parallel
     schedule = build_schedule(scenario.training.schedule, par.pp, scenario.num_microbatches, par.vpp)
-    transient = transient_bytes_per_backward(workload)
+    transient = recompute_workspace_bytes(workload)
     rows = []
     for stage, tasks in zip(workload.stages, schedule):
         stored = peak_stored = peak_total = 0.0
@@ -39,19 +38,25 @@ def stage_memory_estimate(
             else:
                 peak_total = max(peak_total, stored + transient)
                 stored -= chunk_bytes
-        rows.append(
-            StageMemory(
-                stage=stage.stage,
-                weight_bytes=stage.static.weight_bytes,
-                gradient_bytes=stage.static.gradient_bytes,
-                optimizer_bytes=stage.static.optimizer_bytes,
-                activation_bytes=peak_stored,
-                transient_bytes=peak_total - peak_stored,
-                peak_memory_bytes=stage.static.total_bytes + peak_total,
-                capacity_bytes=hw.memory_bytes,
-            )
-        )
+        rows.append(stage_memory_row(stage, peak_stored, peak_total, hw))
     return tuple(rows)
+
+
+def stage_memory_row(
+    stage: StageWork, peak_stored_bytes: float, peak_activations_bytes: float, hw: HardwareProfile
+) -> StageMemory:
+    """A stage's memory: static bytes, peak stored activations, and the peak of stored plus
+    transient (recompute workspace) bytes on top of the static ones."""
+    return StageMemory(
+        stage=stage.stage,
+        weight_bytes=stage.static.weight_bytes,
+        gradient_bytes=stage.static.gradient_bytes,
+        optimizer_bytes=stage.static.optimizer_bytes,
+        activation_bytes=peak_stored_bytes,
+        transient_bytes=peak_activations_bytes - peak_stored_bytes,
+        peak_memory_bytes=stage.static.total_bytes + peak_activations_bytes,
+        capacity_bytes=hw.memory_bytes,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +99,6 @@ def memory_report(scenario: Scenario, hw: HardwareProfile) -> MemoryReport:
         interleave_factor=memory.interleave_factor(par.pp, par.vpp),
         embedding_bytes_per_microbatch=first.embedding.saved_bytes if first.embedding else 0.0,
         output_bytes_per_microbatch=last.output.saved_bytes if last.output else 0.0,
-        transient_bytes=transient_bytes_per_backward(workload),
+        transient_bytes=recompute_workspace_bytes(workload),
         stages=stage_memory_estimate(scenario, hw, workload),
     )

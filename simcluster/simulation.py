@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from simcluster.config.choices import Dtype, Recompute, ScheduleKind
+from simcluster.config.choices import Dtype, ScheduleKind
 from simcluster.config.hardware import HardwareProfile
 from simcluster.config.scenario import Scenario
 from simcluster.costs.chunk import ChunkCost, price_chunk, price_ops
@@ -13,6 +13,7 @@ from simcluster.costs.network import GroupPlacement, collective_time_s, p2p_time
 from simcluster.costs.placement import dp_group, stages_share_node, tp_group
 from simcluster.engine.plan import PipelinePlan, StagePlan, TaskWork, Transfer
 from simcluster.engine.simulator import EngineResult, simulate
+from simcluster.memory_plan import stage_memory_row
 from simcluster.report.metrics import TIME_CATEGORIES, LayerTimes, SimulationResult, StageMemory
 from simcluster.schedule import (
     build_schedule,
@@ -21,8 +22,7 @@ from simcluster.schedule import (
     warmup_microbatches,
 )
 from simcluster.workload import flops
-from simcluster.workload.layer import layer_ops
-from simcluster.workload.model import StageWork, Workload, build_workload
+from simcluster.workload.model import StageWork, Workload, build_workload, recompute_workspace_bytes
 from simcluster.workload.ops import CollectiveKind
 
 
@@ -36,16 +36,6 @@ class Simulation:
     plan: PipelinePlan
     engine: EngineResult
     result: SimulationResult
-
-
-def transient_bytes_per_backward(workload: Workload) -> float:
-    """Recomputation re-materialises one layer at a time: the bytes that layer would have
-    kept without recompute, minus what it did keep."""
-    cfg = workload.layer_config
-    if cfg.recompute is Recompute.NONE:
-        return 0.0
-    full = layer_ops(replace(cfg, recompute=Recompute.NONE)).saved_bytes
-    return full - workload.layer.saved_bytes
 
 
 def _task_works(
@@ -119,7 +109,7 @@ def build_plan(scenario: Scenario, hw: HardwareProfile, workload: Workload) -> P
     par, dtype = scenario.parallel, scenario.training.dtype
     tp = tp_group(scenario, hw)
     schedule = build_schedule(scenario.training.schedule, par.pp, scenario.num_microbatches, par.vpp)
-    transient = transient_bytes_per_backward(workload)
+    transient = recompute_workspace_bytes(workload)
     cost_cache: dict[tuple[bool, bool], ChunkCost] = {}
     stages = []
     for stage in workload.stages:
@@ -178,20 +168,8 @@ def _stage_memory(workload: Workload, engine: EngineResult, hw: HardwareProfile)
     for stage, outcome in zip(workload.stages, engine.stages):
         tracker = outcome.memory
         assert tracker is not None
-        rows.append(
-            StageMemory(
-                stage=stage.stage,
-                weight_bytes=stage.static.weight_bytes,
-                gradient_bytes=stage.static.gradient_bytes,
-                optimizer_bytes=stage.static.optimizer_bytes,
-                activation_bytes=tracker.peak_stored_bytes,
-                transient_bytes=tracker.peak_total_bytes
-                - stage.static.total_bytes
-                - tracker.peak_stored_bytes,
-                peak_memory_bytes=tracker.peak_total_bytes,
-                capacity_bytes=hw.memory_bytes,
-            )
-        )
+        activations_and_transient = tracker.peak_total_bytes - stage.static.total_bytes
+        rows.append(stage_memory_row(stage, tracker.peak_stored_bytes, activations_and_transient, hw))
     return tuple(rows)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -78,25 +79,20 @@ def _override(spec, seq_length: int | None, micro_batch_size: int | None):
 
 
 def _measure(spec, device: str) -> dict[str, int]:
+    from simcluster.workload.model import layer_config
+
     try:
-        from simcluster.profiler.accounting import measure_saved_bytes, negligible_buffers
-        from simcluster.profiler.spec import LayerSpec
+        from simcluster.profiler.accounting import (
+            measure_saved_bytes,
+            negligible_buffers,
+            spec_from_layer_config,
+        )
     except ImportError:
         fail("--measure needs torch: pip install 'simcluster[torch]' (torch==2.13.0 for the CPU wheel)")
-    m, par, tr = spec.model, spec.parallel, spec.training
-    layer = LayerSpec(
-        hidden_size=m.hidden_size,
-        num_attention_heads=m.num_attention_heads,
-        seq_length=m.seq_length,
-        micro_batch_size=tr.micro_batch_size,
-        ffn_hidden_size=m.ffn_size,
-        tp=par.tp,
-        sequence_parallel=par.sequence_parallel,
-        recompute=tr.recompute,
-        dtype=tr.dtype,
-    )
+    cfg = layer_config(spec)
+    layer = replace(spec_from_layer_config(cfg), dtype=spec.training.dtype)
     if device == "cpu":
-        _check_cpu_fits(spec)
+        _check_cpu_fits(spec, cfg)
     measured = measure_saved_bytes(layer, device=device)
     negligible = sum(negligible_buffers(layer, device).values())
     return {
@@ -108,13 +104,13 @@ def _measure(spec, device: str) -> dict[str, int]:
     }
 
 
-def _check_cpu_fits(spec) -> None:
+def _check_cpu_fits(spec, cfg) -> None:
+    """Weights (fp32 master copy at most) plus a no-recompute forward's activations."""
     from simcluster.config.choices import Recompute
     from simcluster.workload.layer import layer_ops
-    from simcluster.workload.model import layer_config, layer_params_per_rank
+    from simcluster.workload.model import layer_params_per_rank
 
-    cfg = layer_config(spec)
-    activations = layer_ops(cfg.__class__(**{**_fields(cfg), "recompute": Recompute.NONE})).saved_bytes
+    activations = layer_ops(replace(cfg, recompute=Recompute.NONE)).saved_bytes
     weights = layer_params_per_rank(spec.model.hidden_size, spec.model.ffn_size, spec.parallel.tp) * 4
     need = activations + weights
     available = _available_memory_bytes()
@@ -124,7 +120,3 @@ def _check_cpu_fits(spec) -> None:
             f"{CPU_MEMORY_SHARE:.0%} of the {available / 1e9:.1f} GB free here; try smaller shapes, "
             f"e.g. --seq-length {max(64, spec.model.seq_length // 8)} or --micro-batch-size 1"
         )
-
-
-def _fields(cfg) -> dict:
-    return {name: getattr(cfg, name) for name in cfg.__slots__}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from simcluster import units
-from simcluster.report.metrics import SimulationResult
+from simcluster.report.metrics import SimulationResult, StageMemory
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -48,31 +48,7 @@ def format_result(result: SimulationResult) -> str:
         ["time (mean stage)", "s", "share"],
         [[k, f"{v:.3f}", f"{100 * v / t:.1f} %"] for k, v in result.time_breakdown_s.items()],
     )
-    memory = format_table(
-        [
-            "stage",
-            "weights GB",
-            "grads GB",
-            "optimizer GB",
-            "activations GB",
-            "transient GB",
-            "peak GB",
-            "fits",
-        ],
-        [
-            [
-                s.stage,
-                _gb(s.weight_bytes),
-                _gb(s.gradient_bytes),
-                _gb(s.optimizer_bytes),
-                _gb(s.activation_bytes),
-                _gb(s.transient_bytes),
-                _gb(s.peak_memory_bytes),
-                "yes" if s.fits else f"NO (> {_gb(s.capacity_bytes)})",
-            ]
-            for s in _stages_to_show(result)
-        ],
-    )
+    memory = stage_memory_table(_stages_to_show(result))
     return "\n\n".join([summary, breakdown, memory])
 
 
@@ -124,7 +100,13 @@ def format_memory_report(report) -> str:
             ["recompute workspace (one layer)", f"{report.transient_bytes / 1e6:,.1f} MB"],
         ],
     )
-    stages = format_table(
+    stages = stage_memory_table(report.stages)
+    return head + "\n\n" + stages
+
+
+def stage_memory_table(stages: Sequence[StageMemory]) -> str:
+    """One row per stage: static parts, activations, transient, peak, fits."""
+    return format_table(
         [
             "stage",
             "weights GB",
@@ -146,7 +128,6 @@ def format_memory_report(report) -> str:
                 _gb(s.peak_memory_bytes),
                 "yes" if s.fits else f"NO (> {_gb(s.capacity_bytes)})",
             ]
-            for s in report.stages
+            for s in stages
         ],
     )
-    return head + "\n\n" + stages

@@ -5,8 +5,9 @@ sizes of pipeline p2p, data-parallel gradient reduction and the optimizer step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from simcluster.config.choices import Recompute
 from simcluster.config.scenario import Scenario
 from simcluster.workload import memory
 from simcluster.workload.embedding import embedding_ops, output_ops, padded_vocab_size
@@ -144,3 +145,12 @@ def build_workload(scenario: Scenario) -> Workload:
     # Megatron's scatter/gather split without it (reference/megatron.md §4.1).
     p2p_bytes = cfg.element_bytes * cfg.tokens * cfg.hidden_size / par.tp
     return Workload(scenario, cfg, layer, tuple(stages), p2p_bytes)
+
+
+def recompute_workspace_bytes(workload: Workload) -> float:
+    """Recomputation re-materialises one layer at a time during a backward: the bytes that
+    layer would have kept without recompute, minus what it did keep."""
+    cfg = workload.layer_config
+    if cfg.recompute is Recompute.NONE:
+        return 0.0
+    return layer_ops(replace(cfg, recompute=Recompute.NONE)).saved_bytes - workload.layer.saved_bytes
