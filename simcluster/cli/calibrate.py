@@ -13,9 +13,9 @@ from simcluster.cli._app import app, fail
 
 def require_device(device: DeviceKind) -> None:
     """Exit 2 with a message when CUDA is asked for and torch sees no GPU."""
-    import torch
+    from simcluster.profiler.device_info import cuda_device_count
 
-    if device is DeviceKind.CUDA and not torch.cuda.is_available():
+    if device is DeviceKind.CUDA and cuda_device_count() == 0:
         fail("--device cuda: torch sees no CUDA device (try --device cpu)")
 
 
@@ -117,17 +117,16 @@ def calibrate(
 
 
 def _gpu_count() -> int:
-    import torch
+    from simcluster.profiler.device_info import cuda_device_count
 
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return cuda_device_count()
 
 
 def _measure_network(num_gpus: int, quick: bool) -> list:
-    import torch
-
+    from simcluster.profiler.device_info import release_cached_memory
     from simcluster.profiler.netbench import measure_allreduce
 
-    torch.cuda.empty_cache()  # the kernel benchmarks' cached blocks, before NCCL allocates
+    release_cached_memory()  # the kernel benchmarks' cached blocks, before NCCL allocates
     return measure_allreduce(num_gpus, quick)
 
 

@@ -23,7 +23,7 @@ def validate(
     ] = False,
 ) -> None:
     """Compare predictions with Tables 4 and 5 (exits non-zero only if a run breaks)."""
-    from simcluster.config.hardware import load_hardware
+    from simcluster.config.hardware import HardwareProfile, load_hardware
     from simcluster.report.validation import format_validation
     from simcluster.validation import (
         fit_table4 as fit,
@@ -34,8 +34,8 @@ def validate(
         with_constants,
     )
 
-    profile = load_hardware(hardware or "a100-sxm4-80gb")
-    if fit_table4:
+    profile: HardwareProfile | None = load_hardware(hardware or "a100-sxm4-80gb")
+    if fit_table4 and profile is not None:
         result = fit(profile)
         typer.echo(
             f"fitted to Table 4 from {profile.name}: compute.gemm_max_efficiency = "

@@ -79,7 +79,11 @@ class _Mailbox:
         if waiting is None:
             self.events[key] = arrival
         else:
-            arrival.callbacks.append(lambda _event: waiting.succeed())
+
+            def wake(_event: simpy.Event) -> None:
+                waiting.succeed()
+
+            arrival.callbacks.append(wake)
         return arrival
 
     def receive(self, key: Key) -> simpy.Event:
@@ -122,10 +126,11 @@ class _Run:
             mb = task.microbatch
             if task.phase is Phase.FORWARD:
                 inputs.append((0, mb, vs - 1) if vs > 0 else None)
-                outputs.append((stage.send_forward, (0, mb, vs), task) if vs < last_vs else None)
+                route, key, sends_on = stage.send_forward, (0, mb, vs), vs < last_vs
             else:
                 inputs.append((1, mb, vs + 1) if vs < last_vs else None)
-                outputs.append((stage.send_backward, (1, mb, vs), task) if vs > 0 else None)
+                route, key, sends_on = stage.send_backward, (1, mb, vs), vs > 0
+            outputs.append((route, key, task) if sends_on and route is not None else None)
         n = len(stage.tasks)
         waits: list[tuple[Key, ...]] = []
         for position in range(n):
@@ -135,9 +140,9 @@ class _Run:
             waits.append(tuple(k for k in keys if k is not None))
         sends: list[list[Send]] = [[] for _ in range(n)]
         for position, output in enumerate(outputs):
-            if output is not None and output[0] is not None:
+            if output is not None:
                 after = stage.send_after[position] if stage.send_after is not None else position
-                sends[after].append(output)  # type: ignore[arg-type]
+                sends[after].append(output)
         return waits, sends
 
     def stage_process(self, index: int, stage: StagePlan) -> Generator[simpy.Event, Any, None]:

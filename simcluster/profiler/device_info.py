@@ -90,3 +90,14 @@ def _host_memory_bytes() -> int:
         return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError, AttributeError):
         return 1
+
+
+def cuda_device_count() -> int:
+    """GPUs torch can use here (0 without CUDA)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def release_cached_memory() -> None:
+    """Return the caching allocator's free blocks to the driver (before NCCL allocates)."""
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

@@ -439,7 +439,7 @@ def sweep_heatmap_figure(sweep: pd.DataFrame, metric: HeatmapMetric = HeatmapMet
     for i, pp in enumerate(pps):
         for j, tp in enumerate(tps):
             row = best.loc[(pp, tp)] if (pp, tp) in best.index else None
-            dark = row is not None and image.norm(100 * row[key]) <= 0.6
+            dark = row is not None and float(image.norm(100 * float(row[key]))) <= 0.6  # type: ignore[arg-type]
             axes.text(j, i, _cell_label(row, key), ha="center", va="center", fontsize="x-small",
                       color="white" if dark else "black")  # fmt: skip
     axes.set_xticks(range(len(tps)), [str(t) for t in tps])

@@ -1,0 +1,83 @@
+"""Architecture rules of DESIGN.md / STYLE.md, checked: import directions, and the linters."""
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "simcluster"
+# Lower layers may not import higher ones (config <- workload <- costs <- schedule <- engine).
+LAYERS = ["config", "workload", "costs", "schedule", "engine"]
+ONLY_IN = {"simpy": "engine", "torch": "profiler", "matplotlib": "report"}
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def _modules():
+    for path in PACKAGE.rglob("*.py"):
+        yield path, path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+
+
+def test_heavy_dependencies_stay_in_their_package():
+    """Only engine/ imports simpy, only profiler/ imports torch, only report/ matplotlib."""
+    offenders = [
+        f"{path.relative_to(PACKAGE)} imports {lib}"
+        for path, top in _modules()
+        for name in _imports(path)
+        for lib, home in ONLY_IN.items()
+        if name.split(".")[0] == lib and top != home
+    ]
+    assert not offenders
+
+
+def test_layers_import_downwards_only():
+    """config <- workload <- costs <- schedule <- engine: no layer imports one above it."""
+    offenders = []
+    for path, top in _modules():
+        if top not in LAYERS:
+            continue
+        for name in _imports(path):
+            parts = name.split(".")
+            if parts[0] == "simcluster" and len(parts) > 1 and parts[1] in LAYERS:
+                if LAYERS.index(parts[1]) > LAYERS.index(top):
+                    offenders.append(f"{path.relative_to(PACKAGE)} imports {name}")
+    assert not offenders
+
+
+def test_simulator_imports_without_torch():
+    """The simulator runs without torch: importing the main job never loads it."""
+    code = "import sys, simcluster.simulation, simcluster.cli; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.skipif(
+    shutil.which("ruff") is None and not (Path(sys.executable).parent / "ruff").exists(),
+    reason="ruff not installed",
+)
+def test_ruff_is_clean():
+    """ruff check passes on the package and the tests."""
+    ruff = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")
+    root = PACKAGE.parent
+    done = subprocess.run(
+        [ruff, "check", "simcluster", "tests", "benchmarks"], cwd=root, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_mypy_is_clean():
+    """mypy finds no type errors in the package."""
+    mypy = pytest.importorskip("mypy.api")
+    stdout, stderr, status = mypy.run(["--ignore-missing-imports", str(PACKAGE)])
+    assert status == 0, stdout + stderr
