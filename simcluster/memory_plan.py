@@ -28,9 +28,10 @@ def stage_memory_estimate(
     transient = recompute_workspace_bytes(workload)
     rows = []
     for stage, tasks in zip(workload.stages, schedule):
+        chunk_saved = [chunk.saved_bytes for chunk in stage.chunks]
         stored = peak_stored = peak_total = 0.0
         for task in tasks:
-            chunk_bytes = stage.chunks[task.chunk].saved_bytes
+            chunk_bytes = chunk_saved[task.chunk]
             if task.phase is Phase.FORWARD:
                 stored += chunk_bytes
                 peak_stored = max(peak_stored, stored)

@@ -184,8 +184,11 @@ def layer_times(workload: Workload, hw: HardwareProfile, scenario: Scenario) -> 
     return LayerTimes(forward_s=forward, backward_s=backward)
 
 
-def run_simulation(scenario: Scenario, hw: HardwareProfile, record: bool = False) -> Simulation:
-    workload = build_workload(scenario)
+def run_simulation(
+    scenario: Scenario, hw: HardwareProfile, record: bool = False, workload: Workload | None = None
+) -> Simulation:
+    """Simulate one iteration; pass `workload` when it is already built for this scenario."""
+    workload = workload or build_workload(scenario)
     plan = build_plan(scenario, hw, workload)
     engine = simulate(plan, record=record)
     m, tr = scenario.model, scenario.training

@@ -1,0 +1,129 @@
+"""The sweepable axes: which scenario field each one sets, what values it takes, and what
+`auto` expands to.
+
+`dp` is not an axis: a sweep fixes the GPU count and `dp = num_gpus / (tp · pp)`
+(Megatron: world size = t · p · d). `auto` lists candidate values from the model shape
+alone; the loader's cross-field rules (`cross_field_problems`) then drop the combinations
+that do not fit together, so a sweep stays `product()` plus a filter.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from simcluster.config.choices import Dtype, Recompute, ScheduleKind
+from simcluster.config.scenario import Scenario
+
+MAX_AUTO_VPP = 8  # interleaving beyond 8 chunks per stage is not used in practice (Narayanan 2021)
+MAX_AUTO_MICRO_BATCH_SIZE = 16
+
+AxisValue = int | bool | str
+
+
+@dataclass(frozen=True, slots=True)
+class AutoContext:
+    """What `auto` may look at: the base scenario, the GPU count, the global batch sizes."""
+
+    base: Scenario
+    num_gpus: int
+    global_batch_sizes: tuple[int, ...]
+
+
+def divisors(n: int, limit: int | None = None) -> tuple[int, ...]:
+    return tuple(d for d in range(1, (limit or n) + 1) if n % d == 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Axis:
+    """One sweepable scenario field. `kind` is int (positive), bool, or an Enum of choices."""
+
+    name: str
+    section: Literal["parallel", "training"]
+    kind: type
+    auto: Callable[[AutoContext], tuple[AxisValue, ...]] | None
+
+    def base_value(self, base: Scenario) -> AxisValue:
+        value = getattr(getattr(base, self.section), self.name)
+        return value.value if isinstance(value, enum.Enum) else value
+
+    def allowed(self) -> str:
+        if self.kind is bool:
+            return "true, false"
+        if issubclass(self.kind, enum.Enum):
+            return ", ".join(member.value for member in self.kind)
+        return "positive integers"
+
+    def parse(self, value: Any) -> AxisValue:
+        """The canonical value (enum members as their file spelling); ValueError if not allowed."""
+        if self.kind is bool:
+            if isinstance(value, bool):
+                return value
+        elif issubclass(self.kind, enum.Enum):
+            if value in {member.value for member in self.kind}:
+                return str(value)
+        elif isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+        raise ValueError(f"value {value!r}: allowed: {self.allowed()}")
+
+
+def _tp(ctx: AutoContext) -> tuple[int, ...]:
+    heads = ctx.base.model.num_attention_heads
+    return tuple(d for d in divisors(heads) if ctx.num_gpus % d == 0)
+
+
+def _pp(ctx: AutoContext) -> tuple[int, ...]:
+    return tuple(d for d in divisors(ctx.base.model.num_layers) if ctx.num_gpus % d == 0)
+
+
+def _vpp(ctx: AutoContext) -> tuple[int, ...]:
+    layers = ctx.base.model.num_layers
+    return divisors(layers, min(layers, MAX_AUTO_VPP))
+
+
+def _micro_batch_size(ctx: AutoContext) -> tuple[int, ...]:
+    found = {
+        d for batch in ctx.global_batch_sizes for d in divisors(batch, min(batch, MAX_AUTO_MICRO_BATCH_SIZE))
+    }
+    return tuple(sorted(found))
+
+
+def _both(_: AutoContext) -> tuple[bool, ...]:
+    return (False, True)
+
+
+def _members(choices: type[enum.Enum]) -> Callable[[AutoContext], tuple[str, ...]]:
+    return lambda _: tuple(member.value for member in choices)
+
+
+AXES: dict[str, Axis] = {
+    axis.name: axis
+    for axis in (
+        Axis("tp", "parallel", int, _tp),
+        Axis("pp", "parallel", int, _pp),
+        Axis("vpp", "parallel", int, _vpp),
+        Axis("micro_batch_size", "training", int, _micro_batch_size),
+        Axis("global_batch_size", "training", int, None),
+        Axis("sequence_parallel", "parallel", bool, _both),
+        Axis("recompute", "training", Recompute, _members(Recompute)),
+        Axis("schedule", "training", ScheduleKind, _members(ScheduleKind)),
+        Axis("dtype", "training", Dtype, _members(Dtype)),
+        Axis("overlap_grad_reduce", "training", bool, _both),
+        Axis("use_distributed_optimizer", "training", bool, _both),
+    )
+}
+"""Every sweepable axis, in the order of a configuration id and of the result columns."""
+
+LAYOUT_COLUMNS: tuple[str, ...] = ("tp", "pp", "dp", *(name for name in AXES if name not in ("tp", "pp")))
+"""A configuration's full layout: the axes plus the derived dp, in table order."""
+
+
+def choice_order(column: str) -> dict[str, int] | None:
+    """Rank of each choice of an enum axis in declaration order (none < selective < full),
+    so tables sort the way the paper lists them; None for numeric and boolean columns."""
+    axis = AXES.get(column)
+    if axis is None or not issubclass(axis.kind, enum.Enum):
+        return None
+    return {member.value: rank for rank, member in enumerate(axis.kind)}

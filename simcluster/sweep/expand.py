@@ -1,0 +1,94 @@
+"""Expansion: `itertools.product` over the spec's axes, then the scenario loader's own rules
+as the filter. A combination the loader would reject (`parse_scenario` raises
+`ConfigError`) is counted as invalid with its reasons, never simulated."""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from dataclasses import dataclass
+from itertools import product
+from typing import Any
+
+from simcluster.config.errors import ConfigError
+from simcluster.config.scenario import Scenario, parse_scenario
+from simcluster.sweep.axes import AXES, LAYOUT_COLUMNS, AxisValue
+from simcluster.sweep.spec import SweepSpec
+
+
+@dataclass(frozen=True, slots=True)
+class SweepConfig:
+    """One valid configuration: its id, its full layout (every axis and dp), its scenario."""
+
+    config_id: str
+    layout: dict[str, AxisValue]
+    scenario: Scenario
+
+
+@dataclass(frozen=True, slots=True)
+class Expansion:
+    """The valid configurations in expansion order, and the rejected ones with reasons."""
+
+    configs: tuple[SweepConfig, ...]
+    invalid: tuple[tuple[str, tuple[str, ...]], ...]  # (config id, the loader's problems)
+
+    @property
+    def num_combinations(self) -> int:
+        return len(self.configs) + len(self.invalid)
+
+    def invalid_by_field(self) -> dict[str, int]:
+        """How many combinations each field's rule rejected (a combination may count twice)."""
+        fields = Counter(problem.split(":", 1)[0] for _, problems in self.invalid for problem in problems)
+        return dict(fields.most_common())
+
+
+def config_id(layout: dict[str, AxisValue | None]) -> str:
+    """Canonical id: every layout field in `LAYOUT_COLUMNS` order, `name=value` joined by ','
+    (booleans as true/false). The resume key: equal layouts give equal ids, whatever the spec."""
+
+    def text(value: AxisValue | None) -> str:
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        return "-" if value is None else str(value)
+
+    return ",".join(f"{name}={text(layout[name])}" for name in LAYOUT_COLUMNS)
+
+
+def _layout(spec: SweepSpec, chosen: dict[str, AxisValue]) -> dict[str, AxisValue | None]:
+    layout: dict[str, AxisValue | None] = {
+        name: chosen.get(name, axis.base_value(spec.base)) for name, axis in AXES.items()
+    }
+    tp, pp = layout["tp"], layout["pp"]
+    assert isinstance(tp, int) and isinstance(pp, int)
+    layout["dp"] = spec.num_gpus // (tp * pp) if spec.num_gpus % (tp * pp) == 0 else None
+    return {name: layout[name] for name in LAYOUT_COLUMNS}
+
+
+def _scenario_data(base_data: dict[str, Any], layout: dict[str, AxisValue | None]) -> dict[str, Any]:
+    data = copy.deepcopy(base_data)
+    data["parallel"]["dp"] = layout["dp"]
+    for name, axis in AXES.items():
+        data[axis.section][name] = layout[name]
+    return data
+
+
+def expand(spec: SweepSpec) -> Expansion:
+    """Every combination of the spec's axes, split into valid configurations and rejects."""
+    base_data = spec.base.model_dump(mode="json")
+    configs: list[SweepConfig] = []
+    invalid: list[tuple[str, tuple[str, ...]]] = []
+    names = tuple(spec.axes)
+    for combination in product(*spec.axes.values()):
+        layout = _layout(spec, dict(zip(names, combination)))
+        key = config_id(layout)
+        if layout["dp"] is None:
+            total = int(layout["tp"]) * int(layout["pp"])  # type: ignore[arg-type]
+            invalid.append((key, (f"num_gpus: value {spec.num_gpus}: not divisible by tp * pp ({total})",)))
+            continue
+        try:
+            scenario = parse_scenario(_scenario_data(base_data, layout), spec.source, spec.base.name)
+        except ConfigError as error:
+            invalid.append((key, tuple(error.problems)))
+            continue
+        configs.append(SweepConfig(key, layout, scenario))  # type: ignore[arg-type]
+    return Expansion(configs=tuple(configs), invalid=tuple(invalid))
