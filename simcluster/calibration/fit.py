@@ -15,6 +15,12 @@ measured kernel (up to the binning of memory-bound kernels):
   pooled in bins one octave of bytes wide: bin rate = Σ bytes / Σ (t − launch), so the
   bin prices the sum of its kernels exactly. These are *effective* bandwidths of the
   eager layer (several torch kernels per op-graph op, see `profiler.sites`).
+- elementwise_points_by_op: the same pooling within each kernel kind
+  (`costs.compute.elementwise_kind` of the op a site was timed for: "softmax.bwd",
+  "dropout", "layernorm", ...), so a kind far from the others at the same bytes (a CPU's
+  bernoulli mask draws, a GPU's fp32 softmax backward) is priced by its own curve; the
+  pooled curve above stays for kinds no site measured (the embedding lookup and its
+  gradient, the loss, the optimizer step).
 - peak: the datasheet's (GPU) or the best measured GEMM (CPU, or a GPU not in the table);
   gemm_max_efficiency = best measured GEMM / peak.
 - memory bandwidth: the datasheet's (GPU), with memory_bound_efficiency = large copy /
@@ -32,7 +38,8 @@ from typing import Any
 
 from simcluster import units
 from simcluster.calibration.datasheets import datasheet_for
-from simcluster.profiler.records import GemmRecord, Measurements
+from simcluster.costs.compute import elementwise_kind
+from simcluster.profiler.records import ElementwiseRecord, GemmRecord, Measurements
 
 MIN_BUSY_FRACTION = 0.25
 
@@ -66,13 +73,27 @@ def gemm_points(meas: Measurements) -> list[dict[str, float]]:
 
 
 def elementwise_points(meas: Measurements) -> list[list[float]]:
-    """(bytes, effective GB/s) per octave of bytes, pooled as Σ bytes / Σ busy time."""
-    bins: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    """(bytes, effective GB/s) per octave of bytes over every site, pooled as Σ bytes / Σ
+    busy time."""
+    return _pooled_points(meas.elementwise, meas.launch_s)
+
+
+def elementwise_points_by_op(meas: Measurements) -> dict[str, list[list[float]]]:
+    """kind -> (bytes, effective GB/s) per octave of bytes over that kind's sites, pooled as
+    in `elementwise_points`. Records without an op (older measurements) are left out."""
+    by_kind: dict[str, list[ElementwiseRecord]] = defaultdict(list)
     for e in meas.elementwise:
+        if e.op:
+            by_kind[elementwise_kind(e.op)].append(e)
+    curves = {kind: _pooled_points(by_kind[kind], meas.launch_s) for kind in sorted(by_kind)}
+    return {kind: points for kind, points in curves.items() if points}
+
+
+def _pooled_points(records: list[ElementwiseRecord], launch_s: float) -> list[list[float]]:
+    bins: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for e in records:
         if e.bytes_moved > 0:
-            bins[math.floor(math.log2(e.bytes_moved))].append(
-                (e.bytes_moved, _busy_s(e.seconds, meas.launch_s))
-            )
+            bins[math.floor(math.log2(e.bytes_moved))].append((e.bytes_moved, _busy_s(e.seconds, launch_s)))
     points = []
     for key in sorted(bins):
         members = bins[key]
@@ -147,6 +168,7 @@ def compute_section(meas: Measurements, gpu: dict[str, Any], gemm_tiles: list[An
     best = _sig(best_gemm_tflop_per_s(meas))
     copy = _sig(copy_gb_per_s(meas))
     points = gemm_points(meas)
+    by_op = elementwise_points_by_op(meas)
     return {
         "gemm_max_efficiency": _sig(min(1.0, best / gpu["peak_bf16_tflop_per_s"])),
         "memory_bound_efficiency": _sig(min(1.0, copy / gpu["memory_bandwidth_gb_per_s"])),
@@ -154,6 +176,7 @@ def compute_section(meas: Measurements, gpu: dict[str, Any], gemm_tiles: list[An
         "gemm_tiles": [list(t) for t in gemm_tiles],
         "gemm_points": points,
         "elementwise_points": elementwise_points(meas),
+        "elementwise_points_by_op": by_op,
         "sources": {
             "gemm_max_efficiency": f"best measured bf16 GEMM, {_sig(best)} TFLOP/s, over the peak ({where})",
             "memory_bound_efficiency": f"large device copy, {_sig(copy)} GB/s, over the bandwidth ({where})",
@@ -166,6 +189,11 @@ def compute_section(meas: Measurements, gpu: dict[str, Any], gemm_tiles: list[An
             "elementwise_points": (
                 "the layer's memory-bound sites as eager torch runs them, op-graph "
                 f"bytes / (median time − launch), pooled per octave ({where})"
+            ),
+            "elementwise_points_by_op": (
+                f"the same sites per kernel kind ({len(by_op)} kinds: "
+                "simcluster.costs.compute.elementwise_kind of the op each site was timed for), "
+                f"pooled per octave within a kind ({where})"
             ),
         },
     }

@@ -78,6 +78,12 @@ class ComputeModel(_Section):
         default_factory=list,
         description="measured (bytes moved, achieved GB/s) for memory-bound kernels",
     )
+    elementwise_points_by_op: dict[str, list[tuple[float, float]]] = Field(
+        default_factory=dict,
+        description="measured (bytes moved, achieved GB/s) per kernel kind "
+        "(`costs.compute.elementwise_kind`, e.g. 'softmax.bwd'); a kind not listed uses "
+        "`elementwise_points`",
+    )
 
 
 class NetworkModel(_Section):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from simcluster.config.choices import Dtype
 from simcluster.config.hardware import HardwareProfile
-from simcluster.costs.compute import elementwise_time_s, gemm_time_s
+from simcluster.costs.compute import elementwise_kind, elementwise_time_s, gemm_time_s
 from simcluster.costs.network import GroupPlacement, collective_time_s
 from simcluster.workload.model import ChunkWork
 from simcluster.workload.ops import Op, OpKind
@@ -53,7 +53,7 @@ def op_time_s(op: Op, hw: HardwareProfile, tp: GroupPlacement, dtype: Dtype) -> 
         assert op.gemm is not None
         return gemm_time_s(op.gemm, hw, dtype)
     if op.kind is OpKind.ELEMENTWISE:
-        return elementwise_time_s(op.bytes_moved, hw)
+        return elementwise_time_s(op.bytes_moved, hw, elementwise_kind(op.name))
     assert op.collective is not None
     return collective_time_s(op.collective, op.message_bytes, tp, hw)
 

@@ -14,7 +14,11 @@ exact match is its own rate). The measured rates already contain the memory roof
 the device's kernels for those shapes, so no roofline term is added.
 
 Memory-bound kernels: t = launch + bytes / (HBM · e_mem), or, with measured
-`elementwise_points`, the achieved bandwidth interpolated in log(bytes).
+`elementwise_points`, the achieved bandwidth interpolated in log(bytes). A calibrated
+profile may also carry one such curve per kernel kind (`elementwise_points_by_op`, keyed
+by `elementwise_kind` of the op's name: dropout's mask draws or an fp32 softmax backward
+run far from the bandwidth a plain copy of the same bytes gets); an op of a kind with a
+curve uses it, any other op (and the optimizer step) the generic curve.
 """
 
 from __future__ import annotations
@@ -59,8 +63,27 @@ def gemm_time_s(shape: GemmShape, hw: HardwareProfile, dtype: Dtype = Dtype.BF16
     return hw.kernel_launch_s + max(compute_s, memory_s)
 
 
-def achieved_bandwidth_bytes_per_s(bytes_moved: float, hw: HardwareProfile) -> float:
-    points = hw.compute.elementwise_points
+LAYERNORM_OPS = frozenset({"ln1", "ln2", "ln"})  # name components that are a layer norm
+
+
+def elementwise_kind(op_name: str) -> str:
+    """The kernel kind of an element-wise op: its name's last component without the block
+    and GEMM prefix, a layer norm as "layernorm", and ".bwd" kept for a backward op:
+    "attn.softmax.bwd" -> "softmax.bwd", "ln1" -> "layernorm", "output.ln.bwd" ->
+    "layernorm.bwd", "mlp.fc2.bias_dropout_add.bwd" -> "bias_dropout_add.bwd",
+    "ln2.residual_grad_add" -> "residual_grad_add", "embedding.dropout" -> "dropout"."""
+    backward = op_name.endswith(".bwd")
+    last = op_name.removesuffix(".bwd").rsplit(".", 1)[-1]
+    kind = "layernorm" if last in LAYERNORM_OPS else last
+    return f"{kind}.bwd" if backward else kind
+
+
+def achieved_bandwidth_bytes_per_s(bytes_moved: float, hw: HardwareProfile, kind: str | None = None) -> float:
+    """Bytes per second a memory-bound kernel of `kind` moving `bytes_moved` reaches: the
+    kind's measured curve, else the generic measured curve, else HBM · e_mem."""
+    by_kind = hw.compute.elementwise_points_by_op
+    points = by_kind.get(kind) if kind is not None else None
+    points = points or hw.compute.elementwise_points
     if points:
         sizes = np.log([p[0] for p in points])
         rates = [p[1] for p in points]
@@ -69,10 +92,12 @@ def achieved_bandwidth_bytes_per_s(bytes_moved: float, hw: HardwareProfile) -> f
     return hw.memory_bandwidth_bytes_per_s * hw.compute.memory_bound_efficiency
 
 
-def elementwise_time_s(bytes_moved: float, hw: HardwareProfile) -> float:
+def elementwise_time_s(bytes_moved: float, hw: HardwareProfile, kind: str | None = None) -> float:
+    """launch + bytes / achieved bandwidth; `kind` (`elementwise_kind`) picks the profile's
+    per-kind curve where it has one."""
     if bytes_moved <= 0:
         return 0.0
-    return hw.kernel_launch_s + bytes_moved / achieved_bandwidth_bytes_per_s(bytes_moved, hw)
+    return hw.kernel_launch_s + bytes_moved / achieved_bandwidth_bytes_per_s(bytes_moved, hw, kind)
 
 
 def measured_gemm_flop_per_s(shape: GemmShape, hw: HardwareProfile, dtype: Dtype = Dtype.BF16) -> float:

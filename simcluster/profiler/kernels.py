@@ -12,9 +12,10 @@ GEMMs (recorded with the op graph's GemmShape m, n, k, batch):
 - `bmm_*`  QKᵀ, ×V and their four backward products on the layer's strided views of the
   QKV output [s, b·a/t, 3d] (autograd's bmm formulas: dA = dC·Bᵀ, dB = Aᵀ·dC).
 
-Memory-bound sites (recorded with the op graph's bytes for the op): see `sites`; and the
-copies `ShardStandInComm` makes for an all-gather (`standin_all_gather`, a concatenation
-of t shards) or a reduce-scatter (`standin_reduce_scatter`, a copy of the first 1/t).
+Memory-bound sites (recorded with the op graph's bytes for the op and the op's name, whose
+kind keys the profile's per-kind curves): see `sites`; and the copies `ShardStandInComm`
+makes for an all-gather (`standin_all_gather`, a concatenation of t shards) or a
+reduce-scatter (`standin_reduce_scatter`, a copy of the first 1/t).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from simcluster.profiler.shapes import standin_copy_bytes
+from simcluster.profiler.shapes import standin_copy_bytes, standin_op_name
 from simcluster.profiler.sites import site_benchmark
 from simcluster.profiler.timing import Call, random_tensor
 from simcluster.workload.layer import LayerConfig
@@ -56,6 +57,7 @@ class Benchmark:
     gemm: tuple[int, int, int, int] | None  # op graph (m, n, k, batch)
     bytes_moved: float  # op graph bytes (element-wise); HBM bytes of inputs+output (GEMM)
     build: Callable[[BuildContext], Call]
+    op: str = ""  # element-wise: the op graph's op it times (the first one planned); GEMM: ""
 
     @property
     def key(self) -> tuple[str, tuple[int, ...]]:
@@ -70,7 +72,7 @@ def benchmark_for(op: Op, cfg: LayerConfig) -> Benchmark | None:
     if op.kind is OpKind.COLLECTIVE:
         return _standin_benchmark(op, cfg)
     name, dims, build = site_benchmark(op, cfg)
-    return Benchmark(name, dims, None, op.bytes_moved, build)
+    return Benchmark(name, dims, None, op.bytes_moved, build, op.name)
 
 
 # ---------------------------------------------------------------- GEMMs
@@ -206,16 +208,17 @@ def _standin_benchmark(op: Op, cfg: LayerConfig) -> Benchmark | None:
         return None
     t, rows = cfg.tp, cfg.tokens
     width = cfg.hidden_size
+    standin = standin_op_name(op)
     if op.collective is CollectiveKind.ALL_GATHER:
 
         def build(ctx: BuildContext) -> Call:
             shard = ctx.randn(rows // t, width)
             return lambda: torch.cat([shard] * t, dim=0)
 
-        return Benchmark("standin_all_gather", (rows, width, t), None, copy_bytes, build)
+        return Benchmark("standin_all_gather", (rows, width, t), None, copy_bytes, build, standin)
 
     def build_scatter(ctx: BuildContext) -> Call:
         full = ctx.randn(rows, width)
         return lambda: full[: rows // t].clone()
 
-    return Benchmark("standin_reduce_scatter", (rows, width, t), None, copy_bytes, build_scatter)
+    return Benchmark("standin_reduce_scatter", (rows, width, t), None, copy_bytes, build_scatter, standin)

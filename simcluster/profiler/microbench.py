@@ -118,7 +118,9 @@ def _run_calibration(
         if bench.gemm is not None:
             gemms.append(GemmRecord(bench.name, *bench.gemm, seconds, spread))
         else:
-            elementwise.append(ElementwiseRecord(bench.name, bench.dims, bench.bytes_moved, seconds, spread))
+            elementwise.append(
+                ElementwiseRecord(bench.name, bench.dims, bench.bytes_moved, seconds, spread, bench.op)
+            )
         _step(progress, f"{bench.name} {bench.dims}")
     launch_s = _launch_s(timer, ctx)
     _step(progress, "empty-kernel launch")

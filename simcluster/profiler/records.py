@@ -56,13 +56,17 @@ class GemmRecord:
 
 @dataclass(frozen=True)
 class ElementwiseRecord:
-    """A timed memory-bound site with the op graph's bytes for it."""
+    """A timed memory-bound site with the op graph's bytes for it, and the op graph's op it
+    was planned for (e.g. "attn.softmax.bwd"; the fit keys per-kind curves by
+    `costs.compute.elementwise_kind` of it). "" in measurements written before ops were
+    recorded: such a record fits the generic curve only."""
 
     name: str
     dims: tuple[int, ...]
     bytes_moved: float
     seconds: float
     spread: float
+    op: str = ""
 
 
 @dataclass(frozen=True)

@@ -144,5 +144,13 @@ def standin_ops(ops: tuple[Op, ...], tp: int) -> tuple[Op, ...]:
         if op.kind is not OpKind.COLLECTIVE:
             out.append(op)
         elif (copy_bytes := standin_copy_bytes(op, tp)) > 0:
-            out.append(elementwise(f"{op.name}.standin_copy", copy_bytes))
+            out.append(elementwise(standin_op_name(op), copy_bytes))
     return tuple(out)
+
+
+def standin_op_name(op: Op) -> str:
+    """The element-wise op that stands for collective `op`, "<name>.standin_<collective>":
+    its kernel kind (`costs.compute.elementwise_kind`) is "standin_all_gather" or
+    "standin_reduce_scatter", the name of the benchmark that times it (`kernels`)."""
+    assert op.collective is not None
+    return f"{op.name}.standin_{op.collective.value}"

@@ -43,6 +43,19 @@ def test_quick_cpu_calibration_writes_a_profile_that_loads(cpu_profile: tuple[Pa
     assert extra["torch"] == torch.__version__ and extra["shapes"]
 
 
+def test_quick_cpu_profile_has_a_curve_per_kernel_kind(cpu_profile: tuple[Path, Path]) -> None:
+    """Every element-wise kind of the layer (and the stand-in's two copies) gets its own
+    bandwidth curve in the written YAML, sorted by bytes."""
+    assert "\n  elementwise_points_by_op:\n" in cpu_profile[0].read_text()
+    by_op = load_hardware(str(cpu_profile[0])).compute.elementwise_points_by_op
+    forward = {"layernorm", "softmax", "dropout", "context_copy", "bias_gelu", "bias_dropout_add"}
+    copies = {"standin_all_gather", "standin_reduce_scatter"}
+    assert set(by_op) == forward | {f"{k}.bwd" for k in forward} | {"residual_grad_add"} | copies
+    for points in by_op.values():
+        sizes = [size for size, _ in points]
+        assert sizes == sorted(sizes) and all(rate > 0 for _, rate in points)
+
+
 def test_fitting_saved_measurements_gives_the_same_profile(
     cpu_profile: tuple[Path, Path], tmp_path: Path
 ) -> None:
