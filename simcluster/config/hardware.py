@@ -11,12 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from simcluster import units
 from simcluster.config.choices import Dtype
 from simcluster.config.errors import ConfigError, describe_validation_error
+from simcluster.config.files import read_yaml
 
 PROFILE_SUFFIX = ".yaml"
 
@@ -189,7 +189,7 @@ def load_hardware(
                 "(or give a path to a .yaml profile)"
             ],
         ) from None
-    return parse_hardware(yaml.safe_load(path.read_text()), path)
+    return parse_hardware(read_yaml(path), path)
 
 
 def parse_hardware(data: Any, source: str | Path) -> HardwareProfile:

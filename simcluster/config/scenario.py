@@ -10,11 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from simcluster.config.choices import Dtype, Recompute, ScheduleKind
 from simcluster.config.errors import ConfigError, describe_validation_error
+from simcluster.config.files import read_yaml
 from simcluster.config.hardware import HardwareProfile, load_hardware
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
@@ -151,13 +151,7 @@ def parse_scenario(data: Any, source: str | Path, default_name: str = "scenario"
 
 def load_scenario(path: str | Path) -> Scenario:
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(path, ["file not found"])
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as error:
-        raise ConfigError(path, [f"not valid YAML: {error}"]) from None
-    return parse_scenario(data, path, default_name=path.stem)
+    return parse_scenario(read_yaml(path), path, default_name=path.stem)
 
 
 def load_scenario_and_hardware(path: str | Path) -> tuple[Scenario, HardwareProfile]:

@@ -30,7 +30,7 @@ from simcluster.profiler.device_info import describe_device
 from simcluster.profiler.layer import local_layer
 from simcluster.profiler.parallel import ShardStandInComm
 from simcluster.profiler.progress import Progress, StderrProgress
-from simcluster.profiler.records import LayerRun, LayerTiming
+from simcluster.profiler.records import LayerRun, LayerTiming, write_text_atomically
 from simcluster.profiler.shapes import (
     DROPOUT_PROB,
     TP_DEGREES,
@@ -166,10 +166,7 @@ def main(argv: Sequence[str] | None = None) -> LayerRun:
     command = "python -m simcluster.profiler.layer_timing " + " ".join(argv or sys.argv[1:])
     run = run_check(args.device, args.quick, command, progress, args.threads)
     progress.close()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_name(args.out.name + ".tmp")
-    tmp.write_text(run.to_json())
-    tmp.replace(args.out)
+    write_text_atomically(args.out, run.to_json())
     print(f"wrote {args.out}: {len(run.timings)} layer runs on {run.device.name}")
     return run
 

@@ -38,7 +38,7 @@ from simcluster.profiler.device_info import describe_device
 from simcluster.profiler.kernels import Benchmark, BuildContext, benchmark_for
 from simcluster.profiler.layer_timing import time_layer
 from simcluster.profiler.progress import Progress, StderrProgress
-from simcluster.profiler.records import ElementwiseRecord, GemmRecord, Measurements
+from simcluster.profiler.records import ElementwiseRecord, GemmRecord, Measurements, write_text_atomically
 from simcluster.profiler.shapes import (
     DROPOUT_PROB,
     TP_DEGREES,
@@ -257,10 +257,7 @@ def main(argv: Sequence[str] | None = None) -> Measurements:
     command = "python -m simcluster.profiler.microbench " + " ".join(argv or sys.argv[1:])
     result = run_calibration(args.device, args.quick, command, progress, args.threads)
     progress.close()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_name(args.out.name + ".tmp")
-    tmp.write_text(result.to_json())
-    tmp.replace(args.out)
+    write_text_atomically(args.out, result.to_json())
     print(
         f"wrote {args.out}: {len(result.gemms)} GEMMs, {len(result.elementwise)} "
         f"memory-bound kernels on {result.device.name}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from simcluster.profiler.shapes import LayerShape
@@ -161,3 +162,11 @@ class AllReducePoint:
     @property
     def busbw_bytes_per_s(self) -> float:
         return 2 * (self.num_ranks - 1) / self.num_ranks * self.message_bytes / self.seconds
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """Write via a temporary file and a rename: an interrupted run leaves no partial file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from simcluster.config.errors import ConfigError, describe_validation_error
+from simcluster.config.files import read_yaml
 from simcluster.config.hardware import HardwareProfile, load_hardware
 from simcluster.config.scenario import Scenario, load_scenario
 from simcluster.sweep.axes import AXES, AutoContext, AxisValue
@@ -127,10 +127,4 @@ def parse_sweep_spec(data: Any, source: str | Path) -> SweepSpec:
 
 def load_sweep_spec(path: str | Path) -> SweepSpec:
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(path, ["file not found"])
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as error:
-        raise ConfigError(path, [f"not valid YAML: {error}"]) from None
-    return parse_sweep_spec(data, path)
+    return parse_sweep_spec(read_yaml(path), path)
