@@ -157,3 +157,11 @@ def test_quick_cuda_calibration_and_check(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert (tmp_path / "gpu-cuda.csv").exists()
+
+
+def test_run_accepts_the_measured_profile_for_every_shipped_scenario(cpu_profile: tuple[Path, Path]) -> None:
+    """`simcluster run scenarios/paper/ --hardware <measured profile>` simulates every scenario."""
+    paper = Path(__file__).resolve().parents[2] / "scenarios" / "paper"
+    result = runner.invoke(app, ["run", str(paper), "--hardware", str(cpu_profile[0])])
+    assert result.exit_code == 0, result.output
+    assert all(path.stem in result.output for path in paper.glob("*.yaml"))
