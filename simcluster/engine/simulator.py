@@ -24,6 +24,7 @@ from typing import Any
 
 import simpy
 
+from simcluster.engine.gc_tuning import simulation_gc
 from simcluster.engine.links import Link
 from simcluster.engine.memory import MemoryTracker
 from simcluster.engine.plan import PipelinePlan, StagePlan, Transfer
@@ -247,4 +248,5 @@ def _last_backward_positions(stage: StagePlan) -> set[int]:
 
 def simulate(plan: PipelinePlan, record: bool = False) -> EngineResult:
     """Run one training iteration of `plan`. `record` keeps spans for a trace."""
-    return _Run(plan, record).run()
+    with simulation_gc():
+        return _Run(plan, record).run()

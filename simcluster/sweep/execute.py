@@ -8,12 +8,12 @@ from __future__ import annotations
 import gc
 import os
 import signal
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from simcluster.config.hardware import HardwareProfile
+from simcluster.engine.gc_tuning import GC_THRESHOLDS, simulation_gc
 from simcluster.sweep.evaluate import Row, evaluate_batch
 from simcluster.sweep.expand import SweepConfig
 
@@ -53,26 +53,8 @@ def batches(configs: Sequence[SweepConfig], num_workers: int) -> list[list[Sweep
     return groups + [current] if current else groups
 
 
-GC_THRESHOLDS = (50_000, 20, 100)
-"""A simulation allocates hundreds of thousands of short-lived SimPy events; with CPython's
-default first-generation threshold (700) the collector ran thousands of times and took
-~20 % of the time (the gbs-1536 sweep of benchmarks/bench_sweep.py on one core: 16.5 s,
-13.3 s with these thresholds, 13.1 s with no collection at all). Collections still run,
-just far fewer of them."""
-
-
-@contextmanager
-def sweep_gc() -> Iterator[None]:
-    """Collector tuned for sweeping: objects alive now are frozen (never rescanned), the
-    first-generation threshold raised; both restored on exit."""
-    previous = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*previous)
-        gc.unfreeze()
+# The sweep keeps the collector tuned for its whole run (see simcluster.engine.gc_tuning).
+sweep_gc = simulation_gc
 
 
 def run_serial(configs: Sequence[SweepConfig], hw: HardwareProfile) -> Generator[list[Row], None, None]:
