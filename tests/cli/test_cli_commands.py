@@ -93,3 +93,13 @@ def test_memory_measure_json_matches_prediction():
     payload = json.loads(result.output)
     assert payload["measured_bytes_per_layer"] == payload["predicted_bytes_per_layer"]
     assert payload["table2_row"] == "tensor + sequence parallel + selective recompute"
+
+
+def test_memory_measure_refuses_shapes_that_do_not_fit(monkeypatch):
+    """With little free memory, --measure exits 2 and proposes smaller overrides."""
+    import simcluster.cli.memory as memory_command
+
+    monkeypatch.setattr(memory_command, "_available_memory_bytes", lambda: 1e6)
+    result = runner.invoke(app, ["memory", str(PAPER / "gpt3-175b-sp-selective.yaml"), "--measure"])
+    assert result.exit_code == 2
+    assert "--seq-length 256" in result.output and "--micro-batch-size" in result.output
