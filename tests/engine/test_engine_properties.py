@@ -50,7 +50,9 @@ def scenarios(draw):
         return None
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
+)
 @given(scenarios())
 def test_any_valid_layout_simulates_consistently(scenario):
     """No deadlock; the breakdown sums to the iteration; every stage frees what it stored;
