@@ -9,6 +9,7 @@ import typer
 
 from simcluster.calibration import DeviceKind
 from simcluster.cli._app import app, fail
+from simcluster.profiler.records import write_text_atomically
 
 
 def require_device(device: DeviceKind) -> None:
@@ -91,7 +92,7 @@ def calibrate(
         finally:
             progress.close()
     if save_measurements is not None:
-        _write_text(save_measurements, meas.to_json())
+        write_text_atomically(save_measurements, meas.to_json())
     allreduce = _measure_network(num_gpus, quick) if network else None
     path = out or default_output(meas)
     if path.is_dir():
@@ -128,10 +129,3 @@ def _measure_network(num_gpus: int, quick: bool) -> list:
 
     release_cached_memory()  # the kernel benchmarks' cached blocks, before NCCL allocates
     return measure_allreduce(num_gpus, quick)
-
-
-def _write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.partial")
-    tmp.write_text(text)
-    tmp.replace(path)

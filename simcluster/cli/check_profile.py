@@ -10,6 +10,7 @@ import typer
 from simcluster.calibration import DeviceKind
 from simcluster.cli._app import app, fail
 from simcluster.cli.calibrate import command_line, require_device
+from simcluster.profiler.records import write_text_atomically
 
 
 @app.command("check-profile")
@@ -54,8 +55,7 @@ def check_profile(
         finally:
             progress.close()
     if save_measurements is not None:
-        save_measurements.parent.mkdir(parents=True, exist_ok=True)
-        save_measurements.write_text(run.to_json())
+        write_text_atomically(save_measurements, run.to_json())
     checks = compare(run, hw)
     typer.echo(format_table(checks))
     typer.echo(format_summary(summarize(checks)))

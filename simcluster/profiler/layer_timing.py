@@ -17,7 +17,6 @@ accumulation kernel), as on the first microbatch of an iteration.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from collections.abc import Callable, Sequence
@@ -30,7 +29,7 @@ from simcluster.profiler.device_info import describe_device
 from simcluster.profiler.layer import local_layer
 from simcluster.profiler.parallel import ShardStandInComm
 from simcluster.profiler.progress import Progress, StderrProgress
-from simcluster.profiler.records import LayerRun, LayerTiming, write_text_atomically
+from simcluster.profiler.records import LayerRun, LayerTiming, entry_point_parser, write_text_atomically
 from simcluster.profiler.shapes import (
     DROPOUT_PROB,
     TP_DEGREES,
@@ -156,12 +155,7 @@ def run_check(
 
 
 def main(argv: Sequence[str] | None = None) -> LayerRun:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default="cuda")
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--threads", type=int, default=1, help="CPU intra-op threads")
-    p.add_argument("--out", type=Path, default=Path("out/layer_timing.json"))
-    args = p.parse_args(argv)
+    args = entry_point_parser(__doc__.splitlines()[0], Path("out/layer_timing.json")).parse_args(argv)
     progress = StderrProgress("check-profile")
     command = "python -m simcluster.profiler.layer_timing " + " ".join(argv or sys.argv[1:])
     run = run_check(args.device, args.quick, command, progress, args.threads)

@@ -22,7 +22,6 @@ Attention kernels over MAX_SCORE_ELEMENTS score elements are skipped (memory).
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import statistics
 import sys
@@ -38,7 +37,13 @@ from simcluster.profiler.device_info import describe_device
 from simcluster.profiler.kernels import Benchmark, BuildContext, benchmark_for
 from simcluster.profiler.layer_timing import time_layer
 from simcluster.profiler.progress import Progress, StderrProgress
-from simcluster.profiler.records import ElementwiseRecord, GemmRecord, Measurements, write_text_atomically
+from simcluster.profiler.records import (
+    ElementwiseRecord,
+    GemmRecord,
+    Measurements,
+    entry_point_parser,
+    write_text_atomically,
+)
 from simcluster.profiler.shapes import (
     DROPOUT_PROB,
     TP_DEGREES,
@@ -247,12 +252,7 @@ def _square_gemm(timer: Timer, ctx: BuildContext, size: int, dtype: torch.dtype)
 
 
 def main(argv: Sequence[str] | None = None) -> Measurements:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default="cuda")
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--threads", type=int, default=1, help="CPU intra-op threads")
-    p.add_argument("--out", type=Path, default=Path("out/microbench.json"))
-    args = p.parse_args(argv)
+    args = entry_point_parser(__doc__.splitlines()[0], Path("out/microbench.json")).parse_args(argv)
     progress = StderrProgress("calibrate")
     command = "python -m simcluster.profiler.microbench " + " ".join(argv or sys.argv[1:])
     result = run_calibration(args.device, args.quick, command, progress, args.threads)
