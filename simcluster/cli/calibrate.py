@@ -86,11 +86,8 @@ def calibrate(
                 "threads": threads,
             },
         )
-        progress = StderrProgress("calibrate")
-        try:
+        with StderrProgress("calibrate") as progress:
             meas = run_calibration(device.value, quick, command, progress, threads)
-        finally:
-            progress.close()
     if save_measurements is not None:
         write_text_atomically(save_measurements, meas.to_json())
     allreduce = _measure_network(num_gpus, quick) if network else None

@@ -49,11 +49,8 @@ def check_profile(
         command = command_line(
             f"check-profile {profile}", {"device": device, "quick": quick, "threads": threads}
         )
-        progress = StderrProgress("check-profile")
-        try:
+        with StderrProgress("check-profile") as progress:
             run = run_check(device.value, quick, command, progress, threads)
-        finally:
-            progress.close()
     if save_measurements is not None:
         write_text_atomically(save_measurements, run.to_json())
     checks = compare(run, hw)

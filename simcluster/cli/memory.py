@@ -82,15 +82,12 @@ def _measure(spec, device: str) -> dict[str, int]:
     from simcluster.workload.model import layer_config
 
     try:
-        from simcluster.profiler.accounting import (
-            measure_saved_bytes,
-            negligible_buffers,
-            spec_from_layer_config,
-        )
+        from simcluster.profiler.accounting import measure_saved_bytes, negligible_buffers
+        from simcluster.profiler.spec import LayerSpec
     except ImportError:
         fail("--measure needs torch: pip install 'simcluster[torch]' (torch==2.13.0 for the CPU wheel)")
     cfg = layer_config(spec)
-    layer = replace(spec_from_layer_config(cfg), dtype=spec.training.dtype)
+    layer = LayerSpec.from_layer_config(cfg, dtype=spec.training.dtype)
     if device == "cpu":
         _check_cpu_fits(spec, cfg)
     measured = measure_saved_bytes(layer, device=device)

@@ -148,22 +148,6 @@ def simulator_layer_config(spec: LayerSpec) -> LayerConfig:
     )
 
 
-def spec_from_layer_config(cfg: LayerConfig) -> LayerSpec:
-    """The real layer for the simulator's layer config (inverse of simulator_layer_config)."""
-    dtype = {4: Dtype.FP32}.get(cfg.element_bytes, Dtype.BF16)
-    return LayerSpec(
-        hidden_size=cfg.hidden_size,
-        num_attention_heads=cfg.num_attention_heads,
-        seq_length=cfg.seq_length,
-        micro_batch_size=cfg.micro_batch_size,
-        ffn_hidden_size=cfg.ffn_hidden_size,
-        tp=cfg.tp,
-        sequence_parallel=cfg.sequence_parallel,
-        recompute=cfg.recompute,
-        dtype=dtype,
-    )
-
-
 def table2_bytes(spec: LayerSpec) -> int:
     """Activation bytes per layer per rank as the simulator's op graph counts them
     (`simcluster.workload.layer`), which equals Table 2 (Korthikanti et al.) in 16 bit:

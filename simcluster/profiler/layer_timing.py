@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from simcluster.config.choices import Dtype, Recompute
+from simcluster.config.choices import Recompute
 from simcluster.profiler.device_info import describe_device
 from simcluster.profiler.layer import local_layer
 from simcluster.profiler.parallel import ShardStandInComm
@@ -56,19 +56,8 @@ def held_out_specs(device_type: str, quick: bool) -> list[LayerSpec]:
         for tp in TP_DEGREES:
             for sp in (False, True):
                 for recompute in Recompute:
-                    specs.append(
-                        LayerSpec(
-                            shape.hidden_size,
-                            shape.num_attention_heads,
-                            shape.seq_length,
-                            shape.micro_batch_size,
-                            tp=tp,
-                            sequence_parallel=sp,
-                            recompute=recompute,
-                            dtype=Dtype.BF16,
-                            dropout_prob=DROPOUT_PROB,
-                        )
-                    )
+                    config = shape.config(tp, sp, recompute)
+                    specs.append(LayerSpec.from_layer_config(config, dropout_prob=DROPOUT_PROB))
     return specs
 
 
@@ -156,10 +145,9 @@ def run_check(
 
 def main(argv: Sequence[str] | None = None) -> LayerRun:
     args = entry_point_parser(__doc__.splitlines()[0], Path("out/layer_timing.json")).parse_args(argv)
-    progress = StderrProgress("check-profile")
     command = "python -m simcluster.profiler.layer_timing " + " ".join(argv or sys.argv[1:])
-    run = run_check(args.device, args.quick, command, progress, args.threads)
-    progress.close()
+    with StderrProgress("check-profile") as progress:
+        run = run_check(args.device, args.quick, command, progress, args.threads)
     write_text_atomically(args.out, run.to_json())
     print(f"wrote {args.out}: {len(run.timings)} layer runs on {run.device.name}")
     return run

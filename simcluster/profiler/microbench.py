@@ -216,17 +216,9 @@ def layer_overhead_s(dev: torch.device, quick: bool) -> float:
     shape = OVERHEAD_SHAPE
     per_op = []
     for tp, sp, recompute in itertools.product((1, 8), (False, True), Recompute):
-        spec = LayerSpec(
-            shape.hidden_size,
-            shape.num_attention_heads,
-            shape.seq_length,
-            shape.micro_batch_size,
-            tp=tp,
-            sequence_parallel=sp,
-            recompute=recompute,
-            dropout_prob=DROPOUT_PROB,
-        )
-        ops = layer_ops(shape.config(tp, sp, recompute))
+        config = shape.config(tp, sp, recompute)
+        spec = LayerSpec.from_layer_config(config, dropout_prob=DROPOUT_PROB)
+        ops = layer_ops(config)
         num_ops = sum(len(standin_ops(seq, tp)) for seq in (ops.forward, ops.backward, ops.recompute))
         per_op.append(time_layer(spec, timer).total_s / num_ops)
     return statistics.median(per_op)
@@ -253,10 +245,9 @@ def _square_gemm(timer: Timer, ctx: BuildContext, size: int, dtype: torch.dtype)
 
 def main(argv: Sequence[str] | None = None) -> Measurements:
     args = entry_point_parser(__doc__.splitlines()[0], Path("out/microbench.json")).parse_args(argv)
-    progress = StderrProgress("calibrate")
     command = "python -m simcluster.profiler.microbench " + " ".join(argv or sys.argv[1:])
-    result = run_calibration(args.device, args.quick, command, progress, args.threads)
-    progress.close()
+    with StderrProgress("calibrate") as progress:
+        result = run_calibration(args.device, args.quick, command, progress, args.threads)
     write_text_atomically(args.out, result.to_json())
     print(
         f"wrote {args.out}: {len(result.gemms)} GEMMs, {len(result.elementwise)} "

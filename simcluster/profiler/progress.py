@@ -38,6 +38,12 @@ class StderrProgress:
         elif self._done * 10 // self._total != (self._done - 1) * 10 // self._total:
             print(f"{self.desc}: {self._done}/{self._total}", file=sys.stderr)
 
+    def __enter__(self) -> StderrProgress:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()

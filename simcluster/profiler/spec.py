@@ -7,10 +7,12 @@ Field names follow Megatron (`hidden_size`, `num_attention_heads`, `ffn_hidden_s
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import torch
 
 from simcluster.config.choices import Dtype, Recompute
+from simcluster.workload.layer import LayerConfig
 
 TORCH_DTYPES: dict[Dtype, torch.dtype] = {
     Dtype.BF16: torch.bfloat16,
@@ -79,6 +81,23 @@ class LayerSpec:
     @property
     def torch_dtype(self) -> torch.dtype:
         return TORCH_DTYPES[self.dtype]
+
+    @classmethod
+    def from_layer_config(cls, cfg: LayerConfig, **overrides: Any) -> LayerSpec:
+        """The real layer for the simulator's layer config (4-byte elements run in fp32,
+        others in bf16); `overrides` set the fields the config does not carry."""
+        fields: dict[str, Any] = {
+            "hidden_size": cfg.hidden_size,
+            "num_attention_heads": cfg.num_attention_heads,
+            "seq_length": cfg.seq_length,
+            "micro_batch_size": cfg.micro_batch_size,
+            "ffn_hidden_size": cfg.ffn_hidden_size,
+            "tp": cfg.tp,
+            "sequence_parallel": cfg.sequence_parallel,
+            "recompute": cfg.recompute,
+            "dtype": Dtype.FP32 if cfg.element_bytes == 4 else Dtype.BF16,
+        }
+        return cls(**{**fields, **overrides})
 
     def serial(self) -> LayerSpec:
         """The same layer with no parallelism (t = 1, no SP)."""
