@@ -21,6 +21,7 @@ from simcluster.schedule import (
     interleaved_comm_points,
     warmup_microbatches,
 )
+from simcluster.steady_state import simulate_steady_state
 from simcluster.workload import flops
 from simcluster.workload.model import StageWork, Workload, build_workload, recompute_workspace_bytes
 from simcluster.workload.ops import CollectiveKind
@@ -105,10 +106,14 @@ def _tied_reduce(scenario: Scenario, hw: HardwareProfile, stage: StageWork) -> T
     return Transfer(f"{'nvlink' if same else 'nic'}:{stage.stage}", seconds)
 
 
-def build_plan(scenario: Scenario, hw: HardwareProfile, workload: Workload) -> PipelinePlan:
+def build_plan(
+    scenario: Scenario, hw: HardwareProfile, workload: Workload, num_microbatches: int | None = None
+) -> PipelinePlan:
+    """The engine's plan; `num_microbatches` overrides the scenario's m (steady_state.py)."""
     par, dtype = scenario.parallel, scenario.training.dtype
+    m = num_microbatches or scenario.num_microbatches
     tp = tp_group(scenario, hw)
-    schedule = build_schedule(scenario.training.schedule, par.pp, scenario.num_microbatches, par.vpp)
+    schedule = build_schedule(scenario.training.schedule, par.pp, m, par.vpp)
     transient = recompute_workspace_bytes(workload)
     cost_cache: dict[tuple[bool, bool], ChunkCost] = {}
     stages = []
@@ -125,7 +130,7 @@ def build_plan(scenario: Scenario, hw: HardwareProfile, workload: Workload) -> P
         comm = (
             interleaved_comm_points(
                 schedule[r],
-                warmup_microbatches(scenario.training.schedule, p, r, scenario.num_microbatches, par.vpp),
+                warmup_microbatches(scenario.training.schedule, p, r, m, par.vpp),
             )
             if interleaved
             else default_comm_points(schedule[r])
@@ -185,12 +190,26 @@ def layer_times(workload: Workload, hw: HardwareProfile, scenario: Scenario) -> 
 
 
 def run_simulation(
-    scenario: Scenario, hw: HardwareProfile, record: bool = False, workload: Workload | None = None
+    scenario: Scenario,
+    hw: HardwareProfile,
+    record: bool = False,
+    workload: Workload | None = None,
+    steady_state: bool = False,
 ) -> Simulation:
-    """Simulate one iteration; pass `workload` when it is already built for this scenario."""
+    """Simulate one iteration; pass `workload` when it is already built for this scenario.
+    `steady_state` runs the engine at two reduced microbatch counts and extrapolates
+    (equal to the full run to float rounding, see steady_state.py; no trace); `plan` is
+    then the longest plan the engine ran."""
     workload = workload or build_workload(scenario)
-    plan = build_plan(scenario, hw, workload)
-    engine = simulate(plan, record=record)
+    if steady_state and not record:
+        par = scenario.parallel
+        plan, engine = simulate_steady_state(
+            lambda m: build_plan(scenario, hw, workload, m),
+            scenario.training.schedule, par.pp, par.vpp, scenario.num_microbatches,
+        )
+    else:
+        plan = build_plan(scenario, hw, workload)
+        engine = simulate(plan, record=record)
     m, tr = scenario.model, scenario.training
     B, s, L, h, v = tr.global_batch_size, m.seq_length, m.num_layers, m.hidden_size, m.vocab_size
     model_flops = flops.model_flops(B, s, L, h, v)

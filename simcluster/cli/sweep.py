@@ -69,13 +69,22 @@ def sweep(
         bool, typer.Option("--show-invalid", help="list every filtered-out combination")
     ] = False,
     progress: Annotated[bool, typer.Option(help="progress bar on stderr")] = True,
+    full_simulation: Annotated[
+        bool,
+        typer.Option(
+            "--full-simulation",
+            help="simulate every microbatch instead of extrapolating the engine's steady state "
+            "from two short runs (same numbers to float rounding, slower)",
+        ),
+    ] = False,
 ) -> None:
     """Simulate every valid configuration of a spec's axes; rows stream to Parquet."""
     from simcluster.sweep import execute_sweep
 
     try:
         outcome = execute_sweep(
-            spec, out, workers=workers, dask=dask, csv=csv, resume=resume, progress=progress
+            spec, out, workers=workers, dask=dask, csv=csv, resume=resume, progress=progress,
+            full_simulation=full_simulation,
         )
     except (ConfigError, OSError) as error:  # OSError: --out not writable, --dask unreachable
         fail(error)

@@ -38,6 +38,8 @@ IDLE = "idle"
 Span = tuple[int, str, str, float, float]  # stage, name, category, start_s, duration_s
 Key = tuple[int, int, int]  # a message: (0 forward / 1 backward, microbatch, sending virtual stage)
 Send = tuple[Transfer, Key, object]  # route, message key, the task that produced it
+Probe = tuple[float, ...]  # a stage's clock, grads-ready time and its links' free times
+Wiring = tuple[list[tuple[Key, ...]], list[list[Send]]]  # per position: keys awaited, sends after
 
 
 @dataclass(slots=True)
@@ -56,6 +58,8 @@ class EngineResult:
     spans: tuple[Span, ...]
     link_spans: dict[str, list[tuple[float, float, str]]]
     num_events: int
+    probes: tuple[Probe, ...] = ()  # per stage, its state when it reached the probed position
+    arrival_s: dict[Key, float] = field(default_factory=dict)  # every message, when probing
 
     def bubble_fraction(self) -> float:
         """Idle over busy stage-time until the pipeline's last backward ends (textbook
@@ -70,12 +74,15 @@ class EngineResult:
 class _Mailbox:
     """Messages between stages, keyed (phase, microbatch, sending virtual stage)."""
 
-    def __init__(self, env: simpy.Environment) -> None:
+    def __init__(self, env: simpy.Environment, keep_arrivals: bool = False) -> None:
         self.env = env
         self.events: dict[Key, simpy.Event] = {}
+        self.arrival_s: dict[Key, float] | None = {} if keep_arrivals else None
 
     def deliver(self, key: Key, delay_s: float) -> simpy.Event:
         arrival = self.env.timeout(delay_s)
+        if self.arrival_s is not None:
+            self.arrival_s[key] = self.env.now + delay_s  # the sum SimPy schedules it at
         waiting = self.events.get(key)
         if waiting is None:
             self.events[key] = arrival
@@ -95,11 +102,20 @@ class _Mailbox:
 
 
 class _Run:
-    def __init__(self, plan: PipelinePlan, record: bool) -> None:
+    def __init__(
+        self,
+        plan: PipelinePlan,
+        record: bool,
+        probe: tuple[int, ...] | None = None,
+        wires: tuple[Wiring, ...] | None = None,
+    ) -> None:
         self.plan = plan
+        self.wires = wires
         self.record = record
+        self.probe = probe
+        self.probes: list[Probe] = [() for _ in plan.stages]
         self.env = simpy.Environment()
-        self.mailbox = _Mailbox(self.env)
+        self.mailbox = _Mailbox(self.env, keep_arrivals=probe is not None)
         self.links: dict[str, Link] = {}
         self.spans: list[Span] = []
         self.outcomes = tuple(StageOutcome(memory=MemoryTracker(stage.static_bytes)) for stage in plan.stages)
@@ -116,43 +132,16 @@ class _Run:
         _, end = link.reserve(now, transfer.seconds, str(label) if self.record else "")
         return end - now
 
-    def _wiring(self, index: int, stage: StagePlan) -> tuple[list[tuple[Key, ...]], list[list[Send]]]:
-        """Per task position: the message keys to await before it, the sends after it.
-        Keys use 0/1 for forward/backward: hashing ints is much cheaper than enums."""
-        p, last_vs = self.plan.num_stages, self.plan.num_stages * self.plan.num_chunks - 1
-        inputs: list[Key | None] = []
-        outputs: list[Send | None] = []
-        for task in stage.tasks:
-            vs = task.chunk * p + index
-            mb = task.microbatch
-            if task.phase is Phase.FORWARD:
-                inputs.append((0, mb, vs - 1) if vs > 0 else None)
-                route, key, sends_on = stage.send_forward, (0, mb, vs), vs < last_vs
-            else:
-                inputs.append((1, mb, vs + 1) if vs < last_vs else None)
-                route, key, sends_on = stage.send_backward, (1, mb, vs), vs > 0
-            outputs.append((route, key, task) if sends_on and route is not None else None)
-        n = len(stage.tasks)
-        waits: list[tuple[Key, ...]] = []
-        for position in range(n):
-            keys = [inputs[position]]
-            if stage.extra_waits is not None:
-                keys += [inputs[j] for j in stage.extra_waits[position]]
-            waits.append(tuple(k for k in keys if k is not None))
-        sends: list[list[Send]] = [[] for _ in range(n)]
-        for position, output in enumerate(outputs):
-            if output is not None:
-                after = stage.send_after[position] if stage.send_after is not None else position
-                sends[after].append(output)
-        return waits, sends
-
     def stage_process(self, index: int, stage: StagePlan) -> Generator[simpy.Event, Any, None]:
         env, plan, outcome = self.env, self.plan, self.outcomes[index]
         assert outcome.memory is not None
         memory, busy, mailbox = outcome.memory, outcome.busy_s, self.mailbox
-        waits, sends = self._wiring(index, stage)
-        last_backward_of_chunk = _last_backward_positions(stage)
+        waits, sends = self.wires[index] if self.wires is not None else wiring(self.plan, index)
+        last_backward_of_chunk = last_backward_positions(stage)
+        probe_at = self.probe[index] if self.probe is not None else -1
         for position, task in enumerate(stage.tasks):
+            if position == probe_at:
+                self._take_probe(index, stage)
             for key in waits[position]:
                 yield mailbox.receive(key)
             forward = task.phase is Phase.FORWARD
@@ -186,6 +175,8 @@ class _Run:
                     busy[PP_COMM] += env.now - sent_at
                     if self.record:
                         self.spans.append((index, f"send after {task}", PP_COMM, sent_at, env.now - sent_at))
+        if probe_at == len(stage.tasks):
+            self._take_probe(index, stage)
         outcome.pipeline_end_s = env.now
         if not plan.overlap_grad_reduce and stage.grad_reduce is not None:
             start = env.now
@@ -197,6 +188,16 @@ class _Run:
             busy[DP_COMM] += outcome.grads_ready_s - env.now  # the part not hidden by backwards
         outcome.grads_ready_s = max(outcome.grads_ready_s, env.now)
         outcome.finished = True
+
+    def _take_probe(self, index: int, stage: StagePlan) -> None:
+        """What the rest of the stage's run depends on besides later messages: its clock, and
+        (no earlier than the clock, since later work only starts from it) when its gradient
+        reduction and each of its links are free."""
+        now = self.env.now
+        routes = (stage.send_forward, stage.send_backward, stage.grad_reduce)
+        names = sorted({route.link for route in routes if route is not None})
+        links = [max(now, self.links[name].free_at_s) if name in self.links else now for name in names]
+        self.probes[index] = (now, max(now, self.outcomes[index].grads_ready_s), *links)
 
     def run(self) -> EngineResult:
         for index, stage in enumerate(self.plan.stages):
@@ -210,6 +211,8 @@ class _Run:
             spans=tuple(self.spans),
             link_spans={name: link.spans for name, link in self.links.items()},
             num_events=next(self.env._eid),  # SimPy's running event id: events scheduled
+            probes=tuple(self.probes) if self.probe is not None else (),
+            arrival_s=self.mailbox.arrival_s or {},
         )
 
     def _check_all_ran(self) -> None:
@@ -238,7 +241,39 @@ class _Run:
         return step_start + max(stage.optimizer_s for stage in self.plan.stages)
 
 
-def _last_backward_positions(stage: StagePlan) -> set[int]:
+def wiring(plan: PipelinePlan, index: int) -> Wiring:
+    """Per task position: the message keys to await before it, the sends after it.
+    Keys use 0/1 for forward/backward: hashing ints is much cheaper than enums."""
+    stage = plan.stages[index]
+    p, last_vs = plan.num_stages, plan.num_stages * plan.num_chunks - 1
+    inputs: list[Key | None] = []
+    outputs: list[Send | None] = []
+    for task in stage.tasks:
+        vs = task.chunk * p + index
+        mb = task.microbatch
+        if task.phase is Phase.FORWARD:
+            inputs.append((0, mb, vs - 1) if vs > 0 else None)
+            route, key, sends_on = stage.send_forward, (0, mb, vs), vs < last_vs
+        else:
+            inputs.append((1, mb, vs + 1) if vs < last_vs else None)
+            route, key, sends_on = stage.send_backward, (1, mb, vs), vs > 0
+        outputs.append((route, key, task) if sends_on and route is not None else None)
+    n = len(stage.tasks)
+    waits: list[tuple[Key, ...]] = []
+    for position in range(n):
+        keys = [inputs[position]]
+        if stage.extra_waits is not None:
+            keys += [inputs[j] for j in stage.extra_waits[position]]
+        waits.append(tuple(k for k in keys if k is not None))
+    sends: list[list[Send]] = [[] for _ in range(n)]
+    for position, output in enumerate(outputs):
+        if output is not None:
+            after = stage.send_after[position] if stage.send_after is not None else position
+            sends[after].append(output)
+    return waits, sends
+
+
+def last_backward_positions(stage: StagePlan) -> set[int]:
     last: dict[int, int] = {}
     for position, task in enumerate(stage.tasks):
         if task.phase is Phase.BACKWARD:
@@ -246,7 +281,15 @@ def _last_backward_positions(stage: StagePlan) -> set[int]:
     return set(last.values())
 
 
-def simulate(plan: PipelinePlan, record: bool = False) -> EngineResult:
-    """Run one training iteration of `plan`. `record` keeps spans for a trace."""
+def simulate(
+    plan: PipelinePlan,
+    record: bool = False,
+    probe: tuple[int, ...] | None = None,
+    wires: tuple[Wiring, ...] | None = None,
+) -> EngineResult:
+    """Run one training iteration of `plan`. `record` keeps spans for a trace. `probe` (a
+    task position per stage) records each stage's state when it reaches that position, and
+    every message's arrival time (simcluster.periodicity certifies a steady state with
+    them); `wires` is `wiring(plan, stage)` of every stage when the caller has it already."""
     with simulation_gc():
-        return _Run(plan, record).run()
+        return _Run(plan, record, probe, wires).run()

@@ -3,6 +3,9 @@
 Pruning uses `stage_memory_estimate`, which replays each stage's task order without the
 engine and gives the engine's exact peaks, so an out-of-memory row costs one workload and
 schedule build, not a simulation. A configuration that raises becomes an `error` row.
+By default the engine runs at two reduced microbatch counts and the steady state is
+extrapolated (`simcluster.steady_state`: the full run's numbers to float rounding, a few
+times fewer tasks); `steady_state=False` simulates every microbatch.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ def _empty_row(config: SweepConfig) -> Row:
     }
 
 
-def evaluate(config: SweepConfig, hw: HardwareProfile) -> Row:
+def evaluate(config: SweepConfig, hw: HardwareProfile, steady_state: bool = True) -> Row:
     """The row for one configuration: status ok (simulated), oom (pruned) or error."""
     row = _empty_row(config)
     try:
@@ -75,7 +78,9 @@ def evaluate(config: SweepConfig, hw: HardwareProfile) -> Row:
                 f"has {units.bytes_to_gb(hw.memory_bytes):.1f} GB"
             )
             return row
-        result = simulation.run_simulation(config.scenario, hw, workload=workload).result
+        result = simulation.run_simulation(
+            config.scenario, hw, workload=workload, steady_state=steady_state
+        ).result
     except Exception as error:  # noqa: BLE001 - a failing configuration must not stop the sweep
         row["status"], row["message"] = "error", _describe(error)
         return row
@@ -85,6 +90,6 @@ def evaluate(config: SweepConfig, hw: HardwareProfile) -> Row:
     return row
 
 
-def evaluate_batch(configs: list[SweepConfig], hw: HardwareProfile) -> list[Row]:
+def evaluate_batch(configs: list[SweepConfig], hw: HardwareProfile, steady_state: bool = True) -> list[Row]:
     """A worker's unit of work: several configurations per message keeps IPC off the profile."""
-    return [evaluate(config, hw) for config in configs]
+    return [evaluate(config, hw, steady_state) for config in configs]

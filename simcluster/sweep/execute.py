@@ -57,33 +57,38 @@ def batches(configs: Sequence[SweepConfig], num_workers: int) -> list[list[Sweep
 sweep_gc = simulation_gc
 
 
-def run_serial(configs: Sequence[SweepConfig], hw: HardwareProfile) -> Generator[list[Row], None, None]:
+def run_serial(
+    configs: Sequence[SweepConfig], hw: HardwareProfile, steady_state: bool = True
+) -> Generator[list[Row], None, None]:
     """In this process, one configuration at a time (no messages to amortise)."""
     with sweep_gc():
         for config in configs:
-            yield evaluate_batch([config], hw)
+            yield evaluate_batch([config], hw, steady_state)
 
 
 _WORKER_HARDWARE: HardwareProfile | None = None
+_WORKER_STEADY_STATE = True
 
 
-def _init_worker(hw: HardwareProfile) -> None:
+def _init_worker(hw: HardwareProfile, steady_state: bool = True) -> None:
     """Pool worker start: keep the profile; leave Ctrl-C to the parent, which flushes."""
-    global _WORKER_HARDWARE
-    _WORKER_HARDWARE = hw
+    global _WORKER_HARDWARE, _WORKER_STEADY_STATE
+    _WORKER_HARDWARE, _WORKER_STEADY_STATE = hw, steady_state
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     gc.set_threshold(*GC_THRESHOLDS)
 
 
 def _pool_task(batch: list[SweepConfig]) -> list[Row]:
     assert _WORKER_HARDWARE is not None
-    return evaluate_batch(batch, _WORKER_HARDWARE)
+    return evaluate_batch(batch, _WORKER_HARDWARE, _WORKER_STEADY_STATE)
 
 
 def run_pool(
-    configs: Sequence[SweepConfig], hw: HardwareProfile, num_workers: int
+    configs: Sequence[SweepConfig], hw: HardwareProfile, num_workers: int, steady_state: bool = True
 ) -> Generator[list[Row], None, None]:
-    pool = ProcessPoolExecutor(max_workers=num_workers, initializer=_init_worker, initargs=(hw,))
+    pool = ProcessPoolExecutor(
+        max_workers=num_workers, initializer=_init_worker, initargs=(hw, steady_state)
+    )
     try:
         # Workers fork at the first submit. Frozen objects are never scanned by the workers'
         # garbage collector, so the pages they share with this process stay shared (about
@@ -104,7 +109,7 @@ def run_pool(
 
 
 def run_dask(
-    configs: Sequence[SweepConfig], hw: HardwareProfile, dask: str | Client
+    configs: Sequence[SweepConfig], hw: HardwareProfile, dask: str | Client, steady_state: bool = True
 ) -> Generator[list[Row], None, None]:
     """Run on a Dask cluster at `dask` (a scheduler address) or through an open Client."""
     from distributed import Client, as_completed
@@ -114,7 +119,9 @@ def run_dask(
     try:
         num_workers = max(1, sum(client.nthreads().values()))
         hw_future = client.scatter(hw, broadcast=True)
-        futures = client.map(evaluate_batch, batches(configs, num_workers), hw=hw_future, pure=False)
+        futures = client.map(
+            evaluate_batch, batches(configs, num_workers), hw=hw_future, steady_state=steady_state, pure=False
+        )
         for future in as_completed(futures):
             yield future.result()
     finally:

@@ -43,13 +43,13 @@ class SweepOutcome:
 
 
 def _rows(
-    todo: list[SweepConfig], spec: SweepSpec, workers: int, dask: str | Client | None
+    todo: list[SweepConfig], spec: SweepSpec, workers: int, dask: str | Client | None, steady_state: bool
 ) -> Generator[list[Row], None, None]:
     if dask is not None:
-        return run_dask(todo, spec.hardware, dask)
+        return run_dask(todo, spec.hardware, dask, steady_state)
     if workers <= 1:
-        return run_serial(todo, spec.hardware)
-    return run_pool(todo, spec.hardware, workers)
+        return run_serial(todo, spec.hardware, steady_state)
+    return run_pool(todo, spec.hardware, workers, steady_state)
 
 
 def execute_sweep(
@@ -63,11 +63,14 @@ def execute_sweep(
     progress: bool = True,
     flush_every_s: float = 2.0,
     on_row: Callable[[Row], None] | None = None,
+    full_simulation: bool = False,
 ) -> SweepOutcome:
     """Run the sweep in `spec_path`, writing `out_path` (Parquet) and, with `csv`, its .csv twin.
 
     `on_row` is called with each finished row after it is stored (a hook for tests and
-    front-ends; if it raises, the sweep stops after flushing what finished)."""
+    front-ends; if it raises, the sweep stops after flushing what finished). By default the
+    engine extrapolates its steady state from two short runs (`simcluster.steady_state`);
+    `full_simulation` simulates every microbatch of every configuration."""
     start_s = time.perf_counter()
     spec = load_sweep_spec(spec_path)
     expansion = expand(spec)
@@ -80,7 +83,8 @@ def execute_sweep(
     try:
         # closing(): whatever stops the loop stops the executor at once, not when the
         # traceback that holds this frame is freed
-        with closing(_rows(todo, spec, workers or available_cores(), dask)) as rows:
+        steady_state = not full_simulation
+        with closing(_rows(todo, spec, workers or available_cores(), dask, steady_state)) as rows:
             for batch in rows:
                 store.add(batch)
                 counts.update(row["status"] for row in batch)

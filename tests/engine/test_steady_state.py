@@ -1,0 +1,214 @@
+"""Steady-state extrapolation equals the full simulation (simcluster/steady_state.py)."""
+
+import math
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from simcluster.config import ConfigError, load_hardware, parse_scenario
+from simcluster.config.choices import ScheduleKind
+from simcluster.engine.simulator import simulate
+from simcluster.periodicity import PlanIndex, certify, stable_frontier
+from simcluster.simulation import build_plan, run_simulation
+from simcluster.steady_state import ReducedCounts, reduced_counts
+from simcluster.workload.model import build_workload
+
+A100 = load_hardware("a100-sxm4-80gb")
+REL = 1e-9  # float rounding of a line through two points, far below any modelled effect
+
+
+def _scenario(data: dict) -> object:
+    try:
+        return parse_scenario(data, "steady")
+    except ConfigError:
+        return None
+
+
+@st.composite
+def long_scenarios(draw):
+    """Small models with deliberately unbalanced stages (large vocabularies make the last
+    stage's logits heavy; small hidden sizes make p2p comparable to compute) and enough
+    microbatches that the extrapolation is used."""
+    tp = draw(st.sampled_from([1, 2, 4, 8]))
+    pp = draw(st.sampled_from([2, 3, 4, 5, 8]))
+    vpp = draw(st.sampled_from([1, 2, 3]))
+    dp = draw(st.sampled_from([1, 2, 16, 64]))
+    mbs = draw(st.sampled_from([1, 2]))
+    schedule = draw(st.sampled_from(["1f1b", "gpipe"]))
+    step = pp if vpp > 1 and schedule == "1f1b" else 1
+    microbatches = step * draw(st.integers(1, 14 * pp // step))
+    data = {
+        "hardware": "a100-sxm4-80gb",
+        "model": {
+            "num_layers": pp * vpp * draw(st.integers(1, 3)),
+            "hidden_size": draw(st.sampled_from([256, 1024, 4096])),
+            "num_attention_heads": 16,
+            "seq_length": draw(st.sampled_from([128, 2048])),
+            "vocab_size": draw(st.sampled_from([5000, 50000, 250000])),
+        },
+        "parallel": {
+            "tp": tp,
+            "pp": pp,
+            "dp": dp,
+            "vpp": vpp,
+            "sequence_parallel": tp > 1 and draw(st.booleans()),
+        },
+        "training": {
+            "micro_batch_size": mbs,
+            "global_batch_size": mbs * dp * microbatches,
+            "recompute": draw(st.sampled_from(["none", "selective", "full"])),
+            "schedule": schedule,
+            "overlap_grad_reduce": draw(st.booleans()),
+            "use_distributed_optimizer": draw(st.booleans()),
+        },
+    }
+    return _scenario(data)
+
+
+def assert_same_result(fast, full) -> None:
+    """Every number of the result, to float rounding; per-stage memory exactly as the full
+    run's (a constant peak is taken from the second run unchanged) or to rounding (GPipe)."""
+    a, b = fast.result, full.result
+    for name in ("iteration_time_s", "mfu", "hfu", "tflops_per_gpu", "model_flops", "hardware_flops"):
+        assert getattr(a, name) == pytest.approx(getattr(b, name), rel=REL), name
+    assert a.bubble_fraction == pytest.approx(b.bubble_fraction, rel=1e-7, abs=1e-12)
+    assert a.time_breakdown_s.keys() == b.time_breakdown_s.keys()
+    scale = b.iteration_time_s
+    for category, seconds in b.time_breakdown_s.items():
+        assert a.time_breakdown_s[category] == pytest.approx(seconds, rel=REL, abs=REL * scale), category
+    for x, y in zip(a.stages, b.stages, strict=True):
+        assert x.peak_memory_bytes == pytest.approx(y.peak_memory_bytes, rel=1e-12)
+        assert x.activation_bytes == pytest.approx(y.activation_bytes, rel=1e-12)
+        assert x.transient_bytes == pytest.approx(y.transient_bytes, rel=1e-9, abs=1.0)
+    for s, t in zip(fast.engine.stages, full.engine.stages, strict=True):
+        assert s.pipeline_end_s == pytest.approx(t.pipeline_end_s, rel=REL)
+        assert s.grads_ready_s == pytest.approx(t.grads_ready_s, rel=REL)
+        for category in t.busy_s.keys() | s.busy_s.keys():
+            expected = t.busy_s.get(category, 0.0)
+            assert s.busy_s.get(category, 0.0) == pytest.approx(expected, rel=REL, abs=REL * scale)
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
+)
+@given(long_scenarios())
+def test_extrapolation_equals_full_simulation(scenario):
+    """Every schedule, vpp, dp overlap, distributed optimizer, SP and recompute: the line
+    through two reduced runs gives the full run's numbers."""
+    assume(scenario is not None)
+    full = run_simulation(scenario, A100)
+    fast = run_simulation(scenario, A100, steady_state=True)
+    assert_same_result(fast, full)
+
+
+def _gpt3_175b(tp: int, pp: int, vpp: int, mbs: int, sp: bool, recompute: str, **training) -> object:
+    """A layout of benchmarks/specs/gpt3-175b-1024gpus-144.yaml (B = 1536 on 1,024 GPUs)."""
+    return parse_scenario(
+        {
+            "hardware": "a100-sxm4-80gb",
+            "model": {"num_layers": 96, "hidden_size": 12288, "num_attention_heads": 96,
+                      "seq_length": 2048, "vocab_size": 51200},  # fmt: skip
+            "parallel": {"tp": tp, "pp": pp, "dp": 1024 // (tp * pp), "vpp": vpp, "sequence_parallel": sp},
+            "training": {
+                "micro_batch_size": mbs, "global_batch_size": 1536, "recompute": recompute, **training
+            },  # fmt: skip
+        },
+        "gpt3-175b",
+    )
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        dict(tp=8, pp=16, vpp=3, mbs=1, sp=True, recompute="selective"),  # m = 192, interleaved
+        dict(tp=8, pp=8, vpp=1, mbs=1, sp=False, recompute="full"),  # m = 96, 1F1B
+        dict(tp=4, pp=16, vpp=2, mbs=1, sp=True, recompute="full", overlap_grad_reduce=True),
+        dict(tp=8, pp=16, vpp=1, mbs=2, sp=True, recompute="selective", use_distributed_optimizer=True),
+    ],
+)
+def test_extrapolation_equals_full_simulation_at_benchmark_scale(layout):
+    """The benchmark's 175B layouts (96 layers, up to 192 microbatches, dp up to 32)."""
+    scenario = _gpt3_175b(**layout)
+    assert reduced_counts(scenario.training.schedule, scenario.parallel.pp, scenario.parallel.vpp,
+                          scenario.num_microbatches) is not None  # fmt: skip
+    assert_same_result(run_simulation(scenario, A100, steady_state=True), run_simulation(scenario, A100))
+
+
+def test_reduced_counts_follow_each_schedules_period():
+    """1F1B: m1 = p, m2 = p + 1; interleaved: whole groups 2p and 3p; GPipe 2p, 2p + 1; none
+    when not cheaper."""
+    assert reduced_counts(ScheduleKind.ONE_F_ONE_B, 8, 1, 96) == ReducedCounts(8, 9, 96)
+    assert reduced_counts(ScheduleKind.ONE_F_ONE_B, 16, 3, 192) == ReducedCounts(32, 48, 192)
+    assert reduced_counts(ScheduleKind.GPIPE, 4, 2, 64) == ReducedCounts(8, 9, 64)
+    assert reduced_counts(ScheduleKind.ONE_F_ONE_B, 16, 3, 80) is None  # 32 + 48 ≥ 80
+    assert reduced_counts(ScheduleKind.ONE_F_ONE_B, 8, 1, 17) is None
+
+
+def test_a_huge_batch_costs_two_short_runs():
+    """A million microbatches: two runs of p and p + 1 microbatches; the iteration grows by
+    one steady-state period per microbatch (the slope between the two short runs)."""
+    scenario = _gpt3_175b(tp=8, pp=8, vpp=1, mbs=1, sp=True, recompute="selective")
+    huge = scenario.model_copy(
+        update={"training": scenario.training.model_copy(update={"global_batch_size": 1536 * 62_500})}
+    )
+    assert huge.num_microbatches == 6_000_000
+    fast = run_simulation(huge, A100, steady_state=True)
+    short = run_simulation(scenario, A100, steady_state=True)
+    period = (fast.result.iteration_time_s - short.result.iteration_time_s) / (6_000_000 - 96)
+    full_short = run_simulation(scenario, A100)
+    assert short.result.iteration_time_s == pytest.approx(full_short.result.iteration_time_s, rel=REL)
+    assert math.isfinite(period) and period > 0
+    assert fast.engine.num_events < 10 * full_short.engine.num_events  # two short runs, not 6M tasks
+    peaks = [s.peak_memory_bytes for s in fast.result.stages]
+    assert peaks == [s.peak_memory_bytes for s in short.result.stages]
+
+
+def _late_transient() -> object:
+    """Found by a random search: 1F1B on 4 stages whose iteration time grows by 90.75 ms per
+    microbatch up to m = 9 and by 91.00 ms from m = 10 on (two routes through the pipeline
+    with nearly equal periods; the slower-growing one is the longest at first)."""
+    return parse_scenario(
+        {
+            "hardware": "a100-sxm4-80gb",
+            "model": {"num_layers": 12, "hidden_size": 12288, "num_attention_heads": 16,
+                      "seq_length": 2048, "vocab_size": 1000},  # fmt: skip
+            "parallel": {"tp": 8, "pp": 4, "dp": 2},
+            "training": {"micro_batch_size": 2, "global_batch_size": 88, "recompute": "none"},
+        },
+        "late-transient",
+    )
+
+
+def test_a_transient_longer_than_the_reduced_runs_is_not_extrapolated():
+    """The line through m = 4 and 5 (or 8 and 9) misses m = 22; the certificate refuses both
+    and the full simulation answers, bit for bit."""
+    scenario = _late_transient()
+    workload = build_workload(scenario)
+    for m1 in (4, 8):
+        plans = PlanIndex.of(build_plan(scenario, A100, workload, m1)), PlanIndex.of(
+            build_plan(scenario, A100, workload, m1 + 1)
+        )
+        frontier = stable_frontier(*plans)
+        assert frontier is not None
+        runs = tuple(simulate(i.plan, probe=f, wires=i.wires) for i, f in zip(plans, frontier))
+        assert not certify(plans, frontier, (runs[0], runs[1]))
+    line = runs[1].iteration_time_s + (runs[1].iteration_time_s - runs[0].iteration_time_s) * (22 - 9)
+    full = run_simulation(scenario, A100)
+    assert line < full.result.iteration_time_s * (1 - 1e-4)  # the line would be wrong
+    fast = run_simulation(scenario, A100, steady_state=True)
+    assert fast.result.to_json_dict() == full.result.to_json_dict()
+
+
+def test_the_certificate_accepts_a_periodic_pipeline():
+    """The benchmark's interleaved 175B layout is periodic from m = 32 (2p) on."""
+    scenario = _gpt3_175b(tp=8, pp=16, vpp=3, mbs=1, sp=True, recompute="selective")
+    workload = build_workload(scenario)
+    plans = PlanIndex.of(build_plan(scenario, A100, workload, 32)), PlanIndex.of(
+        build_plan(scenario, A100, workload, 48)
+    )
+    frontier = stable_frontier(*plans)
+    assert frontier is not None
+    assert all(f2 - f1 == 2 * 16 * 3 for f1, f2 in zip(*frontier))  # one group of p, v chunks
+    runs = tuple(simulate(i.plan, probe=f, wires=i.wires) for i, f in zip(plans, frontier))
+    assert certify(plans, frontier, (runs[0], runs[1]))
