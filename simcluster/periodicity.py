@@ -7,13 +7,14 @@ depends only on its state there — its clock and when its links and gradient re
 free — and on the arrival times of the messages it still has to receive. Take, for each
 stage, the longest prefix of its task order that (a) is the same in both runs (tasks, comm
 points, which backward is a chunk's last) and (b) only consumes messages released inside
-the other stages' prefixes: the *stable frontier* `f1`. Run m2 has the same prefix plus one
-more period of the steady state, so its frontier is `f2 = f1 + (len2 − len1)` per stage,
-and the tasks after `f2` in run m2 are those after `f1` in run m1 with every microbatch
-shifted by Δ. If every component of the state at `f2` (clocks, links, gradient reductions,
-arrival times of messages crossing the frontier) is the state at `f1` plus one constant d,
-then, since the engine's arithmetic is max and + (shifting every input by d shifts every
-output by d):
+the other stages' prefixes: the *stable frontier* `f1`. Up to f1 both runs compute the same
+thing, so only run m2 is simulated. It has that prefix plus one more period of the steady
+state, so its frontier is `f2 = f1 + (len2 − len1)` per stage, and the tasks after `f2` in
+run m2 are those after `f1` in run m1 with every microbatch shifted by Δ (both checked on
+the plans). If every component of run m2's state at `f2` (clocks, links, gradient
+reductions, arrival times of messages crossing the frontier) is its state at `f1` plus one
+constant d, and the stored activations are the same, then, since the engine's arithmetic
+is max and + (shifting every input by d shifts every output by d):
   - run m2's remainder is run m1's shifted by d, so T(m2) = T(m1) + d;
   - the steady period that carries the state from f1 to f2 carries the state at f2 to the
     frontier of a run at m2 + Δ, shifted by d again (Megatron's steady order repeats every
@@ -147,24 +148,31 @@ def _crossing(index: PlanIndex, frontier: tuple[int, ...]) -> list[tuple[Key, in
     return out
 
 
-def certify(
-    plans: tuple[PlanIndex, PlanIndex], frontier: Frontier, runs: tuple[EngineResult, EngineResult]
-) -> bool:
-    """True when run m2's state at f2 is run m1's state at f1 shifted by T(m2) − T(m1)."""
-    first, second = runs
+def certify(plans: tuple[PlanIndex, PlanIndex], frontier: Frontier, run: EngineResult) -> float | None:
+    """The shift d, when run m2's state at f2 is the state at f1 plus d (else None).
+
+    Only run m2 is simulated: run m1's prefix up to f1 is run m2's (the same tasks, closed
+    under their inputs), so run m2 probed at f1 and f2 holds both states, and the messages
+    crossing f1 in run m1 are released inside that shared prefix."""
     shift_mb = _num_microbatches(plans[1].plan) - _num_microbatches(plans[0].plan)
-    d = second.iteration_time_s - first.iteration_time_s
-    tolerance = RELATIVE_TOLERANCE * second.iteration_time_s
-    for a, b in zip(first.probes, second.probes, strict=True):
-        if len(a) != len(b) or any(abs(y - x - d) > tolerance for x, y in zip(a, b)):
-            return False
+    first = [states[0] for states in run.probes]
+    second = [states[1] for states in run.probes]
+    d = second[0].times_s[0] - first[0].times_s[0]
+    tolerance = RELATIVE_TOLERANCE * run.iteration_time_s
+    for a, b in zip(first, second, strict=True):
+        if len(a.times_s) != len(b.times_s):
+            return None
+        if any(abs(y - x - d) > tolerance for x, y in zip(a.times_s, b.times_s)):
+            return None
+        if abs(b.stored_bytes - a.stored_bytes) > RELATIVE_TOLERANCE * max(1.0, abs(a.stored_bytes)):
+            return None  # activations pile up (GPipe): peaks would not repeat
     for key, consumer in _crossing(plans[0], frontier[0]):
         moved = (key[0], key[1] + shift_mb, key[2])
-        if moved not in second.arrival_s:
-            return False
+        if key not in run.arrival_s or moved not in run.arrival_s:
+            return None
         # the consumer starts no earlier than its clock at the frontier
-        x = max(first.arrival_s[key], first.probes[consumer][0])
-        y = max(second.arrival_s[moved], second.probes[consumer][0])
+        x = max(run.arrival_s[key], first[consumer].times_s[0])
+        y = max(run.arrival_s[moved], second[consumer].times_s[0])
         if abs(y - x - d) > tolerance:
-            return False
-    return True
+            return None
+    return d

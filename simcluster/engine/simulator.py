@@ -27,8 +27,8 @@ import simpy
 from simcluster.engine.gc_tuning import simulation_gc
 from simcluster.engine.links import Link
 from simcluster.engine.memory import MemoryTracker
-from simcluster.engine.plan import PipelinePlan, StagePlan, Transfer
-from simcluster.schedule.tasks import Phase
+from simcluster.engine.plan import PipelinePlan, StagePlan, TaskWork, Transfer
+from simcluster.schedule.tasks import Phase, Task
 
 PP_COMM = "pp_comm"
 DP_COMM = "dp_comm"
@@ -38,7 +38,9 @@ IDLE = "idle"
 Span = tuple[int, str, str, float, float]  # stage, name, category, start_s, duration_s
 Key = tuple[int, int, int]  # a message: (0 forward / 1 backward, microbatch, sending virtual stage)
 Send = tuple[Transfer, Key, object]  # route, message key, the task that produced it
-Probe = tuple[float, ...]  # a stage's clock, grads-ready time and its links' free times
+# a task position: task, keys awaited, is forward, work, bytes its end frees, sends
+# (link, seconds, key, label), whether it finishes a chunk's gradients (overlapped reduction)
+_Step = tuple[Task, tuple[Key, ...], bool, TaskWork, float, list[tuple[str, float, Key, object]], bool]
 Wiring = tuple[list[tuple[Key, ...]], list[list[Send]]]  # per position: keys awaited, sends after
 
 
@@ -52,13 +54,25 @@ class StageOutcome:
 
 
 @dataclass(frozen=True, slots=True)
+class ProbeState:
+    """A stage's state when it reaches a probed task position: what its later work depends
+    on besides later messages (`times_s`: its clock, then — no earlier than the clock, since
+    later work only starts from it — when its gradient reduction and each of its links are
+    free), and its running busy times and stored activation bytes."""
+
+    times_s: tuple[float, ...]
+    busy_s: dict[str, float]
+    stored_bytes: float
+
+
+@dataclass(frozen=True, slots=True)
 class EngineResult:
     iteration_time_s: float
     stages: tuple[StageOutcome, ...]
     spans: tuple[Span, ...]
     link_spans: dict[str, list[tuple[float, float, str]]]
     num_events: int
-    probes: tuple[Probe, ...] = ()  # per stage, its state when it reached the probed position
+    probes: tuple[tuple[ProbeState, ...], ...] = ()  # per stage, at each probed position
     arrival_s: dict[Key, float] = field(default_factory=dict)  # every message, when probing
 
     def bubble_fraction(self) -> float:
@@ -106,14 +120,14 @@ class _Run:
         self,
         plan: PipelinePlan,
         record: bool,
-        probe: tuple[int, ...] | None = None,
+        probe: tuple[tuple[int, ...], ...] | None = None,
         wires: tuple[Wiring, ...] | None = None,
     ) -> None:
         self.plan = plan
         self.wires = wires
         self.record = record
         self.probe = probe
-        self.probes: list[Probe] = [() for _ in plan.stages]
+        self.probes: list[list[ProbeState]] = [[] for _ in plan.stages]
         self.env = simpy.Environment()
         self.mailbox = _Mailbox(self.env, keep_arrivals=probe is not None)
         self.links: dict[str, Link] = {}
@@ -132,50 +146,69 @@ class _Run:
         _, end = link.reserve(now, transfer.seconds, str(label) if self.record else "")
         return end - now
 
-    def stage_process(self, index: int, stage: StagePlan) -> Generator[simpy.Event, Any, None]:
-        env, plan, outcome = self.env, self.plan, self.outcomes[index]
-        assert outcome.memory is not None
-        memory, busy, mailbox = outcome.memory, outcome.busy_s, self.mailbox
+    def _steps(self, index: int, stage: StagePlan) -> list[_Step]:
+        """Everything a task position needs, looked up once before the run."""
         waits, sends = self.wires[index] if self.wires is not None else wiring(self.plan, index)
-        last_backward_of_chunk = last_backward_positions(stage)
-        probe_at = self.probe[index] if self.probe is not None else -1
+        overlap = self.plan.overlap_grad_reduce and stage.grad_reduce is not None
+        last_backward_of_chunk = last_backward_positions(stage) if overlap else set()
+        steps = []
         for position, task in enumerate(stage.tasks):
-            if position == probe_at:
-                self._take_probe(index, stage)
-            for key in waits[position]:
-                yield mailbox.receive(key)
             forward = task.phase is Phase.FORWARD
             work = stage.forward[task.chunk] if forward else stage.backward[task.chunk]
-            start = env.now
+            freed = 0.0 if forward else stage.forward[task.chunk].stored_bytes
+            out = [(route.link, route.seconds, key, label) for route, key, label in sends[position]]
+            reduce_chunk = position in last_backward_of_chunk
+            steps.append((task, waits[position], forward, work, freed, out, reduce_chunk))
+        return steps
+
+    def stage_process(self, index: int, stage: StagePlan) -> Generator[simpy.Event, Any, None]:
+        env, plan, outcome, record = self.env, self.plan, self.outcomes[index], self.record
+        assert outcome.memory is not None
+        memory, busy, mailbox = outcome.memory, outcome.busy_s, self.mailbox
+        store, hold, drop, release = memory.store, memory.hold, memory.drop, memory.release
+        receive, deliver, timeout = mailbox.receive, mailbox.deliver, env.timeout
+        blocking = plan.blocking_p2p
+        probe_at = set(self.probe[index]) if self.probe is not None else set()
+        links = self.links
+        steps = self._steps(index, stage)
+        for position, (task, waits, forward, work, freed, out, reduce_chunk) in enumerate(steps):
+            if position in probe_at:
+                self._take_probe(index, stage)
+            for key in waits:
+                yield receive(key)
+            start = env._now
             if forward:
-                memory.store(work.stored_bytes)
+                store(work.stored_bytes)
             else:
-                memory.hold(work.transient_bytes)
-            yield env.timeout(work.busy_s)
+                hold(work.transient_bytes)
+            yield timeout(work.busy_s)
             if not forward:
-                memory.drop(work.transient_bytes)
-                memory.release(stage.forward[task.chunk].stored_bytes)
+                drop(work.transient_bytes)
+                release(freed)
             for category, seconds in work.parts:
                 busy[category] += seconds
-            if self.record:
-                self.spans.append(
-                    (index, str(task), "forward" if forward else "backward", start, work.busy_s)
-                )
-            arrivals = [
-                mailbox.deliver(key, self.transfer(route, label)) for route, key, label in sends[position]
-            ]
-            if plan.overlap_grad_reduce and position in last_backward_of_chunk and stage.grad_reduce:
+            now = env._now
+            if record:
+                kind = "forward" if forward else "backward"
+                self.spans.append((index, str(task), kind, start, work.busy_s))
+            arrivals = []
+            for name, seconds, key, label in out:
+                # FIFO on the sender's own link, issued now (links are made on first use)
+                link = links.get(name) or self.link(name)
+                _, end = link.reserve(now, seconds, str(label) if record else "")
+                arrivals.append(deliver(key, end - now))
+            if reduce_chunk:
                 # the chunk's gradients are final: reduce them while later work runs
+                assert stage.grad_reduce is not None
                 share = Transfer(stage.grad_reduce.link, stage.grad_reduce.seconds / plan.num_chunks)
-                outcome.grads_ready_s = env.now + self.transfer(share, f"dp grads chunk {task.chunk}")
-            if plan.blocking_p2p and arrivals:
-                sent_at = env.now
+                outcome.grads_ready_s = now + self.transfer(share, f"dp grads chunk {task.chunk}")
+            if blocking and arrivals:
                 yield from arrivals
-                if env.now > sent_at:
-                    busy[PP_COMM] += env.now - sent_at
-                    if self.record:
-                        self.spans.append((index, f"send after {task}", PP_COMM, sent_at, env.now - sent_at))
-        if probe_at == len(stage.tasks):
+                if env._now > now:
+                    busy[PP_COMM] += env._now - now
+                    if record:
+                        self.spans.append((index, f"send after {task}", PP_COMM, now, env._now - now))
+        if len(stage.tasks) in probe_at:
             self._take_probe(index, stage)
         outcome.pipeline_end_s = env.now
         if not plan.overlap_grad_reduce and stage.grad_reduce is not None:
@@ -190,14 +223,13 @@ class _Run:
         outcome.finished = True
 
     def _take_probe(self, index: int, stage: StagePlan) -> None:
-        """What the rest of the stage's run depends on besides later messages: its clock, and
-        (no earlier than the clock, since later work only starts from it) when its gradient
-        reduction and each of its links are free."""
-        now = self.env.now
+        now, outcome = self.env.now, self.outcomes[index]
+        assert outcome.memory is not None
         routes = (stage.send_forward, stage.send_backward, stage.grad_reduce)
         names = sorted({route.link for route in routes if route is not None})
         links = [max(now, self.links[name].free_at_s) if name in self.links else now for name in names]
-        self.probes[index] = (now, max(now, self.outcomes[index].grads_ready_s), *links)
+        times = (now, max(now, outcome.grads_ready_s), *links)
+        self.probes[index].append(ProbeState(times, dict(outcome.busy_s), outcome.memory.stored_bytes))
 
     def run(self) -> EngineResult:
         for index, stage in enumerate(self.plan.stages):
@@ -211,7 +243,7 @@ class _Run:
             spans=tuple(self.spans),
             link_spans={name: link.spans for name, link in self.links.items()},
             num_events=next(self.env._eid),  # SimPy's running event id: events scheduled
-            probes=tuple(self.probes) if self.probe is not None else (),
+            probes=tuple(tuple(states) for states in self.probes) if self.probe is not None else (),
             arrival_s=self.mailbox.arrival_s or {},
         )
 
@@ -284,11 +316,11 @@ def last_backward_positions(stage: StagePlan) -> set[int]:
 def simulate(
     plan: PipelinePlan,
     record: bool = False,
-    probe: tuple[int, ...] | None = None,
+    probe: tuple[tuple[int, ...], ...] | None = None,
     wires: tuple[Wiring, ...] | None = None,
 ) -> EngineResult:
-    """Run one training iteration of `plan`. `record` keeps spans for a trace. `probe` (a
-    task position per stage) records each stage's state when it reaches that position, and
+    """Run one training iteration of `plan`. `record` keeps spans for a trace. `probe` (task
+    positions per stage) records each stage's state when it reaches those positions, and
     every message's arrival time (simcluster.periodicity certifies a steady state with
     them); `wires` is `wiring(plan, stage)` of every stage when the caller has it already."""
     with simulation_gc():
