@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simcluster.config.choices import Dtype, ScheduleKind
 from simcluster.config.hardware import HardwareProfile
@@ -110,10 +110,13 @@ def build_plan(
     scenario: Scenario, hw: HardwareProfile, workload: Workload, num_microbatches: int | None = None
 ) -> PipelinePlan:
     """The engine's plan; `num_microbatches` overrides the scenario's m (steady_state.py)."""
+    return schedule_plan(scenario, priced_stages(scenario, hw, workload), num_microbatches)
+
+
+def priced_stages(scenario: Scenario, hw: HardwareProfile, workload: Workload) -> tuple[StagePlan, ...]:
+    """Every stage's task costs, routes and static memory, without tasks: none depends on m."""
     par, dtype = scenario.parallel, scenario.training.dtype
-    m = num_microbatches or scenario.num_microbatches
     tp = tp_group(scenario, hw)
-    schedule = build_schedule(scenario.training.schedule, par.pp, m, par.vpp)
     transient = recompute_workspace_bytes(workload)
     cost_cache: dict[tuple[bool, bool], ChunkCost] = {}
     stages = []
@@ -126,18 +129,9 @@ def build_plan(
             costs.append(cost_cache[key])
         forward, backward = _task_works(tuple(costs), stage, transient)
         r, p = stage.stage, par.pp
-        interleaved = scenario.training.schedule is ScheduleKind.ONE_F_ONE_B and par.vpp > 1
-        comm = (
-            interleaved_comm_points(
-                schedule[r],
-                warmup_microbatches(scenario.training.schedule, p, r, m, par.vpp),
-            )
-            if interleaved
-            else default_comm_points(schedule[r])
-        )
         stages.append(
             StagePlan(
-                tasks=schedule[r],
+                tasks=(),
                 forward=forward,
                 backward=backward,
                 static_bytes=stage.static.total_bytes,
@@ -146,9 +140,28 @@ def build_plan(
                 grad_reduce=_grad_reduce(scenario, hw, stage),
                 tied_grad_reduce=_tied_reduce(scenario, hw, stage),
                 optimizer_s=elementwise_time_s(stage.optimizer_step_bytes, hw),
-                send_after=comm.send_after,
-                extra_waits=comm.extra_waits,
             )
+        )
+    return tuple(stages)
+
+
+def schedule_plan(
+    scenario: Scenario, priced: tuple[StagePlan, ...], num_microbatches: int | None = None
+) -> PipelinePlan:
+    """`priced_stages` with each stage's task order and Megatron's p2p points for m."""
+    par, kind = scenario.parallel, scenario.training.schedule
+    m = num_microbatches or scenario.num_microbatches
+    schedule = build_schedule(kind, par.pp, m, par.vpp)
+    interleaved = kind is ScheduleKind.ONE_F_ONE_B and par.vpp > 1
+    stages = []
+    for r, stage in enumerate(priced):
+        comm = (
+            interleaved_comm_points(schedule[r], warmup_microbatches(kind, par.pp, r, m, par.vpp))
+            if interleaved
+            else default_comm_points(schedule[r])
+        )
+        stages.append(
+            replace(stage, tasks=schedule[r], send_after=comm.send_after, extra_waits=comm.extra_waits)
         )
     return PipelinePlan(
         stages=tuple(stages),
@@ -202,9 +215,9 @@ def run_simulation(
     then the longest plan the engine ran."""
     workload = workload or build_workload(scenario)
     if steady_state and not record:
-        par = scenario.parallel
+        par, priced = scenario.parallel, priced_stages(scenario, hw, workload)
         plan, engine = simulate_steady_state(
-            lambda m: build_plan(scenario, hw, workload, m),
+            lambda m: schedule_plan(scenario, priced, m),
             scenario.training.schedule, par.pp, par.vpp, scenario.num_microbatches,
         )
     else:
