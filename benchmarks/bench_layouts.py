@@ -136,7 +136,8 @@ def print_report(report: dict[str, Any]) -> None:
         load_avg = statistics.median(run["load_average"] for run in r["runs"])
         print(f"{r['mode']:8} {r['workers']:7d} {r['ok']:4d} {r['median_elapsed_s']:8.3f} "
               f"{r['min_elapsed_s']:7.3f} {r['median_process_wall_s']:9.3f} {r['median_cpu_s']:7.2f} "
-              f"{r['layouts_per_s']:9.1f} {r['layouts_per_s_best']:7.1f} {r['layouts_per_cpu_s']:9.1f} {load_avg:5.2f}")  # fmt: skip
+              f"{r['layouts_per_s']:9.1f} {r['layouts_per_s_best']:7.1f} {r['layouts_per_cpu_s']:9.1f} "
+              f"{load_avg:5.2f}")  # fmt: skip
 
 
 if __name__ == "__main__":
