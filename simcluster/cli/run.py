@@ -31,6 +31,14 @@ def run(
     hardware: Annotated[
         str | None, typer.Option(help="hardware profile stem or path, instead of the scenario's")
     ] = None,
+    steady_state: Annotated[
+        bool,
+        typer.Option(
+            "--steady-state",
+            help="simulate a short run and extend its certified steady state to every microbatch "
+            "(for huge batches; same numbers to float rounding; no --trace)",
+        ),
+    ] = False,
 ) -> None:
     """Simulate one training iteration: time, MFU/HFU, time breakdown, per-stage memory."""
     from simcluster.config.hardware import load_hardware
@@ -42,6 +50,8 @@ def run(
     files = _scenario_files(target)
     if trace is not None and len(files) > 1:
         fail("--trace needs a single scenario file, not a folder")
+    if trace is not None and steady_state:
+        fail("--trace needs every task simulated; leave out --steady-state")
     results = []
     for path in files:
         try:
@@ -49,7 +59,8 @@ def run(
             profile = load_hardware(hardware or spec.hardware, relative_to=path.parent)
         except ConfigError as error:
             fail(error)
-        sim = run_simulation(spec, profile, record=trace is not None)
+        # Every microbatch by default: bit-for-bit the published numbers, and a trace on request.
+        sim = run_simulation(spec, profile, record=trace is not None, steady_state=steady_state)
         if trace is not None:
             write_trace(sim.engine, trace)
         results.append(sim.result)

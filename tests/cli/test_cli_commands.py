@@ -61,6 +61,23 @@ def test_run_table_and_trace(tmp_path):
     assert json.loads(trace.read_text())["traceEvents"]
 
 
+def test_run_steady_state_gives_the_full_runs_numbers():
+    """`run --steady-state` (64 microbatches from a certified run of 24) prints the numbers of
+    the full simulation to float rounding; it cannot write a trace."""
+    path = str(PAPER / "gpt3-175b-sp-selective.yaml")
+    full = json.loads(runner.invoke(app, ["run", path, "--json"]).output)
+    result = runner.invoke(app, ["run", path, "--json", "--steady-state"])
+    assert result.exit_code == 0, result.output
+    fast = json.loads(result.output)
+    for key in ("iteration_time_s", "mfu", "bubble_fraction"):
+        assert abs(fast[key] - full[key]) <= 1e-9 * abs(full[key])
+    peaks = [s["peak_memory_bytes"] for s in fast["stages"]]
+    assert peaks == [s["peak_memory_bytes"] for s in full["stages"]]
+    assert fast["num_events"] < full["num_events"]
+    refused = runner.invoke(app, ["run", path, "--steady-state", "--trace", "t.json"])
+    assert refused.exit_code != 0 and "--trace needs every task simulated" in refused.output
+
+
 def test_run_folder_prints_one_line_per_scenario():
     """`run scenarios/paper/` summarises every scenario."""
     result = runner.invoke(app, ["run", str(PAPER)])
