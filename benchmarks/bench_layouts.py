@@ -13,8 +13,8 @@ the whole process's wall time (plus Python start-up and imports), CPU seconds of
 process and its workers, and layouts/s = simulated (ok) rows / elapsed. The machine and
 its load average are recorded with every run: on a shared machine, compare CPU seconds.
 
-Run (from the checkout, so that the sweep processes import this tree):
-    PYTHONPATH=$PWD python benchmarks/bench_layouts.py [--repeats 5] [--workers 2 1] [--modes steady full]
+Run (each sweep process runs in, and imports, this tree or the baseline's):
+    python benchmarks/bench_layouts.py [--repeats 5] [--workers 2 1] [--modes steady full]
     [--baseline /path/to/other/checkout]   # also time that checkout's `sweep` (no extra flags)
 Writes benchmarks/results/layouts.json. Speed is measured here, never asserted in tests.
 """
@@ -61,10 +61,12 @@ def one_sweep(folder: Path, workers: int, mode: str, repeat: int, baseline: Path
     out = folder / f"w{workers}-{mode}-{repeat}.parquet"
     command = [sys.executable, "-c", CLI, "sweep", str(SPEC), "--out", str(out), "--workers", str(workers),
                "--no-progress"] + (["--full-simulation"] if mode == "full" else [])  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(baseline)} if mode == "baseline" and baseline else {**os.environ}
+    # `python -c` puts the working directory first on sys.path: run in the tree to time
+    root = baseline if mode == "baseline" and baseline else ROOT
+    env = {**os.environ, "PYTHONPATH": str(root)}
     load = os.getloadavg()[0]
     cpu_start, wall_start = _children_cpu_s(), time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
+    done = subprocess.run(command, capture_output=True, text=True, check=True, env=env, cwd=root)
     wall_s, cpu_s = time.perf_counter() - wall_start, _children_cpu_s() - cpu_start
     match = SUMMARY.search(done.stdout)
     if match is None:
@@ -75,8 +77,7 @@ def one_sweep(folder: Path, workers: int, mode: str, repeat: int, baseline: Path
             "load_average": load}  # fmt: skip
 
 
-def measure(folder: Path, workers: int, mode: str, repeats: int, baseline: Path | None) -> dict[str, Any]:
-    runs = [one_sweep(folder, workers, mode, repeat, baseline) for repeat in range(repeats)]
+def summarise(mode: str, workers: int, runs: list[dict[str, Any]]) -> dict[str, Any]:
     elapsed = statistics.median(run["elapsed_s"] for run in runs)
     ok = runs[0]["ok"]
     return {
@@ -116,9 +117,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         modes = args.modes + (["baseline"] if args.baseline else [])
         report["baseline"] = str(args.baseline) if args.baseline else None
-        for mode in modes:
-            for workers in args.workers:
-                report["results"].append(measure(Path(tmp), workers, mode, args.repeats, args.baseline))
+        cases = [(mode, workers) for mode in modes for workers in args.workers]
+        runs: dict[tuple[str, int], list[dict[str, Any]]] = {case: [] for case in cases}
+        # round robin, so that other jobs' load falls on every case alike
+        for repeat in range(args.repeats):
+            for mode, workers in cases:
+                runs[mode, workers].append(one_sweep(Path(tmp), workers, mode, repeat, args.baseline))
+        report["results"] = [summarise(mode, workers, runs[mode, workers]) for mode, workers in cases]
     report["load_average_at_end"] = os.getloadavg()
     print_report(report)
     out = ROOT / "benchmarks" / "results" / "layouts.json"
