@@ -210,9 +210,9 @@ def run_simulation(
     steady_state: bool = False,
 ) -> Simulation:
     """Simulate one iteration; pass `workload` when it is already built for this scenario.
-    `steady_state` runs the engine at two reduced microbatch counts and extrapolates
-    (equal to the full run to float rounding, see steady_state.py; no trace); `plan` is
-    then the longest plan the engine ran."""
+    `steady_state` runs the engine once at a reduced microbatch count and, where its
+    steady state is certified periodic, extends it to m (the full run's numbers to float
+    rounding, see steady_state.py; no trace); `plan` is then the plan the engine ran."""
     workload = workload or build_workload(scenario)
     if steady_state and not record:
         par, priced = scenario.parallel, priced_stages(scenario, hw, workload)

@@ -13,8 +13,8 @@ at two points one period apart, and `simcluster.periodicity.certify` checks that
 state there (clocks, links, messages in flight, stored activations) has shifted by one
 constant: the proof, by time-invariance of the engine's max/+ arithmetic, that every run
 at m1 + kΔ lies on the same line. Only then is the result extended (`extrapolate`); where
-the certificate fails (a transient still running, GPipe piling up activations) it tries
-once at twice m1, then simulates every microbatch. The engine decides every number; the
+the certificate fails (a transient still running) it tries once at twice m1, then
+simulates every microbatch, as it does for GPipe (no steady state). The engine decides every number; the
 extension only repeats its certified period. tests/engine/test_steady_state.py compares it
 with the full simulation over random layouts of every schedule, vpp, dp overlap,
 distributed optimizer, sequence parallelism and recompute mode, and over the benchmark's
@@ -50,15 +50,14 @@ def reduced_counts(
     1F1B: m ≥ p, where every stage's warm-up min(p − r − 1, m) and peak in-flight
     min(p − r, m) stop depending on m; the period is one microbatch. Interleaved: m a
     multiple of p (Megatron's rule) and m ≥ 2p (m = p is the all-warm-up shape); the order
-    repeats per group of p microbatches, so m2 = m1 + p. GPipe: m ≥ 2p (with vpp > 1 the
-    wrap from the last rank to the first chunk binds, and blocking sends wait, for m ≤ p);
-    period one microbatch.
+    repeats per group of p microbatches, so m2 = m1 + p. GPipe: None, it has no steady
+    state (all forwards, then all backwards; activations pile up with m).
     """
     p = num_stages
-    if kind is ScheduleKind.ONE_F_ONE_B and num_chunks > 1:
+    if kind is ScheduleKind.GPIPE:
+        return None
+    if num_chunks > 1:
         m1, m2 = 2 * p, 3 * p
-    elif kind is ScheduleKind.GPIPE:
-        m1, m2 = 2 * p, 2 * p + 1
     else:
         m1, m2 = p, p + 1
     if m2 >= num_microbatches:

@@ -73,8 +73,8 @@ def sweep(
         bool,
         typer.Option(
             "--full-simulation",
-            help="simulate every microbatch instead of extrapolating the engine's steady state "
-            "from two short runs (same numbers to float rounding, slower)",
+            help="simulate every microbatch instead of extending the engine's certified steady "
+            "state from one short run (same numbers to float rounding, slower)",
         ),
     ] = False,
 ) -> None:

@@ -69,7 +69,7 @@ def execute_sweep(
 
     `on_row` is called with each finished row after it is stored (a hook for tests and
     front-ends; if it raises, the sweep stops after flushing what finished). By default the
-    engine extrapolates its steady state from two short runs (`simcluster.steady_state`);
+    engine's certified steady state is extended from one short run (`simcluster.steady_state`);
     `full_simulation` simulates every microbatch of every configuration."""
     start_s = time.perf_counter()
     spec = load_sweep_spec(spec_path)

@@ -94,8 +94,8 @@ def assert_same_result(fast, full) -> None:
 )
 @given(long_scenarios())
 def test_extrapolation_equals_full_simulation(scenario):
-    """Every schedule, vpp, dp overlap, distributed optimizer, SP and recompute: the line
-    through two reduced runs gives the full run's numbers."""
+    """Every schedule, vpp, dp overlap, distributed optimizer, SP and recompute: a certified
+    short run extended to m gives the full run's numbers (an uncertified one is the full run)."""
     assume(scenario is not None)
     full = run_simulation(scenario, A100)
     fast = run_simulation(scenario, A100, steady_state=True)
@@ -139,11 +139,11 @@ def test_extrapolation_equals_full_simulation_at_benchmark_scale(layout):
 
 
 def test_reduced_counts_follow_each_schedules_period():
-    """1F1B: m1 = p, m2 = p + 1; interleaved: whole groups 2p and 3p; GPipe 2p, 2p + 1; none
-    when not cheaper."""
+    """1F1B: m1 = p, m2 = p + 1; interleaved: whole groups 2p and 3p; none for GPipe or when
+    simulating m is no dearer."""
     assert reduced_counts(ScheduleKind.ONE_F_ONE_B, 8, 1, 96) == ReducedCounts(8, 9, 96)
     assert reduced_counts(ScheduleKind.ONE_F_ONE_B, 16, 3, 192) == ReducedCounts(32, 48, 192)
-    assert reduced_counts(ScheduleKind.GPIPE, 4, 2, 64) == ReducedCounts(8, 9, 64)
+    assert reduced_counts(ScheduleKind.GPIPE, 4, 2, 64) is None  # no steady state
     assert reduced_counts(ScheduleKind.ONE_F_ONE_B, 16, 3, 48) is None  # simulating 48 is no dearer
     assert reduced_counts(ScheduleKind.ONE_F_ONE_B, 8, 1, 9) is None
 
