@@ -227,7 +227,7 @@ def layer_overhead_s(dev: torch.device, quick: bool) -> float:
 def _peak_gemm_size(device_type: str, quick: bool) -> int:
     if device_type == "cuda":
         return 4096 if quick else 8192
-    return 512 if quick else 1024
+    return 256 if quick else 1024
 
 
 def _square_gemm(timer: Timer, ctx: BuildContext, size: int, dtype: torch.dtype) -> GemmRecord:
