@@ -15,6 +15,7 @@ import yaml
 
 from simcluster.config.hardware import HardwareProfile
 from simcluster.config.scenario import Scenario, load_scenario_and_hardware
+from simcluster.config.shipped import shipped_dir
 from simcluster.simulation import layer_times, run_simulation
 from simcluster.workload.model import build_workload
 
@@ -22,7 +23,8 @@ PAPER_TABLES = Path(__file__).parent / "data" / "paper_tables.yaml"
 
 
 def scenarios_dir() -> Path:
-    return Path(__file__).resolve().parents[1] / "scenarios" / "paper"
+    """The paper's scenarios, shipped with the package (`config.shipped`)."""
+    return shipped_dir("scenarios") / "paper"
 
 
 @dataclass(frozen=True, slots=True)

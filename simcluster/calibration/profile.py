@@ -36,10 +36,12 @@ def profile_name(meas: Measurements) -> str:
 
 
 def default_output(meas: Measurements) -> Path:
-    """GPU profiles go to hwprofiles/; CPU ones to out/calibration/ (not a GPU system)."""
-    from simcluster.config.hardware import profiles_dir
+    """GPU profiles go to the user's profile folder (`config.profiles.user_profiles_dir`: the
+    checkout's hwprofiles/ in a source checkout); CPU ones to out/calibration/ (not a GPU
+    system)."""
+    from simcluster.config.profiles import user_profiles_dir
 
-    folder = profiles_dir() if meas.device.device_type == "cuda" else Path("out/calibration")
+    folder = user_profiles_dir() if meas.device.device_type == "cuda" else Path("out/calibration")
     return folder / f"{profile_name(meas)}.yaml"
 
 

@@ -9,6 +9,7 @@ import typer
 
 from simcluster.calibration import DeviceKind
 from simcluster.cli._app import app, fail
+from simcluster.cli._hwprofiles import HwProfiles, use_hwprofiles
 from simcluster.cli.calibrate import command_line, require_device
 from simcluster.profiler.records import write_text_atomically
 
@@ -26,19 +27,22 @@ def check_profile(
     ] = None,
     save_measurements: Annotated[Path | None, typer.Option(help="also write the raw timings JSON")] = None,
     threads: Annotated[int, typer.Option(help="CPU intra-op threads while measuring")] = 1,
+    hwprofiles: HwProfiles = None,
 ) -> None:
     """Time the real layer forward+backward (t 1-8, SP on/off, each recompute) and compare."""
     from simcluster.calibration.check import compare, summarize
     from simcluster.calibration.report import format_summary, format_table, write_reports
     from simcluster.config.errors import ConfigError
-    from simcluster.config.hardware import load_hardware, resolve_profile_path
+    from simcluster.config.hardware import load_hardware
+    from simcluster.config.profiles import find_profile
     from simcluster.profiler.records import LayerRun
 
+    use_hwprofiles(hwprofiles)
     try:
+        stem = find_profile(profile).stem
         hw = load_hardware(profile)
     except ConfigError as error:
         fail(error)
-    stem = resolve_profile_path(profile).stem
     if measurements is not None:
         run = LayerRun.from_json(measurements.read_text())
     else:

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from simcluster.cli._app import app, fail
+from simcluster.cli._hwprofiles import HwProfiles, use_hwprofiles
 from simcluster.config.errors import ConfigError
 
 # A one-layer CPU measurement holds the layer's weights (16-bit) and the activations of a
@@ -33,6 +34,7 @@ def memory(
     seq_length: Annotated[int | None, typer.Option(help="override s for --measure")] = None,
     micro_batch_size: Annotated[int | None, typer.Option(help="override b for --measure")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    hwprofiles: HwProfiles = None,
 ) -> None:
     """Per-stage memory breakdown (Table 2 row, interleaving factor, extras); --measure adds
     the bytes autograd really keeps for one layer on one rank."""
@@ -42,6 +44,7 @@ def memory(
 
     if device not in ("cpu", "cuda"):
         fail(f"--device: value {device!r}: allowed: cpu, cuda")
+    use_hwprofiles(hwprofiles)
     try:
         spec, hw = load_scenario_and_hardware(scenario)
         if seq_length or micro_batch_size:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from simcluster.cli._app import app, fail
+from simcluster.cli._hwprofiles import HwProfiles, use_hwprofiles
 from simcluster.config.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -94,6 +95,7 @@ def timeline(
     scenario: Annotated[Path, typer.Argument(help="a scenario YAML file")],
     out: Out = Path("timeline.png"),
     hardware: Hardware = None,
+    hwprofiles: HwProfiles = None,
 ) -> None:
     """Pipeline Gantt chart per stage (forward, backward, recompute, comms, idle) of one run."""
     from simcluster.config.hardware import load_hardware
@@ -102,9 +104,10 @@ def timeline(
     from simcluster.simulation import run_simulation
 
     _checked(out)
+    use_hwprofiles(hwprofiles)
     try:
         spec = load_scenario(scenario)
-        profile = load_hardware(hardware or spec.hardware, relative_to=scenario.parent)
+        profile = load_hardware(hardware or spec.hardware, relative_to=scenario)
     except ConfigError as error:
         fail(error)
     simulation = run_simulation(spec, profile, record=True)

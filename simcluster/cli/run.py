@@ -9,28 +9,35 @@ from typing import Annotated
 import typer
 
 from simcluster.cli._app import app, fail
+from simcluster.cli._hwprofiles import HwProfiles, use_hwprofiles
 from simcluster.config.errors import ConfigError
+from simcluster.config.shipped import shipped_scenario
 
 
 def _scenario_files(target: Path) -> list[Path]:
+    if not target.exists() and (shipped := shipped_scenario(str(target))) is not None:
+        target = shipped  # a shipped scenario by name, e.g. `paper` or `gpt3-175b-sp-selective`
     if target.is_dir():
         files = sorted(target.glob("*.yaml")) + sorted(target.glob("*.yml"))
         if not files:
             fail(f"{target}: no scenario files (*.yaml) in this folder")
         return files
     if not target.exists():
-        fail(f"{target}: no such file or folder")
+        fail(f"{target}: no such file or folder, nor a shipped scenario (e.g. paper, gpt3-175b-sp-selective)")
     return [target]
 
 
 @app.command()
 def run(
-    target: Annotated[Path, typer.Argument(help="a scenario YAML file, or a folder of them")],
+    target: Annotated[
+        Path, typer.Argument(help="a scenario YAML file, a folder of them, or a shipped scenario's name")
+    ],
     json_output: Annotated[bool, typer.Option("--json", help="print JSON (one object per scenario)")] = False,
     trace: Annotated[Path | None, typer.Option(help="write a Chrome trace-event JSON (Perfetto)")] = None,
     hardware: Annotated[
         str | None, typer.Option(help="hardware profile stem or path, instead of the scenario's")
     ] = None,
+    hwprofiles: HwProfiles = None,
 ) -> None:
     """Simulate one training iteration: time, MFU/HFU, time breakdown, per-stage memory."""
     from simcluster.config.hardware import load_hardware
@@ -39,6 +46,7 @@ def run(
     from simcluster.report.tables import format_result, format_summary
     from simcluster.simulation import run_simulation
 
+    use_hwprofiles(hwprofiles)
     files = _scenario_files(target)
     if trace is not None and len(files) > 1:
         fail("--trace needs a single scenario file, not a folder")
@@ -46,7 +54,7 @@ def run(
     for path in files:
         try:
             spec = load_scenario(path)
-            profile = load_hardware(hardware or spec.hardware, relative_to=path.parent)
+            profile = load_hardware(hardware or spec.hardware, relative_to=path)
         except ConfigError as error:
             fail(error)
         sim = run_simulation(spec, profile, record=trace is not None)

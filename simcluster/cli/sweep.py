@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from simcluster.cli._app import app, fail
+from simcluster.cli._hwprofiles import HwProfiles, use_hwprofiles
 from simcluster.config.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -69,9 +70,12 @@ def sweep(
         bool, typer.Option("--show-invalid", help="list every filtered-out combination")
     ] = False,
     progress: Annotated[bool, typer.Option(help="progress bar on stderr")] = True,
+    hwprofiles: HwProfiles = None,
 ) -> None:
     """Simulate every valid configuration of a spec's axes; rows stream to Parquet."""
     from simcluster.sweep import execute_sweep
+
+    use_hwprofiles(hwprofiles)
 
     try:
         outcome = execute_sweep(

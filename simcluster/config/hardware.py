@@ -1,4 +1,6 @@
-"""Hardware profiles: one YAML file per GPU system under `hwprofiles/`, referred to by stem.
+"""Hardware profiles: one YAML file per GPU system, referred to by stem (found on the search
+path of `simcluster.config.profiles`: `--hwprofiles`, $SIMCLUSTER_HWPROFILES, the shipped
+`hwprofiles/`) or by path.
 
 Files use human units (`_tflop_per_s`, `_gb_per_s`, `_gbit_per_s`, `_us`, `_gb`); this module
 converts them once, into the SI properties the cost model reads. Every number in a profile
@@ -8,6 +10,7 @@ tell a datasheet value from a measurement from a fitted constant.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,8 +20,9 @@ from simcluster import units
 from simcluster.config.choices import Dtype
 from simcluster.config.errors import ConfigError, describe_validation_error
 from simcluster.config.files import read_yaml
-
-PROFILE_SUFFIX = ".yaml"
+from simcluster.config.profiles import find_profile
+from simcluster.config.profiles import known_profiles as known_profiles  # re-exported
+from simcluster.config.profiles import profiles_dir as profiles_dir  # re-exported
 
 
 class _Section(BaseModel):
@@ -152,43 +156,12 @@ class HardwareProfile(BaseModel):
         return units.gb_per_s_to_bytes_per_s(self.network.nic_achieved_gb_per_s)
 
 
-def profiles_dir() -> Path:
-    """`hwprofiles/` at the repository root (beside the package)."""
-    return Path(__file__).resolve().parents[2] / "hwprofiles"
-
-
-def known_profiles(directory: Path | None = None) -> list[str]:
-    directory = directory or profiles_dir()
-    return sorted(path.stem for path in directory.glob(f"*{PROFILE_SUFFIX}"))
-
-
-def resolve_profile_path(reference: str, relative_to: Path | None = None) -> Path:
-    """A profile stem in `hwprofiles/`, or a path (absolute, or relative to a scenario file)."""
-    candidates = [profiles_dir() / f"{reference}{PROFILE_SUFFIX}"]
-    as_path = Path(reference)
-    if as_path.suffix in (".yaml", ".yml"):
-        candidates.insert(0, as_path if as_path.is_absolute() else (relative_to or Path.cwd()) / as_path)
-        candidates.append(Path.cwd() / as_path)
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
-    raise FileNotFoundError(reference)
-
-
 def load_hardware(
-    reference: str, relative_to: Path | None = None, field: str = "hardware"
+    reference: str, relative_to: Path | None = None, field: str = "hardware", extra: Sequence[Path] = ()
 ) -> HardwareProfile:
-    try:
-        path = resolve_profile_path(reference, relative_to)
-    except FileNotFoundError:
-        known = ", ".join(known_profiles()) or "(none found)"
-        raise ConfigError(
-            relative_to or reference,
-            [
-                f"{field}: value {reference!r}: unknown hardware profile; known profiles: {known} "
-                "(or give a path to a .yaml profile)"
-            ],
-        ) from None
+    """The profile `reference` names (a name on the search path or a .yaml path: see
+    `simcluster.config.profiles`); `relative_to` is the scenario file that names it."""
+    path = find_profile(reference, relative_to, field, extra)
     return parse_hardware(read_yaml(path), path)
 
 

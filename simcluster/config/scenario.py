@@ -157,4 +157,4 @@ def load_scenario(path: str | Path) -> Scenario:
 def load_scenario_and_hardware(path: str | Path) -> tuple[Scenario, HardwareProfile]:
     path = Path(path)
     scenario = load_scenario(path)
-    return scenario, load_hardware(scenario.hardware, relative_to=path.parent)
+    return scenario, load_hardware(scenario.hardware, relative_to=path)

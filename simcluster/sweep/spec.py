@@ -116,7 +116,7 @@ def parse_sweep_spec(data: Any, source: str | Path) -> SweepSpec:
     if not base_path.is_file():
         raise ConfigError(source, [f"base: value {raw.base!r}: no scenario file at {base_path}"])
     base = load_scenario(base_path)
-    hardware = load_hardware(base.hardware, relative_to=base_path.parent)
+    hardware = load_hardware(base.hardware, relative_to=base_path)
     num_gpus = raw.num_gpus or base.num_gpus
     problems: list[str] = []
     axes = _resolve_axes(dict(raw.axes), base, num_gpus, problems)
