@@ -60,7 +60,7 @@ def predict_layer_s(
     dtype: Dtype = Dtype.BF16,
 ) -> tuple[float, float, int]:
     """(forward, forward + backward + recompute seconds, ops priced) of one stand-in layer."""
-    cfg = shape.config(tp, sequence_parallel, recompute, dtype.num_bytes)
+    cfg = shape.config(tp, sequence_parallel, recompute, dtype)
     ops = layer_ops(cfg)
     phases = [standin_ops(seq, tp) for seq in (ops.forward, ops.backward, ops.recompute)]
     fwd, bwd, rec = (price_ops(seq, hw, ONE_DEVICE, dtype).total_s for seq in phases)

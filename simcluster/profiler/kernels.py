@@ -29,7 +29,7 @@ from torch import Tensor
 from simcluster.profiler.shapes import standin_copy_bytes, standin_op_name
 from simcluster.profiler.sites import site_benchmark
 from simcluster.profiler.timing import Call, random_tensor
-from simcluster.workload.layer import LayerConfig
+from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.ops import CollectiveKind, Op, OpKind
 
 

@@ -101,7 +101,7 @@ class ParallelTransformerLayer(nn.Module):
         qkv = column_parallel_linear(x, self.qkv_weight, self.qkv_bias, self.comm,
                                      spec.sequence_parallel)  # [s, b, 3h/t]
         s, b = qkv.shape[:2]
-        qkv = qkv.view(s, b, spec.local_heads, 3 * spec.head_dim)  # heads hold [q k v]
+        qkv = qkv.view(s, b, spec.heads_per_rank, 3 * spec.head_dim)  # heads hold [q k v]
         q, k, v = qkv.split(spec.head_dim, dim=-1)  # views, each [s, b, a/t, h/a]
         if spec.recompute is Recompute.SELECTIVE:
             context = checkpoint(self._attention_core, q, k, v, use_reentrant=False,

@@ -28,7 +28,7 @@ from torch import Tensor
 
 from simcluster.profiler.ops import LocalMasks, dropout, scale_mask_softmax
 from simcluster.profiler.timing import Call
-from simcluster.workload.layer import LayerConfig
+from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.ops import Op
 
 if TYPE_CHECKING:
