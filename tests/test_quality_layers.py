@@ -11,19 +11,18 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "simcluster"
 # Every top-level module and package of simcluster, lowest first: each may import only from
 # itself and the ones before it (DESIGN.md's flow: config -> workload -> costs -> schedule ->
-# engine -> results -> report / sweep / cli). calibration (torch-free: measurements to a
-# profile, priced with costs) comes before profiler (the torch layer and its benchmarks,
+# engine -> results -> report / sweep / cli). calibration (torch-free: measurement records
+# to a profile, priced with costs) comes before profiler (the torch layer and its benchmarks,
 # which write calibration's records); the main job (simulation) and the paper's tables
 # (validation) read results; report, sweep and cli only read what the core produced.
 LAYERS = [
     "__init__",
     "units",
     "config",
-    "megatron_args",
     "workload",
     "costs",
-    "profiler",
     "calibration",
+    "profiler",
     "schedule",
     "engine",
     "results",

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from simcluster.config.choices import Recompute
-from simcluster.profiler.accounting import measure_saved_bytes, negligible_buffers
-from simcluster.profiler.spec import LayerSpec
+from simcluster.profiler.layer.accounting import measure_saved_bytes, negligible_buffers
+from simcluster.profiler.layer.spec import LayerSpec
 from simcluster.workload.layer import saved_activation_bytes
 from simcluster.workload.memory import table2_bytes_per_layer
 

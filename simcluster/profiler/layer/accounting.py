@@ -31,9 +31,9 @@ import torch
 from torch import Tensor, nn
 
 from simcluster.config.choices import Dtype, Recompute
-from simcluster.profiler.layer import layer_input, local_layer
-from simcluster.profiler.parallel import ShardStandInComm
-from simcluster.profiler.spec import LayerSpec
+from simcluster.profiler.layer.parallel import ShardStandInComm
+from simcluster.profiler.layer.spec import LayerSpec
+from simcluster.profiler.layer.transformer import layer_input, local_layer
 from simcluster.workload.layer import saved_activation_bytes
 
 

@@ -28,15 +28,15 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from simcluster.config.choices import Recompute
-from simcluster.profiler.ops import LocalMasks, MaskSource, SlicedMasks, dropout, scale_mask_softmax
-from simcluster.profiler.parallel import (
+from simcluster.profiler.layer.ops import LocalMasks, MaskSource, SlicedMasks, dropout, scale_mask_softmax
+from simcluster.profiler.layer.parallel import (
     Comm,
     ShardStandInComm,
     column_parallel_linear,
     row_parallel_linear,
 )
-from simcluster.profiler.spec import LayerSpec
-from simcluster.profiler.weights import (
+from simcluster.profiler.layer.spec import LayerSpec
+from simcluster.profiler.layer.weights import (
     PARAM_NAMES,
     local_weights,
     param_shapes,
