@@ -23,8 +23,8 @@ from pathlib import Path
 from simcluster.calibration.check import compare, summarize
 from simcluster.calibration.profile import build_profile, write_profile
 from simcluster.calibration.report import format_summary
-from simcluster.profiler.layer_timing import run_check
-from simcluster.profiler.microbench import run_calibration
+from simcluster.profiler.bench.layer_timing import run_check
+from simcluster.profiler.bench.microbench import run_calibration
 
 ROOT = Path(__file__).resolve().parents[1]
 BF16_FLAGS = ("avx512_bf16", "amx_bf16", "amx_tile")  # native bf16 on x86 CPUs

@@ -11,10 +11,10 @@ from simcluster.costs.chunk import ChunkCost, price_chunk, price_ops
 from simcluster.costs.compute import elementwise_time_s
 from simcluster.costs.network import GroupPlacement, collective_time_s, p2p_time_s
 from simcluster.costs.placement import dp_group, stages_share_node, tp_group
-from simcluster.engine.plan import PipelinePlan, StagePlan, TaskWork, Transfer
+from simcluster.engine.plan import PipelinePlan, StagePlan, TaskWork, TimeCategory, Transfer
 from simcluster.engine.simulator import EngineResult, simulate
 from simcluster.memory_plan import stage_memory_row
-from simcluster.report.metrics import TIME_CATEGORIES, LayerTimes, SimulationResult, StageMemory
+from simcluster.results import LayerTimes, SimulationResult, StageMemory
 from simcluster.schedule import (
     build_schedule,
     default_comm_points,
@@ -44,7 +44,10 @@ def _task_works(
     forward = tuple(
         TaskWork(
             busy_s=cost.forward_s,
-            parts=(("compute", cost.forward.compute_s), ("tp_comm", cost.forward.comm_s)),
+            parts=(
+                (TimeCategory.COMPUTE, cost.forward.compute_s),
+                (TimeCategory.TP_COMM, cost.forward.comm_s),
+            ),
             stored_bytes=chunk.saved_bytes,
         )
         for cost, chunk in zip(costs, stage.chunks)
@@ -53,9 +56,9 @@ def _task_works(
         TaskWork(
             busy_s=cost.backward_s,
             parts=(
-                ("compute", cost.backward.compute_s),
-                ("tp_comm", cost.backward.comm_s),
-                ("recompute", cost.recompute.total_s),
+                (TimeCategory.COMPUTE, cost.backward.compute_s),
+                (TimeCategory.TP_COMM, cost.backward.comm_s),
+                (TimeCategory.RECOMPUTE, cost.recompute.total_s),
             ),
             transient_bytes=transient,
         )
@@ -155,11 +158,11 @@ def build_plan(scenario: Scenario, hw: HardwareProfile, workload: Workload) -> P
 def _time_breakdown(engine: EngineResult) -> dict[str, float]:
     num_stages = len(engine.stages)
     breakdown = {
-        category: sum(stage.busy_s.get(category, 0.0) for stage in engine.stages) / num_stages
-        for category in TIME_CATEGORIES
-        if category != "idle"
+        category.value: sum(stage.busy_s.get(category, 0.0) for stage in engine.stages) / num_stages
+        for category in TimeCategory
+        if category is not TimeCategory.IDLE
     }
-    breakdown["idle"] = max(0.0, engine.iteration_time_s - sum(breakdown.values()))
+    breakdown[TimeCategory.IDLE.value] = max(0.0, engine.iteration_time_s - sum(breakdown.values()))
     return breakdown
 
 

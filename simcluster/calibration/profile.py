@@ -24,8 +24,8 @@ import yaml
 from simcluster import units
 from simcluster.calibration.datasheets import base_profile_for
 from simcluster.calibration.fit import compute_section, gpu_section
+from simcluster.calibration.records import AllReducePoint, Measurements
 from simcluster.config.hardware import HardwareProfile, load_hardware, parse_hardware
-from simcluster.profiler.records import AllReducePoint, Measurements
 
 
 def profile_name(meas: Measurements) -> str:
@@ -125,7 +125,7 @@ def _network_section(
     net["measured"] = "measured"
     net["sources"]["nvlink_allreduce_busbw"] = (
         f"measured: torch.distributed NCCL all-reduce on {network[0].num_ranks} GPUs, "
-        "busbw = 2(n-1)/n · bytes / median time (simcluster.profiler.netbench)"
+        "busbw = 2(n-1)/n · bytes / median time (simcluster.profiler.bench.netbench)"
     )
     net["sources"]["gpus_per_node"] = "GPUs in the measured node (torch.cuda.device_count())"
     for key in net["sources"]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from simcluster import units
 from simcluster.calibration.check import CheckSummary, LayerCheck, shape_label, summarize
-from simcluster.profiler.records import LayerRun
+from simcluster.calibration.records import LayerRun
 
 COLUMNS = [
     "hidden_size",

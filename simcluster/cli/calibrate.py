@@ -8,13 +8,13 @@ from typing import Annotated
 import typer
 
 from simcluster.calibration import DeviceKind
+from simcluster.calibration.records import write_text_atomically
 from simcluster.cli._app import app, fail
-from simcluster.profiler.records import write_text_atomically
 
 
 def require_device(device: DeviceKind) -> None:
     """Exit 2 with a message when CUDA is asked for and torch sees no GPU."""
-    from simcluster.profiler.device_info import cuda_device_count
+    from simcluster.profiler.bench.device_info import cuda_device_count
 
     if device is DeviceKind.CUDA and cuda_device_count() == 0:
         fail("--device cuda: torch sees no CUDA device (try --device cpu)")
@@ -53,7 +53,8 @@ def calibrate(
         bool, typer.Option("--network", help="measure NCCL all-reduce on all local GPUs (needs ≥ 2)")
     ] = False,
     measurements: Annotated[
-        Path | None, typer.Option(help="fit a saved `python -m simcluster.profiler.microbench` JSON instead")
+        Path | None,
+        typer.Option(help="fit a saved `python -m simcluster.profiler.bench.microbench` JSON instead"),
     ] = None,
     save_measurements: Annotated[
         Path | None, typer.Option(help="also write the raw measurements JSON")
@@ -62,8 +63,8 @@ def calibrate(
 ) -> None:
     """Time the layer's kernels (GEMMs, memory-bound ops, copy, launch) and fit a profile."""
     from simcluster.calibration.profile import build_profile, default_output, write_profile
+    from simcluster.calibration.records import Measurements
     from simcluster.config.errors import ConfigError
-    from simcluster.profiler.records import Measurements
 
     num_gpus = _gpu_count() if network else 0
     if network and (device is not DeviceKind.CUDA or num_gpus < 2):
@@ -71,8 +72,8 @@ def calibrate(
     if measurements is not None:
         meas = Measurements.from_json(measurements.read_text())
     else:
-        from simcluster.profiler.microbench import run_calibration
-        from simcluster.profiler.progress import StderrProgress
+        from simcluster.profiler.bench.microbench import run_calibration
+        from simcluster.profiler.bench.progress import StderrProgress
 
         require_device(device)
         command = command_line(
@@ -115,14 +116,14 @@ def calibrate(
 
 
 def _gpu_count() -> int:
-    from simcluster.profiler.device_info import cuda_device_count
+    from simcluster.profiler.bench.device_info import cuda_device_count
 
     return cuda_device_count()
 
 
 def _measure_network(num_gpus: int, quick: bool) -> list:
-    from simcluster.profiler.device_info import release_cached_memory
-    from simcluster.profiler.netbench import measure_allreduce
+    from simcluster.profiler.bench.device_info import release_cached_memory
+    from simcluster.profiler.bench.netbench import measure_allreduce
 
     release_cached_memory()  # the kernel benchmarks' cached blocks, before NCCL allocates
     return measure_allreduce(num_gpus, quick)

@@ -8,10 +8,10 @@ from typing import Annotated
 import typer
 
 from simcluster.calibration import DeviceKind
+from simcluster.calibration.records import write_text_atomically
 from simcluster.cli._app import app, fail
 from simcluster.cli._hwprofiles import HwProfiles, use_hwprofiles
 from simcluster.cli.calibrate import command_line, require_device
-from simcluster.profiler.records import write_text_atomically
 
 
 @app.command("check-profile")
@@ -23,7 +23,7 @@ def check_profile(
         "hwprofiles/reports"
     ),
     measurements: Annotated[
-        Path | None, typer.Option(help="use a saved `python -m simcluster.profiler.layer_timing` JSON")
+        Path | None, typer.Option(help="use a saved `python -m simcluster.profiler.bench.layer_timing` JSON")
     ] = None,
     save_measurements: Annotated[Path | None, typer.Option(help="also write the raw timings JSON")] = None,
     threads: Annotated[int, typer.Option(help="CPU intra-op threads while measuring")] = 1,
@@ -31,11 +31,11 @@ def check_profile(
 ) -> None:
     """Time the real layer forward+backward (t 1-8, SP on/off, each recompute) and compare."""
     from simcluster.calibration.check import compare, summarize
+    from simcluster.calibration.records import LayerRun
     from simcluster.calibration.report import format_summary, format_table, write_reports
     from simcluster.config.errors import ConfigError
     from simcluster.config.hardware import load_hardware
     from simcluster.config.profiles import find_profile
-    from simcluster.profiler.records import LayerRun
 
     use_hwprofiles(hwprofiles)
     try:
@@ -46,8 +46,8 @@ def check_profile(
     if measurements is not None:
         run = LayerRun.from_json(measurements.read_text())
     else:
-        from simcluster.profiler.layer_timing import run_check
-        from simcluster.profiler.progress import StderrProgress
+        from simcluster.profiler.bench.layer_timing import run_check
+        from simcluster.profiler.bench.progress import StderrProgress
 
         require_device(device)
         command = command_line(

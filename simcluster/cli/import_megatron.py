@@ -10,7 +10,7 @@ import typer
 
 from simcluster.cli._app import app, fail
 from simcluster.config.errors import ConfigError
-from simcluster.megatron_args import DEFAULT_HARDWARE
+from simcluster.config.megatron_args import DEFAULT_HARDWARE
 
 
 @app.command(
@@ -36,7 +36,7 @@ def import_megatron(
 ) -> None:
     """Turn Megatron-LM arguments into a scenario; unknown and ignored flags are listed."""
     from simcluster.config.hardware import load_hardware
-    from simcluster.megatron_args import parse_megatron_args
+    from simcluster.config.megatron_args import parse_megatron_args
 
     command = sys.stdin.read() if args == ["-"] else args
     try:

@@ -85,8 +85,8 @@ def _measure(spec, device: str) -> dict[str, int]:
     from simcluster.workload.model import layer_config
 
     try:
-        from simcluster.profiler.accounting import measure_saved_bytes, negligible_buffers
-        from simcluster.profiler.spec import LayerSpec
+        from simcluster.profiler.layer.accounting import measure_saved_bytes, negligible_buffers
+        from simcluster.profiler.layer.spec import LayerSpec
     except ImportError:
         fail("--measure needs torch: pip install 'simcluster[torch]' (torch==2.13.0 for the CPU wheel)")
     cfg = layer_config(spec)

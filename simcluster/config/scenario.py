@@ -16,6 +16,7 @@ from simcluster.config.choices import Dtype, Recompute, ScheduleKind
 from simcluster.config.errors import ConfigError, describe_validation_error
 from simcluster.config.files import read_yaml
 from simcluster.config.hardware import HardwareProfile, load_hardware
+from simcluster.config.layer_shape import Indivisible, ffn_hidden_size_or_default, indivisible_sizes
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
@@ -33,7 +34,7 @@ class ModelSpec(BaseModel):
 
     @property
     def ffn_size(self) -> int:
-        return self.ffn_hidden_size or 4 * self.hidden_size
+        return ffn_hidden_size_or_default(self.hidden_size, self.ffn_hidden_size)
 
 
 class ParallelSpec(BaseModel):
@@ -90,22 +91,35 @@ def _divisors(n: int) -> str:
     return ", ".join(str(v) for v in shown)
 
 
+def _shape_problem(bad: Indivisible) -> str:
+    """A layer-shape rule broken, phrased on the scenario field a user would change."""
+    if bad.field == "hidden_size":
+        return (
+            f"model.hidden_size: value {bad.value}: must be divisible by num_attention_heads "
+            f"({bad.divisor_value})"
+        )
+    if bad.field == "num_attention_heads":
+        return (
+            f"parallel.tp: value {bad.divisor_value}: must divide num_attention_heads "
+            f"({bad.value}); allowed: {_divisors(bad.value)}"
+        )
+    if bad.field == "ffn_hidden_size":
+        return f"parallel.tp: value {bad.divisor_value}: must divide ffn_hidden_size ({bad.value})"
+    return (
+        f"model.{bad.field}: value {bad.value}: must be divisible by {bad.divisor} ({bad.divisor_value}) "
+        "with sequence_parallel"
+    )
+
+
 def cross_field_problems(scenario: Scenario) -> list[str]:
     """The rules pydantic's per-field checks cannot see (also used to filter sweeps)."""
     m, par, tr = scenario.model, scenario.parallel, scenario.training
     problems: list[str] = []
-    if m.hidden_size % m.num_attention_heads:
-        problems.append(
-            f"model.hidden_size: value {m.hidden_size}: must be divisible by "
-            f"num_attention_heads ({m.num_attention_heads})"
-        )
-    if m.num_attention_heads % par.tp:
-        problems.append(
-            f"parallel.tp: value {par.tp}: must divide num_attention_heads "
-            f"({m.num_attention_heads}); allowed: {_divisors(m.num_attention_heads)}"
-        )
-    if m.ffn_size % par.tp:
-        problems.append(f"parallel.tp: value {par.tp}: must divide ffn_hidden_size ({m.ffn_size})")
+    shape = indivisible_sizes(
+        m.hidden_size, m.num_attention_heads, m.ffn_size, m.seq_length, par.tp, par.sequence_parallel
+    )
+    # The sequence rule is reported last, after the rules of the layout around the layer.
+    problems += [_shape_problem(bad) for bad in shape if bad.field != "seq_length"]
     if m.num_layers % (par.pp * par.vpp):
         problems.append(
             f"model.num_layers: value {m.num_layers}: must be divisible by pp * vpp "
@@ -126,11 +140,7 @@ def cross_field_problems(scenario: Scenario) -> list[str]:
         problems.append(f"parallel.vpp: value {par.vpp}: interleaving needs pp > 1")
     if par.sequence_parallel and par.tp == 1:
         problems.append("parallel.sequence_parallel: value True: needs tp > 1")
-    if m.seq_length % par.tp and par.sequence_parallel:
-        problems.append(
-            f"model.seq_length: value {m.seq_length}: must be divisible by tp ({par.tp}) "
-            "with sequence_parallel"
-        )
+    problems += [_shape_problem(bad) for bad in shape if bad.field == "seq_length"]
     return problems
 
 

@@ -27,22 +27,19 @@ import simpy
 from simcluster.engine.gc_tuning import simulation_gc
 from simcluster.engine.links import Link
 from simcluster.engine.memory import MemoryTracker
-from simcluster.engine.plan import PipelinePlan, StagePlan, Transfer
+from simcluster.engine.plan import PipelinePlan, StagePlan, TimeCategory, Transfer
 from simcluster.schedule.tasks import Phase
 
-PP_COMM = "pp_comm"
-DP_COMM = "dp_comm"
-OPTIMIZER = "optimizer"
-IDLE = "idle"
+PP_COMM, DP_COMM, OPTIMIZER = TimeCategory.PP_COMM, TimeCategory.DP_COMM, TimeCategory.OPTIMIZER
 
-Span = tuple[int, str, str, float, float]  # stage, name, category, start_s, duration_s
+Span = tuple[int, str, str, float, float]  # stage, name, trace category, start_s, duration_s
 Key = tuple[int, int, int]  # a message: (0 forward / 1 backward, microbatch, sending virtual stage)
 Send = tuple[Transfer, Key, object]  # route, message key, the task that produced it
 
 
 @dataclass(slots=True)
 class StageOutcome:
-    busy_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    busy_s: dict[TimeCategory, float] = field(default_factory=lambda: defaultdict(float))
     pipeline_end_s: float = 0.0
     grads_ready_s: float = 0.0
     finished: bool = False
@@ -185,14 +182,15 @@ class _Run:
                 if env.now > sent_at:
                     busy[PP_COMM] += env.now - sent_at
                     if self.record:
-                        self.spans.append((index, f"send after {task}", PP_COMM, sent_at, env.now - sent_at))
+                        blocked_s = env.now - sent_at
+                        self.spans.append((index, f"send after {task}", PP_COMM.value, sent_at, blocked_s))
         outcome.pipeline_end_s = env.now
         if not plan.overlap_grad_reduce and stage.grad_reduce is not None:
             start = env.now
             yield env.timeout(self.transfer(stage.grad_reduce, "dp grads"))
             busy[DP_COMM] += env.now - start
             if self.record:
-                self.spans.append((index, "dp all-reduce", DP_COMM, start, env.now - start))
+                self.spans.append((index, "dp all-reduce", DP_COMM.value, start, env.now - start))
         if plan.overlap_grad_reduce and outcome.grads_ready_s > env.now:
             busy[DP_COMM] += outcome.grads_ready_s - env.now  # the part not hidden by backwards
         outcome.grads_ready_s = max(outcome.grads_ready_s, env.now)
@@ -229,12 +227,12 @@ class _Run:
                 self.outcomes[i].busy_s[DP_COMM] += seconds
                 ready[i] = start + seconds
                 if self.record:
-                    self.spans.append((i, "embedding all-reduce", DP_COMM, start, seconds))
+                    self.spans.append((i, "embedding all-reduce", DP_COMM.value, start, seconds))
         step_start = max(ready)
         for i, stage in enumerate(self.plan.stages):
             self.outcomes[i].busy_s[OPTIMIZER] += stage.optimizer_s
             if self.record:
-                self.spans.append((i, "optimizer step", OPTIMIZER, step_start, stage.optimizer_s))
+                self.spans.append((i, "optimizer step", OPTIMIZER.value, step_start, stage.optimizer_s))
         return step_start + max(stage.optimizer_s for stage in self.plan.stages)
 
 

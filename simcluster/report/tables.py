@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from simcluster import units
-from simcluster.report.metrics import SimulationResult, StageMemory
+from simcluster.results import SimulationResult, StageMemory
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

@@ -7,7 +7,8 @@ final layer norm's input (2sbh/t), the output layer's input (2sbh/t) and fp32 lo
 
 from __future__ import annotations
 
-from simcluster.workload.layer import MASK_BYTES, LayerConfig, LayerOps
+from simcluster.workload.layer import MASK_BYTES, LayerOps
+from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.ops import CollectiveKind, GemmShape, Op, collective, elementwise, gemm
 
 FP32_BYTES = 4

@@ -10,7 +10,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import simcluster.profiler.microbench as microbench
+import simcluster.profiler.bench.microbench as microbench
 from simcluster.cli import app
 from simcluster.config.choices import Recompute
 from simcluster.config.hardware import load_hardware

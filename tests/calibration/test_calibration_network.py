@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from simcluster.calibration.profile import build_profile
+from simcluster.calibration.records import AllReducePoint, Measurements
 from simcluster.config.hardware import parse_hardware
-from simcluster.profiler.netbench import measure_allreduce
-from simcluster.profiler.records import AllReducePoint, Measurements
+from simcluster.profiler.bench.netbench import measure_allreduce
 from tests.calibration.test_calibration_fit import GEMMS, SITES, _measurements
 
 

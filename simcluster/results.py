@@ -1,11 +1,12 @@
-"""Results as data: the numbers a run produces, and their JSON form (a public contract)."""
+"""Results as data: the numbers a run produces, and their JSON form (a public contract).
+
+The core (`simulation`, `memory_plan`) builds them; `report`, `sweep` and the CLI only read them.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
-
-TIME_CATEGORIES = ("compute", "recompute", "tp_comm", "pp_comm", "dp_comm", "optimizer", "idle")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +51,7 @@ class SimulationResult:
     hfu: float
     tflops_per_gpu: float
     bubble_fraction: float
-    time_breakdown_s: dict[str, float]
+    time_breakdown_s: dict[str, float]  # keyed by `engine.plan.TimeCategory` values, in its order
     stages: tuple[StageMemory, ...]
     layer: LayerTimes
     num_events: int = 0

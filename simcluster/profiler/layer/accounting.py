@@ -31,10 +31,10 @@ import torch
 from torch import Tensor, nn
 
 from simcluster.config.choices import Dtype, Recompute
-from simcluster.profiler.layer import layer_input, local_layer
-from simcluster.profiler.parallel import ShardStandInComm
-from simcluster.profiler.spec import LayerSpec
-from simcluster.workload.layer import LayerConfig, saved_activation_bytes
+from simcluster.profiler.layer.parallel import ShardStandInComm
+from simcluster.profiler.layer.spec import LayerSpec
+from simcluster.profiler.layer.transformer import layer_input, local_layer
+from simcluster.workload.layer import saved_activation_bytes
 
 
 @dataclass(frozen=True)
@@ -133,21 +133,6 @@ def table2_row(spec: LayerSpec) -> str:
     return name + (" + selective recompute" if spec.recompute is Recompute.SELECTIVE else "")
 
 
-def simulator_layer_config(spec: LayerSpec) -> LayerConfig:
-    """The simulator's description of the same layer on the same rank."""
-    return LayerConfig(
-        micro_batch_size=spec.micro_batch_size,
-        seq_length=spec.seq_length,
-        hidden_size=spec.hidden_size,
-        num_attention_heads=spec.num_attention_heads,
-        ffn_hidden_size=spec.ffn_hidden_size or 4 * spec.hidden_size,
-        tp=spec.tp,
-        sequence_parallel=spec.sequence_parallel,
-        recompute=spec.recompute,
-        element_bytes=spec.dtype.num_bytes,
-    )
-
-
 def table2_bytes(spec: LayerSpec) -> int:
     """Activation bytes per layer per rank as the simulator's op graph counts them
     (`simcluster.workload.layer`), which equals Table 2 (Korthikanti et al.) in 16 bit:
@@ -159,7 +144,7 @@ def table2_bytes(spec: LayerSpec) -> int:
     under SP, else 1. Using the op graph here is the one-source-of-truth link: measured
     bytes == op graph + named negligible buffers is tested for every row.
     """
-    return _exact(Fraction(saved_activation_bytes(simulator_layer_config(spec))).limit_denominator(1 << 20))
+    return _exact(Fraction(saved_activation_bytes(spec.config())).limit_denominator(1 << 20))
 
 
 def _exact(value: Fraction) -> int:

@@ -14,7 +14,7 @@ import subprocess
 
 import torch
 
-from simcluster.profiler.records import DeviceInfo
+from simcluster.calibration.records import DeviceInfo
 
 
 def describe_device(device: torch.device) -> DeviceInfo:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from simcluster.profiler.spec import LayerSpec
+from simcluster.profiler.layer.spec import LayerSpec
 
 WEIGHT_STD = 0.02  # Megatron's init_method_normal(0.02)
 

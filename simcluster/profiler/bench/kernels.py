@@ -1,7 +1,7 @@
 """The real layer's kernels, one benchmark per op of the simulator's op graph.
 
 Each op of `simcluster.workload.layer.layer_ops` (forward and backward) names a benchmark
-that runs what `ParallelTransformerLayer` (profiler/layer.py) runs for that op, with the
+that runs what `ParallelTransformerLayer` (profiler/layer/transformer.py) runs for that op, with the
 same torch calls, layouts and strided views:
 
 GEMMs (recorded with the op graph's GemmShape m, n, k, batch):
@@ -26,10 +26,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from simcluster.profiler.shapes import standin_copy_bytes, standin_op_name
-from simcluster.profiler.sites import site_benchmark
-from simcluster.profiler.timing import Call, random_tensor
-from simcluster.workload.layer import LayerConfig
+from simcluster.calibration.shapes import standin_copy_bytes, standin_op_name
+from simcluster.profiler.bench.sites import site_benchmark
+from simcluster.profiler.bench.timing import Call, random_tensor
+from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.ops import CollectiveKind, Op, OpKind
 
 
@@ -115,7 +115,7 @@ def _gemm_kind(op_name: str) -> str:
         "attn.qk.dgrad_k": "bmm_qk_dgrad_k",
     }
     if op_name not in names:
-        raise KeyError(f"no benchmark for GEMM op {op_name!r}: add one to profiler/kernels.py")
+        raise KeyError(f"no benchmark for GEMM op {op_name!r}: add one to profiler/bench/kernels.py")
     return names[op_name]
 
 

@@ -20,21 +20,21 @@ import torch
 from torch import Tensor
 
 from simcluster.config.choices import Recompute
-from simcluster.profiler.layer import (
-    ParallelTransformerLayer,
-    layer_input,
-    serial_layer,
-    sharded_layer,
-)
-from simcluster.profiler.parallel import (
+from simcluster.profiler.layer.parallel import (
     Comm,
     copy_to_tensor_parallel,
     gather_from_sequence_parallel,
     reduce_from_tensor_parallel,
     reduce_scatter_to_sequence_parallel,
 )
-from simcluster.profiler.spec import LayerSpec
-from simcluster.profiler.weights import REPLICATED, shard
+from simcluster.profiler.layer.spec import LayerSpec
+from simcluster.profiler.layer.transformer import (
+    ParallelTransformerLayer,
+    layer_input,
+    serial_layer,
+    sharded_layer,
+)
+from simcluster.profiler.layer.weights import REPLICATED, shard
 
 
 @dataclass(frozen=True)

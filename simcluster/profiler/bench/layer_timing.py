@@ -1,7 +1,7 @@
 """Time the real layer forward and backward at held-out shapes: what check-profile predicts.
 
-    python -m simcluster.profiler.layer_timing --device cuda --out out/layer_timing.json
-    python -m simcluster.profiler.layer_timing --device cpu --quick --out /tmp/lt.json
+    python -m simcluster.profiler.bench.layer_timing --device cuda --out out/layer_timing.json
+    python -m simcluster.profiler.bench.layer_timing --device cpu --quick --out /tmp/lt.json
 
 Torch and the standard library only. For each held-out shape (`shapes.held_out_shapes`),
 t in {1, 2, 4, 8}, sequence parallelism off / on and recompute none / selective / full, one
@@ -24,20 +24,21 @@ from pathlib import Path
 
 import torch
 
-from simcluster.config.choices import Recompute
-from simcluster.profiler.device_info import describe_device
-from simcluster.profiler.layer import local_layer
-from simcluster.profiler.parallel import ShardStandInComm
-from simcluster.profiler.progress import Progress, StderrProgress
-from simcluster.profiler.records import LayerRun, LayerTiming, entry_point_parser, write_text_atomically
-from simcluster.profiler.shapes import (
+from simcluster.calibration.records import LayerRun, LayerTiming, write_text_atomically
+from simcluster.calibration.shapes import (
     DROPOUT_PROB,
     TP_DEGREES,
     grid_name,
     held_out_shapes,
 )
-from simcluster.profiler.spec import LayerSpec
-from simcluster.profiler.timing import Timer, TimingPolicy, cpu_threads, device_generator
+from simcluster.config.choices import Recompute
+from simcluster.profiler.bench.command_line import entry_point_parser
+from simcluster.profiler.bench.device_info import describe_device
+from simcluster.profiler.bench.progress import Progress, StderrProgress
+from simcluster.profiler.bench.timing import Timer, TimingPolicy, cpu_threads, device_generator
+from simcluster.profiler.layer.parallel import ShardStandInComm
+from simcluster.profiler.layer.spec import LayerSpec
+from simcluster.profiler.layer.transformer import local_layer
 
 
 def layer_policy(device_type: str, quick: bool) -> TimingPolicy:
@@ -145,7 +146,7 @@ def run_check(
 
 def main(argv: Sequence[str] | None = None) -> LayerRun:
     args = entry_point_parser(__doc__.splitlines()[0], Path("out/layer_timing.json")).parse_args(argv)
-    command = "python -m simcluster.profiler.layer_timing " + " ".join(argv or sys.argv[1:])
+    command = "python -m simcluster.profiler.bench.layer_timing " + " ".join(argv or sys.argv[1:])
     with StderrProgress("check-profile") as progress:
         run = run_check(args.device, args.quick, command, progress, args.threads)
     write_text_atomically(args.out, run.to_json())

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from simcluster.profiler.parallel import Comm, DistributedComm
+from simcluster.profiler.layer.parallel import Comm, DistributedComm
 
 R = TypeVar("R")
 

@@ -1,7 +1,7 @@
 """Measure the activation memory of a stack of real layers on one GPU, against Table 2.
 
-    python -m simcluster.profiler.gpu_memory --out-dir out/gpu_memory        # 22B, t=8
-    python -m simcluster.profiler.gpu_memory --hidden-size 1024 --num-attention-heads 16 \\
+    python -m simcluster.profiler.bench.gpu_memory --out-dir out/gpu_memory        # 22B, t=8
+    python -m simcluster.profiler.bench.gpu_memory --hidden-size 1024 --num-attention-heads 16 \\
         --seq-length 512 --micro-batch-size 2 --tp 2 --num-layers 2 --device cpu
 
 Builds `num_layers` layers at rank-0 shard shapes with `ShardStandInComm` (one device plays
@@ -31,10 +31,10 @@ import torch
 from torch import Tensor, nn
 
 from simcluster.config.choices import Dtype, Recompute
-from simcluster.profiler.accounting import SavedTensorCounter, expected_saved_bytes, table2_row
-from simcluster.profiler.layer import local_layer
-from simcluster.profiler.parallel import ShardStandInComm
-from simcluster.profiler.spec import LayerSpec
+from simcluster.profiler.layer.accounting import SavedTensorCounter, expected_saved_bytes, table2_row
+from simcluster.profiler.layer.parallel import ShardStandInComm
+from simcluster.profiler.layer.spec import LayerSpec
+from simcluster.profiler.layer.transformer import local_layer
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,12 @@ measuring modules write on a bare GPU machine) on any machine, with or without t
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from simcluster.profiler.shapes import LayerShape
+from simcluster.calibration.shapes import LayerShape
 
 
 @dataclass(frozen=True)
@@ -171,13 +170,3 @@ def write_text_atomically(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     tmp.replace(path)
-
-
-def entry_point_parser(description: str, default_out: Path) -> argparse.ArgumentParser:
-    """The options every `python -m simcluster.profiler.<bench>` entry point takes."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--threads", type=int, default=1, help="CPU intra-op threads")
-    parser.add_argument("--out", type=Path, default=default_out)
-    return parser

@@ -17,9 +17,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from simcluster.profiler.launch import run_distributed
-from simcluster.profiler.parallel import Comm
-from simcluster.profiler.records import AllReducePoint
+from simcluster.calibration.records import AllReducePoint
+from simcluster.profiler.bench.launch import run_distributed
+from simcluster.profiler.layer.parallel import Comm
 
 SIZES_BYTES = tuple(2**p for p in range(15, 31, 2))  # 32 KiB ... 1 GiB
 QUICK_SIZES_BYTES = (2**15, 2**20, 2**24)

@@ -28,15 +28,15 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from simcluster.config.choices import Recompute
-from simcluster.profiler.ops import LocalMasks, MaskSource, SlicedMasks, dropout, scale_mask_softmax
-from simcluster.profiler.parallel import (
+from simcluster.profiler.layer.ops import LocalMasks, MaskSource, SlicedMasks, dropout, scale_mask_softmax
+from simcluster.profiler.layer.parallel import (
     Comm,
     ShardStandInComm,
     column_parallel_linear,
     row_parallel_linear,
 )
-from simcluster.profiler.spec import LayerSpec
-from simcluster.profiler.weights import (
+from simcluster.profiler.layer.spec import LayerSpec
+from simcluster.profiler.layer.weights import (
     PARAM_NAMES,
     local_weights,
     param_shapes,
@@ -101,7 +101,7 @@ class ParallelTransformerLayer(nn.Module):
         qkv = column_parallel_linear(x, self.qkv_weight, self.qkv_bias, self.comm,
                                      spec.sequence_parallel)  # [s, b, 3h/t]
         s, b = qkv.shape[:2]
-        qkv = qkv.view(s, b, spec.local_heads, 3 * spec.head_dim)  # heads hold [q k v]
+        qkv = qkv.view(s, b, spec.heads_per_rank, 3 * spec.head_dim)  # heads hold [q k v]
         q, k, v = qkv.split(spec.head_dim, dim=-1)  # views, each [s, b, a/t, h/a]
         if spec.recompute is Recompute.SELECTIVE:
             context = checkpoint(self._attention_core, q, k, v, use_reentrant=False,

@@ -1,6 +1,6 @@
 """The layer's memory-bound sites: the torch code between two GEMMs, forward or backward.
 
-Each mirrors `ParallelTransformerLayer` (profiler/layer.py); backward sites time
+Each mirrors `ParallelTransformerLayer` (profiler/layer/transformer.py); backward sites time
 autograd.grad through the same forward code, built once per input set:
 - `layer_norm` F.layer_norm; backward includes its weight and bias gradients.
 - `residual_add` the autograd accumulation of the two residual-stream gradients.
@@ -26,13 +26,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from simcluster.profiler.ops import LocalMasks, dropout, scale_mask_softmax
-from simcluster.profiler.timing import Call
-from simcluster.workload.layer import LayerConfig
+from simcluster.profiler.bench.timing import Call
+from simcluster.profiler.layer.ops import LocalMasks, dropout, scale_mask_softmax
+from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.ops import Op
 
 if TYPE_CHECKING:
-    from simcluster.profiler.kernels import BuildContext
+    from simcluster.profiler.bench.kernels import BuildContext
 
 LAYERNORM_EPS = 1e-5
 
@@ -75,7 +75,7 @@ def _site_of(op_name: str) -> tuple[str, bool]:
         return "bias_dropout_add", backward
     if stem.endswith(".residual_grad_add"):
         return "residual_add", False
-    raise KeyError(f"no benchmark for element-wise op {op_name!r}: add one to profiler/sites.py")
+    raise KeyError(f"no benchmark for element-wise op {op_name!r}: add one to profiler/bench/sites.py")
 
 
 def _timed_backward(

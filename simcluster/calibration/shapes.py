@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simcluster.config.choices import Recompute
-from simcluster.workload.layer import LayerConfig
+from simcluster.config.choices import Dtype, Recompute
+from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.ops import CollectiveKind, Op, OpKind, elementwise
 
 TP_DEGREES = (1, 2, 4, 8)
@@ -46,26 +46,25 @@ class LayerShape:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
+        return self.config(tp=1).head_dim
 
     def config(
         self,
         tp: int,
         sequence_parallel: bool = False,
         recompute: Recompute = Recompute.NONE,
-        element_bytes: int = 2,
+        dtype: Dtype = Dtype.BF16,
     ) -> LayerConfig:
-        """The simulator's description of this layer on one rank of `tp`."""
+        """The simulator's description of this layer on one rank of `tp` (f = 4h)."""
         return LayerConfig(
-            micro_batch_size=self.micro_batch_size,
-            seq_length=self.seq_length,
             hidden_size=self.hidden_size,
             num_attention_heads=self.num_attention_heads,
-            ffn_hidden_size=4 * self.hidden_size,
+            seq_length=self.seq_length,
+            micro_batch_size=self.micro_batch_size,
             tp=tp,
             sequence_parallel=sequence_parallel,
             recompute=recompute,
-            element_bytes=element_bytes,
+            dtype=dtype,
         )
 
 

@@ -1,7 +1,7 @@
 """Micro-benchmarks of the layer's kernels: what `simcluster calibrate` fits a profile to.
 
-    python -m simcluster.profiler.microbench --device cuda --out out/microbench.json
-    python -m simcluster.profiler.microbench --device cpu --quick --out /tmp/mb.json
+    python -m simcluster.profiler.bench.microbench --device cuda --out out/microbench.json
+    python -m simcluster.profiler.bench.microbench --device cpu --quick --out /tmp/mb.json
 
 Torch and the standard library only (it runs on a bare GPU machine); the fit and the YAML
 live in `simcluster.calibration`, which reads the JSON this writes (or the `Measurements`
@@ -32,19 +32,13 @@ from typing import Any
 
 import torch
 
-from simcluster.config.choices import Recompute
-from simcluster.profiler.device_info import describe_device
-from simcluster.profiler.kernels import Benchmark, BuildContext, benchmark_for
-from simcluster.profiler.layer_timing import time_layer
-from simcluster.profiler.progress import Progress, StderrProgress
-from simcluster.profiler.records import (
+from simcluster.calibration.records import (
     ElementwiseRecord,
     GemmRecord,
     Measurements,
-    entry_point_parser,
     write_text_atomically,
 )
-from simcluster.profiler.shapes import (
+from simcluster.calibration.shapes import (
     DROPOUT_PROB,
     TP_DEGREES,
     LayerShape,
@@ -52,14 +46,20 @@ from simcluster.profiler.shapes import (
     grid_name,
     standin_ops,
 )
-from simcluster.profiler.spec import LayerSpec
-from simcluster.profiler.timing import (
+from simcluster.config.choices import Recompute
+from simcluster.profiler.bench.command_line import entry_point_parser
+from simcluster.profiler.bench.device_info import describe_device
+from simcluster.profiler.bench.kernels import Benchmark, BuildContext, benchmark_for
+from simcluster.profiler.bench.layer_timing import time_layer
+from simcluster.profiler.bench.progress import Progress, StderrProgress
+from simcluster.profiler.bench.timing import (
     Timer,
     TimingPolicy,
     cpu_threads,
     device_generator,
     random_tensor,
 )
+from simcluster.profiler.layer.spec import LayerSpec
 from simcluster.workload.layer import layer_ops
 
 DTYPE = torch.bfloat16
@@ -245,7 +245,7 @@ def _square_gemm(timer: Timer, ctx: BuildContext, size: int, dtype: torch.dtype)
 
 def main(argv: Sequence[str] | None = None) -> Measurements:
     args = entry_point_parser(__doc__.splitlines()[0], Path("out/microbench.json")).parse_args(argv)
-    command = "python -m simcluster.profiler.microbench " + " ".join(argv or sys.argv[1:])
+    command = "python -m simcluster.profiler.bench.microbench " + " ".join(argv or sys.argv[1:])
     with StderrProgress("calibrate") as progress:
         result = run_calibration(args.device, args.quick, command, progress, args.threads)
     write_text_atomically(args.out, result.to_json())
