@@ -32,6 +32,7 @@ LAYERS = [
     "report",
     "sweep",
     "cli",
+    "__main__",
 ]
 ONLY_IN = {"simpy": "engine", "torch": "profiler", "matplotlib": "report"}
 
