@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import product
+from typing import Any
 
 from simcluster.config.choices import ScheduleKind
 from simcluster.config.hardware import HardwareProfile
@@ -72,13 +73,15 @@ def search_space(base: Scenario, hardware: HardwareProfile, num_gpus: int) -> Se
     return SearchSpace(base=base, hardware=hardware, num_gpus=num_gpus, values=values)
 
 
-def _scenario(space: SearchSpace, layout: dict[str, AxisValue], dp: int) -> Scenario:
-    base = space.base
+def _scenario(base: dict[str, Any], layout: dict[str, AxisValue], dp: int) -> Scenario:
+    """`base` (a scenario's JSON form) with the layout's values, dp and the 1F1B schedule."""
     parallel = {name: layout[name] for name in PLAN_AXES if AXES[name].section == "parallel"}
     training = {name: layout[name] for name in PLAN_AXES if AXES[name].section == "training"}
-    data = base.model_dump(mode="json")
-    data["parallel"] = {**data["parallel"], **parallel, "dp": dp}
-    data["training"] = {**data["training"], **training, "schedule": ScheduleKind.ONE_F_ONE_B.value}
+    data = {
+        **base,
+        "parallel": {**base["parallel"], **parallel, "dp": dp},
+        "training": {**base["training"], **training, "schedule": ScheduleKind.ONE_F_ONE_B.value},
+    }
     return Scenario.model_validate(data)
 
 
@@ -86,6 +89,7 @@ def candidates(space: SearchSpace) -> Iterator[Scenario]:
     """Every layout in the space that uses exactly `num_gpus` GPUs and that the scenario
     loader accepts, in `product()` order of `PLAN_AXES`."""
     names = list(space.values)
+    base = space.base.model_dump(mode="json")
     for combination in product(*space.values.values()):
         layout = dict(zip(names, combination))
         tp, pp = int(layout["tp"]), int(layout["pp"])
@@ -94,7 +98,7 @@ def candidates(space: SearchSpace) -> Iterator[Scenario]:
         dp = space.num_gpus // (tp * pp)
         if dp == 1 and any(layout[name] for name in DP_ONLY_AXES):
             continue
-        scenario = _scenario(space, layout, dp)
+        scenario = _scenario(base, layout, dp)
         if not cross_field_problems(scenario):
             yield scenario
 
