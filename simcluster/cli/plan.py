@@ -32,6 +32,7 @@ def _value(scenario: object, column: str) -> str:
 
 def format_plan(result: PlanResult) -> str:
     from simcluster import units
+    from simcluster.plan import PLAN_AXES
     from simcluster.plan.search import describe_layout, differing_axes
     from simcluster.report.tables import format_table
 
@@ -60,8 +61,10 @@ def format_plan(result: PlanResult) -> str:
         "Megatron-LM:",
         winner.megatron_args,
     ]
-    if len(result.candidates) > 1 and not differing:
-        lines.insert(2, "(the candidates differ in no searched parameter)")
+    common = [column for column in ("tp", "pp", "dp", *PLAN_AXES[2:]) if column not in differing]
+    if len(result.candidates) > 1 and common:
+        shown = ", ".join(f"{_LABELS.get(c, c)} {_value(winner.scenario, c)}" for c in common)
+        lines.insert(1, f"same in all {len(result.candidates)}: {shown}")
     return "\n".join(lines)
 
 
