@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from simcluster.config.choices import Dtype, Recompute
+from simcluster.config.choices import Dtype, Recompute, ScheduleKind
 from simcluster.config.errors import ConfigError
 from simcluster.config.scenario import Scenario, parse_scenario
 
@@ -406,8 +406,6 @@ def to_megatron_args(scenario: Scenario, gpus_per_node: int | None = None) -> st
     `gpus_per_node` sets torchrun's --nproc_per_node (default: one node of all GPUs).
     Raises ConfigError for what Megatron cannot run (the GPipe schedule).
     """
-    from simcluster.config.choices import ScheduleKind
-
     m, par, tr = scenario.model, scenario.parallel, scenario.training
     if tr.schedule is ScheduleKind.GPIPE:
         raise ConfigError(SOURCE, ["training.schedule: value 'gpipe': Megatron-LM has no GPipe schedule"])

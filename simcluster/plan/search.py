@@ -13,6 +13,11 @@
 
 A layout fits when its fullest stage leaves `headroom_fraction` of the device's capacity
 free: peak ≤ (1 − headroom) · capacity.
+
+With `workers > 1` a process pool evaluates layouts at most two per worker ahead of the
+bound check (sweep's executor submits a whole expansion up front in cost order, so it could
+not stop at the bound); a layout evaluated speculatively only adds to `simulated`, never
+changes the answer.
 """
 
 from __future__ import annotations
