@@ -67,7 +67,7 @@ def _task_works(
     return forward, backward
 
 
-def _p2p(scenario: Scenario, hw: HardwareProfile, src: int, dst: int, message_bytes: float) -> Transfer:
+def p2p_send(scenario: Scenario, hw: HardwareProfile, src: int, dst: int, message_bytes: float) -> Transfer:
     """Each rank sends its 1/t of the activation. Without SP the receiver then all-gathers
     the t pieces over NVLink (Megatron's scatter/gather p2p, megatron.md §4.1) before the
     p2p call returns, so the message is delivered only after that all-gather."""
@@ -81,7 +81,7 @@ def _p2p(scenario: Scenario, hw: HardwareProfile, src: int, dst: int, message_by
     return Transfer(f"{'nvlink' if same else 'nic'}:{src}", seconds)
 
 
-def _grad_reduce(scenario: Scenario, hw: HardwareProfile, stage: StageWork) -> Transfer | None:
+def grad_reduce_transfer(scenario: Scenario, hw: HardwareProfile, stage: StageWork) -> Transfer | None:
     """DP reduction of fp32 main grads: an all-reduce, or with the distributed optimizer a
     reduce-scatter plus the all-gather of updated bf16 parameters."""
     par = scenario.parallel
@@ -98,7 +98,7 @@ def _grad_reduce(scenario: Scenario, hw: HardwareProfile, stage: StageWork) -> T
     return Transfer(f"{link}:{stage.stage}", seconds)
 
 
-def _tied_reduce(scenario: Scenario, hw: HardwareProfile, stage: StageWork) -> Transfer | None:
+def tied_reduce_transfer(scenario: Scenario, hw: HardwareProfile, stage: StageWork) -> Transfer | None:
     if stage.embedding_grad_bytes == 0:
         return None
     pp = scenario.parallel.pp
@@ -139,10 +139,10 @@ def build_plan(scenario: Scenario, hw: HardwareProfile, workload: Workload) -> P
                 forward=forward,
                 backward=backward,
                 static_bytes=stage.static.total_bytes,
-                send_forward=_p2p(scenario, hw, r, (r + 1) % p, workload.p2p_bytes) if p > 1 else None,
-                send_backward=_p2p(scenario, hw, r, (r - 1) % p, workload.p2p_bytes) if p > 1 else None,
-                grad_reduce=_grad_reduce(scenario, hw, stage),
-                tied_grad_reduce=_tied_reduce(scenario, hw, stage),
+                send_forward=p2p_send(scenario, hw, r, (r + 1) % p, workload.p2p_bytes) if p > 1 else None,
+                send_backward=p2p_send(scenario, hw, r, (r - 1) % p, workload.p2p_bytes) if p > 1 else None,
+                grad_reduce=grad_reduce_transfer(scenario, hw, stage),
+                tied_grad_reduce=tied_reduce_transfer(scenario, hw, stage),
                 optimizer_s=elementwise_time_s(stage.optimizer_step_bytes, hw),
                 send_after=comm.send_after,
                 extra_waits=comm.extra_waits,

@@ -31,6 +31,7 @@ LAYERS = [
     "validation",
     "report",
     "sweep",
+    "plan",
     "cli",
     "__main__",
 ]

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from simcluster.config.choices import Dtype, Recompute
+from simcluster.config.choices import Dtype, Recompute, ScheduleKind
 from simcluster.config.errors import ConfigError
 from simcluster.config.scenario import Scenario, parse_scenario
 
@@ -396,3 +396,44 @@ def parse_megatron_args(
     except ConfigError as error:  # show how the offending values were derived
         raise ConfigError(SOURCE, error.problems + [f"note: {note}" for note in notes]) from None
     return MegatronImport(scenario=scenario, notes=tuple(notes), **_sort_flags(flags))
+
+
+def to_megatron_args(scenario: Scenario, gpus_per_node: int | None = None) -> str:
+    """A scenario as a Megatron-LM launch line that `parse_megatron_args` reads back to the
+    same scenario (hardware and name aside, which are not Megatron's): a torchrun prefix
+    whose world size gives dp, then `pretrain_gpt.py` and the flags of every field.
+
+    `gpus_per_node` sets torchrun's --nproc_per_node (default: one node of all GPUs).
+    Raises ConfigError for what Megatron cannot run (the GPipe schedule).
+    """
+    m, par, tr = scenario.model, scenario.parallel, scenario.training
+    if tr.schedule is ScheduleKind.GPIPE:
+        raise ConfigError(SOURCE, ["training.schedule: value 'gpipe': Megatron-LM has no GPipe schedule"])
+    world = scenario.num_gpus
+    per_node = gpus_per_node if gpus_per_node and world % gpus_per_node == 0 else world
+    flags: list[str] = ["torchrun", "--nnodes", str(world // per_node), "--nproc_per_node", str(per_node)]
+    flags.append("pretrain_gpt.py")
+    for flag, key in _MODEL_INTS.items():
+        value = getattr(m, key)
+        if value is not None:
+            flags += [f"--{flag}", str(value)]
+    flags += ["--max-position-embeddings", str(m.seq_length)]
+    flags += ["--micro-batch-size", str(tr.micro_batch_size)]
+    flags += ["--global-batch-size", str(tr.global_batch_size)]
+    flags += ["--tensor-model-parallel-size", str(par.tp), "--pipeline-model-parallel-size", str(par.pp)]
+    if par.vpp > 1:
+        flags += ["--num-layers-per-virtual-pipeline-stage", str(scenario.layers_per_chunk)]
+    if par.sequence_parallel:
+        flags.append("--sequence-parallel")
+    if tr.recompute is Recompute.SELECTIVE:
+        flags += ["--recompute-granularity", "selective"]
+    elif tr.recompute is Recompute.FULL:
+        flags += ["--recompute-granularity", "full"]
+        flags += ["--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    if tr.dtype is not Dtype.FP32:
+        flags.append(f"--{tr.dtype.value}")
+    if tr.use_distributed_optimizer:
+        flags.append("--use-distributed-optimizer")
+    if tr.overlap_grad_reduce:
+        flags.append("--overlap-grad-reduce")
+    return shlex.join(flags)

@@ -10,6 +10,7 @@ rows of Table 2 (tested against `simcluster.workload.memory`).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from simcluster.config.choices import Recompute
@@ -30,6 +31,9 @@ class LayerOps:
         return sum(op.saved_bytes for op in self.forward)
 
 
+# Pure and immutable, so cached: a plan or sweep builds thousands of workloads from a few
+# hundred layer configurations.
+@functools.lru_cache(maxsize=1024)
 def layer_ops(cfg: LayerConfig) -> LayerOps:
     """The layer's ops in execution order, with the recompute mode applied to saved bytes."""
     core = _attention_core_forward(cfg)
