@@ -192,9 +192,11 @@ def run_simulation(
     plan = build_plan(scenario, hw, workload)
     engine = simulate(plan, record=record)
     m, tr = scenario.model, scenario.training
-    B, s, L, h, v = tr.global_batch_size, m.seq_length, m.num_layers, m.hidden_size, m.vocab_size
-    model_flops = flops.model_flops(B, s, L, h, v)
-    hardware_flops = flops.hardware_flops(B, s, L, h, v, tr.recompute)
+    B, s, L, v = tr.global_batch_size, m.seq_length, m.num_layers, m.vocab_size
+    widths = flops.LayerWidths(hidden_size=m.hidden_size, ffn_hidden_size=m.ffn_size)
+    model_flops = flops.model_flops(B, s, L, v, widths)
+    hardware_flops = flops.hardware_flops(B, s, L, v, widths, tr.recompute)
+    paper_hardware_flops = flops.paper_hardware_flops(B, s, L, v, widths, tr.recompute)
     peak = hw.peak_flop_per_s(tr.dtype)
     t = engine.iteration_time_s
     result = SimulationResult(
@@ -212,5 +214,7 @@ def run_simulation(
         stages=_stage_memory(workload, engine, hw),
         layer=layer_times(workload, hw, scenario),
         num_events=engine.num_events,
+        paper_hardware_flops=paper_hardware_flops,
+        paper_hfu=flops.utilization(paper_hardware_flops, t, scenario.num_gpus, peak),
     )
     return Simulation(scenario, hw, workload, plan, engine, result)

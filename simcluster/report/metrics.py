@@ -55,6 +55,8 @@ class SimulationResult:
     layer: LayerTimes
     num_events: int = 0
     extras: dict[str, Any] = field(default_factory=dict)
+    paper_hardware_flops: float = 0.0  # Korthikanti Eq. 8 for selective (Table 5's HFU column)
+    paper_hfu: float = 0.0
 
     @property
     def fits_in_memory(self) -> bool:
@@ -79,5 +81,7 @@ class SimulationResult:
             "layer_forward_s": self.layer.forward_s,
             "layer_backward_s": self.layer.backward_s,
             "num_events": self.num_events,
+            "paper_hardware_flops": self.paper_hardware_flops,
+            "paper_hfu": self.paper_hfu,
             **self.extras,
         }
