@@ -10,20 +10,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from simcluster.config.choices import Dtype, Recompute, ScheduleKind
 from simcluster.config.errors import ConfigError, describe_validation_error
 from simcluster.config.files import read_yaml
 from simcluster.config.hardware import HardwareProfile, load_hardware
+from simcluster.config.strict import StrictModel
 
-_STRICT = ConfigDict(extra="forbid", frozen=True)
 
-
-class ModelSpec(BaseModel):
+class ModelSpec(StrictModel):
     """Transformer shape (Korthikanti Table 1: L, h, a, s, v)."""
 
-    model_config = _STRICT
     num_layers: int = Field(gt=0)
     hidden_size: int = Field(gt=0)
     num_attention_heads: int = Field(gt=0)
@@ -36,10 +34,9 @@ class ModelSpec(BaseModel):
         return self.ffn_hidden_size or 4 * self.hidden_size
 
 
-class ParallelSpec(BaseModel):
+class ParallelSpec(StrictModel):
     """Tensor (t), pipeline (p), data (d) and virtual-pipeline (m in the paper) degrees."""
 
-    model_config = _STRICT
     tp: int = Field(gt=0)
     pp: int = Field(gt=0)
     dp: int = Field(default=1, gt=0)
@@ -47,8 +44,7 @@ class ParallelSpec(BaseModel):
     sequence_parallel: bool = False
 
 
-class TrainingSpec(BaseModel):
-    model_config = _STRICT
+class TrainingSpec(StrictModel):
     micro_batch_size: int = Field(gt=0)
     global_batch_size: int = Field(gt=0)
     recompute: Recompute = Recompute.NONE
@@ -62,8 +58,7 @@ class TrainingSpec(BaseModel):
     )
 
 
-class Scenario(BaseModel):
-    model_config = _STRICT
+class Scenario(StrictModel):
     name: str
     hardware: str
     model: ModelSpec
@@ -84,8 +79,25 @@ class Scenario(BaseModel):
         return self.model.num_layers // (self.parallel.pp * self.parallel.vpp)
 
 
+def divisors(n: int, limit: int | None = None) -> tuple[int, ...]:
+    """The divisors of n (at most `limit`) in order, by trial division up to √n (n is at
+    most 2³¹ - 1 here, so this is at most ~46,000 steps, never a loop over n)."""
+    if limit is not None and limit * limit < n:
+        return tuple(d for d in range(1, limit + 1) if n % d == 0)
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d != n // d:
+                large.append(n // d)
+        d += 1
+    bound = n if limit is None else limit
+    return tuple(x for x in small + large[::-1] if x <= bound)
+
+
 def _divisors(n: int) -> str:
-    values = [d for d in range(1, n + 1) if n % d == 0]
+    values: list[object] = list(divisors(n))
     shown = values if len(values) <= 12 else values[:12] + ["…"]
     return ", ".join(str(v) for v in shown)
 

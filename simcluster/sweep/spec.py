@@ -19,21 +19,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from simcluster.config.errors import ConfigError, describe_validation_error
 from simcluster.config.files import read_yaml
 from simcluster.config.hardware import HardwareProfile, load_hardware
 from simcluster.config.scenario import Scenario, load_scenario
+from simcluster.config.strict import StrictModel
 from simcluster.sweep.axes import AXES, AutoContext, AxisValue
 
 AUTO = "auto"
 
 
-class _SpecFile(BaseModel):
+class _SpecFile(StrictModel):
     """The file's shape; axis values are checked against `AXES` afterwards."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     base: str
     num_gpus: int | None = Field(default=None, gt=0, description="default: the base scenario's tp·pp·dp")
     axes: dict[str, Any] = Field(default_factory=dict)
