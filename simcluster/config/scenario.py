@@ -18,6 +18,12 @@ from simcluster.config.files import read_yaml
 from simcluster.config.hardware import HardwareProfile, load_hardware
 from simcluster.config.strict import StrictModel
 
+MAX_SIMULATED_TASKS = 1_000_000
+"""Most pipeline tasks (2 · pp · vpp · m: a forward and a backward per microbatch and
+chunk on every stage) one simulation may build. Each task costs the engine about 0.6 kB
+and 7-50 µs, so this bounds a run near 1 GB and a minute on a shared 2-core machine; the
+largest paper scenario (1T: 64 stages × 512 microbatches) has 65,536."""
+
 
 class ModelSpec(StrictModel):
     """Transformer shape (Korthikanti Table 1: L, h, a, s, v)."""
@@ -102,6 +108,22 @@ def _divisors(n: int) -> str:
     return ", ".join(str(v) for v in shown)
 
 
+def _too_many_tasks(scenario: Scenario, tasks: int) -> str:
+    par, tr = scenario.parallel, scenario.training
+    per_step = tr.micro_batch_size * par.dp
+    most = MAX_SIMULATED_TASKS // (2 * par.pp * par.vpp)
+    if par.vpp > 1:  # interleaving needs m a multiple of pp
+        most -= most % par.pp
+    largest = most * per_step
+    return (
+        f"training.global_batch_size: value {tr.global_batch_size}: gives {scenario.num_microbatches:,} "
+        f"microbatches, {tasks:,} pipeline tasks (2 * pp * vpp * m), over the {MAX_SIMULATED_TASKS:,} "
+        f"one run simulates; simulate a smaller global_batch_size (at most {largest:,} here) and scale: "
+        "past the pipeline fill the iteration time grows linearly in m, so two runs at m1 < m2 give "
+        "t(m) = t(m2) + (m - m2) * (t(m2) - t(m1)) / (m2 - m1)"
+    )
+
+
 def cross_field_problems(scenario: Scenario) -> list[str]:
     """The rules pydantic's per-field checks cannot see (also used to filter sweeps)."""
     m, par, tr = scenario.model, scenario.parallel, scenario.training
@@ -129,6 +151,8 @@ def cross_field_problems(scenario: Scenario) -> list[str]:
             f"training.global_batch_size: value {tr.global_batch_size}: must be a multiple of "
             f"micro_batch_size * dp ({tr.micro_batch_size} * {par.dp} = {per_step})"
         )
+    elif (tasks := 2 * par.pp * par.vpp * scenario.num_microbatches) > MAX_SIMULATED_TASKS:
+        problems.append(_too_many_tasks(scenario, tasks))
     elif par.vpp > 1 and tr.schedule is ScheduleKind.ONE_F_ONE_B and scenario.num_microbatches % par.pp:
         problems.append(
             f"parallel.vpp: value {par.vpp}: interleaved 1F1B needs the number of microbatches "
