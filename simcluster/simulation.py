@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from simcluster.config.choices import Dtype, ScheduleKind
+from simcluster.config.errors import ConfigError
 from simcluster.config.hardware import HardwareProfile
 from simcluster.config.scenario import Scenario
 from simcluster.costs.chunk import ChunkCost, price_chunk, price_ops
@@ -218,3 +222,28 @@ def run_simulation(
         paper_hfu=flops.utilization(paper_hardware_flops, t, scenario.num_gpus, peak),
     )
     return Simulation(scenario, hw, workload, plan, engine, result)
+
+
+def _non_finite(value: Any, path: str) -> list[str]:
+    if isinstance(value, float):
+        return [] if math.isfinite(value) else [path]
+    if isinstance(value, dict):
+        return [p for key, item in value.items() for p in _non_finite(item, f"{path}.{key}" if path else key)]
+    if isinstance(value, (list, tuple)):
+        return [p for n, item in enumerate(value) for p in _non_finite(item, f"{path}[{n}]")]
+    return []
+
+
+def require_finite(result: SimulationResult, source: str | Path) -> None:
+    """Raise ConfigError when a number of the result is infinite or NaN: the profile's
+    numbers are finite and positive, but one so small (1e-300 GB/s) or large that a time
+    overflows still cannot be priced, and JSON has no Infinity."""
+    bad = _non_finite(result.to_json_dict(), "")
+    if bad:
+        raise ConfigError(
+            source,
+            [
+                f"hardware {result.hardware!r}: the simulation gives non-finite {', '.join(bad[:5])}; "
+                "a profile number is too small or too large to price (check its units)"
+            ],
+        )

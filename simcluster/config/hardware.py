@@ -20,6 +20,10 @@ from simcluster.config.files import read_yaml
 from simcluster.config.strict import StrictModel
 
 PROFILE_SUFFIX = ".yaml"
+# Every non-zero number of a profile, in its file unit, lies between these: real ones span
+# about 1e-2 (µs, efficiencies) to 1e11 (bytes of a measured kernel); 1e-300 GB/s is finite
+# and positive but prices a message at 1e300 s.
+MIN_MAGNITUDE, MAX_MAGNITUDE = 1e-6, 1e15
 BUSBW_TIME_NOISE = 0.1  # accepted drop in all-reduce time between neighbouring table sizes
 
 
@@ -77,6 +81,11 @@ class _Section(StrictModel):
             table = isinstance(value, (list, tuple, dict, BaseModel))
             if any(n < 0 for n in numbers):
                 problems.append(f"{name}: no number in a profile may be negative, got {shorten(value)}")
+            elif any(n != 0 and not MIN_MAGNITUDE <= n <= MAX_MAGNITUDE for n in numbers):
+                problems.append(
+                    f"{name}: value {shorten(value)}: a number is outside {MIN_MAGNITUDE:g} to "
+                    f"{MAX_MAGNITUDE:g} in the file's units (GB/s, µs, TFLOP/s, MB, bytes); check its unit"
+                )
             elif table and any(n == 0 for n in numbers):
                 problems.append(
                     f"{name}: every entry must be positive (no zero size or rate): {shorten(value)}"
