@@ -36,6 +36,7 @@ def _edited(section: str, key: str, value):
         ("compute", "elementwise_points", [[0.0, 10.0]], "elementwise_points: every entry must be positive"),
         ("compute", "elementwise_points_by_op", {"softmax": [[10.0, 1], [1.0, 2]]}, "strictly increasing"),
         ("gpu", "num_sms", True, "gpu.num_sms: value True: must be an integer, not a boolean"),
+        ("network", "nic_achieved_gb_per_s", 1e-300, "a number is outside 1e-06 to 1e+15"),
     ],
 )
 def test_unphysical_numbers_are_refused(section, key, value, expected):

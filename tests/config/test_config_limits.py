@@ -53,3 +53,16 @@ def test_iteration_time_is_linear_in_m_past_the_fill():
     times = {m: run_simulation(_scenario(m), hw).result.iteration_time_s for m in (16, 32, 64)}
     slope = (times[32] - times[16]) / 16
     assert times[64] == pytest.approx(times[32] + 32 * slope, rel=1e-6)
+
+
+def test_a_sweep_of_too_many_combinations_is_refused(tmp_path):
+    """Axes whose product exceeds the bound are refused at load, naming each axis's count."""
+    from simcluster.sweep.spec import MAX_COMBINATIONS, parse_sweep_spec
+    from tests.paths import ROOT
+
+    (tmp_path / "base.yaml").write_text((ROOT / "scenarios/paper/gpt3-175b-sp-selective.yaml").read_text())
+    axes = {"global_batch_size": list(range(64, 64 * 2001, 64)), "micro_batch_size": list(range(1, 1001))}
+    with pytest.raises(ConfigError) as caught:
+        parse_sweep_spec({"base": "base.yaml", "axes": axes}, tmp_path / "spec.yaml")
+    assert "micro_batch_size 1000 * global_batch_size 2000 = 2,000,000 combinations" in str(caught.value)
+    assert f"{MAX_COMBINATIONS:,}" in str(caught.value)
