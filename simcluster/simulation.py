@@ -235,9 +235,10 @@ def _non_finite(value: Any, path: str) -> list[str]:
 
 
 def require_finite(result: SimulationResult, source: str | Path) -> None:
-    """Raise ConfigError when a number of the result is infinite or NaN: the profile's
-    numbers are finite and positive, but one so small (1e-300 GB/s) or large that a time
-    overflows still cannot be priced, and JSON has no Infinity."""
+    """Raise ConfigError when a number of the result is infinite or NaN. A loaded profile's
+    numbers are finite and within 1e-6..1e15 of their unit, so this is the last guard (a
+    profile changed in code, `model_copy` skips validation) before JSON, which has no
+    Infinity."""
     bad = _non_finite(result.to_json_dict(), "")
     if bad:
         raise ConfigError(

@@ -62,7 +62,8 @@ def run(
     if json_output:
         payload = [r.to_json_dict() for r in results]
         if results:
-            typer.echo(json.dumps(payload[0] if len(files) == 1 else payload, indent=2, allow_nan=False))
+            single = len(payload) == 1 and not problems
+            typer.echo(json.dumps(payload[0] if single else payload, indent=2, allow_nan=False))
     elif len(files) == 1:
         typer.echo(format_result(results[0]))
         if trace is not None:
