@@ -56,10 +56,27 @@ class SimulationResult:
     layer: LayerTimes
     num_events: int = 0
     extras: dict[str, Any] = field(default_factory=dict)
+    paper_hardware_flops: float = 0.0  # Korthikanti Eq. 8 for selective (Table 5's HFU column)
+    paper_hfu: float = 0.0
 
     @property
     def fits_in_memory(self) -> bool:
         return all(stage.fits for stage in self.stages)
+
+    @property
+    def bubble_to_busy_ratio(self) -> float:
+        """Pipeline idle stage-time over busy stage-time until the last backward ends:
+        Narayanan et al. 2021's "bubble time fraction" t_pb / t_id, (p − 1)/(m·v) for
+        uniform tasks. A ratio, not a share: 7.0 for p = 8, m = 1 (`bubble_fraction` is
+        the same number under its first, misleading name)."""
+        return self.bubble_fraction
+
+    @property
+    def pipeline_idle_fraction(self) -> float:
+        """Share of the stages' time until the last backward spent idle (in [0, 1)):
+        idle / (idle + busy) = r / (1 + r) for r = `bubble_to_busy_ratio`."""
+        ratio = self.bubble_fraction
+        return ratio / (1 + ratio)
 
     def to_json_dict(self) -> dict[str, Any]:
         """The `simcluster run --json` object. Keys are a public contract: add, never rename."""
@@ -73,6 +90,8 @@ class SimulationResult:
             "model_flops": self.model_flops,
             "hardware_flops": self.hardware_flops,
             "bubble_fraction": self.bubble_fraction,
+            "bubble_to_busy_ratio": self.bubble_to_busy_ratio,
+            "pipeline_idle_fraction": self.pipeline_idle_fraction,
             "num_gpus": self.num_gpus,
             "fits_in_memory": self.fits_in_memory,
             "time_breakdown_s": dict(self.time_breakdown_s),
@@ -80,5 +99,7 @@ class SimulationResult:
             "layer_forward_s": self.layer.forward_s,
             "layer_backward_s": self.layer.backward_s,
             "num_events": self.num_events,
+            "paper_hardware_flops": self.paper_hardware_flops,
+            "paper_hfu": self.paper_hfu,
             **self.extras,
         }

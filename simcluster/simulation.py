@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from simcluster.config.choices import Dtype, ScheduleKind
+from simcluster.config.errors import ConfigError
 from simcluster.config.hardware import HardwareProfile
 from simcluster.config.scenario import Scenario
 from simcluster.costs.chunk import ChunkCost, price_chunk, price_ops
@@ -195,9 +199,11 @@ def run_simulation(
     plan = build_plan(scenario, hw, workload)
     engine = simulate(plan, record=record)
     m, tr = scenario.model, scenario.training
-    B, s, L, h, v = tr.global_batch_size, m.seq_length, m.num_layers, m.hidden_size, m.vocab_size
-    model_flops = flops.model_flops(B, s, L, h, v)
-    hardware_flops = flops.hardware_flops(B, s, L, h, v, tr.recompute)
+    B, s, L, v = tr.global_batch_size, m.seq_length, m.num_layers, m.vocab_size
+    widths = flops.LayerWidths(hidden_size=m.hidden_size, ffn_hidden_size=m.ffn_size)
+    model_flops = flops.model_flops(B, s, L, v, widths)
+    hardware_flops = flops.hardware_flops(B, s, L, v, widths, tr.recompute)
+    paper_hardware_flops = flops.paper_hardware_flops(B, s, L, v, widths, tr.recompute)
     peak = hw.peak_flop_per_s(tr.dtype)
     t = engine.iteration_time_s
     result = SimulationResult(
@@ -215,5 +221,33 @@ def run_simulation(
         stages=_stage_memory(workload, engine, hw),
         layer=layer_times(workload, hw, scenario),
         num_events=engine.num_events,
+        paper_hardware_flops=paper_hardware_flops,
+        paper_hfu=flops.utilization(paper_hardware_flops, t, scenario.num_gpus, peak),
     )
     return Simulation(scenario, hw, workload, plan, engine, result)
+
+
+def _non_finite(value: Any, path: str) -> list[str]:
+    if isinstance(value, float):
+        return [] if math.isfinite(value) else [path]
+    if isinstance(value, dict):
+        return [p for key, item in value.items() for p in _non_finite(item, f"{path}.{key}" if path else key)]
+    if isinstance(value, (list, tuple)):
+        return [p for n, item in enumerate(value) for p in _non_finite(item, f"{path}[{n}]")]
+    return []
+
+
+def require_finite(result: SimulationResult, source: str | Path) -> None:
+    """Raise ConfigError when a number of the result is infinite or NaN. A loaded profile's
+    numbers are finite and within 1e-6..1e15 of their unit, so this is the last guard (a
+    profile changed in code, `model_copy` skips validation) before JSON, which has no
+    Infinity."""
+    bad = _non_finite(result.to_json_dict(), "")
+    if bad:
+        raise ConfigError(
+            source,
+            [
+                f"hardware {result.hardware!r}: the simulation gives non-finite {', '.join(bad[:5])}; "
+                "a profile number is too small or too large to price (check its units)"
+            ],
+        )

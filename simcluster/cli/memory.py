@@ -57,7 +57,7 @@ def memory(
         payload = report.to_json_dict()
         payload["measured_bytes_per_layer"] = measured["activation_bytes"] if measured else None
         payload["measured"] = measured
-        typer.echo(json.dumps(payload, indent=2))
+        typer.echo(json.dumps(payload, indent=2, allow_nan=False))
         return
     typer.echo(format_memory_report(report))
     if measured:

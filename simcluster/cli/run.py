@@ -44,29 +44,41 @@ def run(
     from simcluster.config.scenario import load_scenario
     from simcluster.engine.trace import write_trace
     from simcluster.report.tables import format_result, format_summary
-    from simcluster.simulation import run_simulation
+    from simcluster.simulation import require_finite, run_simulation
 
     use_hwprofiles(hwprofiles)
     files = _scenario_files(target)
     if trace is not None and len(files) > 1:
         fail("--trace needs a single scenario file, not a folder")
-    results = []
+    results, problems = [], []
     for path in files:
+        # One bad file in a folder must not stop the others: run every good one, then
+        # report every bad one and exit 2.
         try:
             spec = load_scenario(path)
             profile = load_hardware(hardware or spec.hardware, relative_to=path)
+            sim = run_simulation(spec, profile, record=trace is not None)
+            require_finite(sim.result, path)
         except ConfigError as error:
-            fail(error)
-        sim = run_simulation(spec, profile, record=trace is not None)
+            if len(files) == 1:
+                fail(error)
+            problems.append(error)
+            continue
         if trace is not None:
             write_trace(sim.engine, trace)
         results.append(sim.result)
     if json_output:
         payload = [r.to_json_dict() for r in results]
-        typer.echo(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2))
-    elif len(results) == 1:
+        if results:
+            single = len(payload) == 1 and not problems
+            typer.echo(json.dumps(payload[0] if single else payload, indent=2, allow_nan=False))
+    elif len(files) == 1:
         typer.echo(format_result(results[0]))
         if trace is not None:
             typer.echo(f"\ntrace written to {trace} (open in https://ui.perfetto.dev)")
-    else:
+    elif results:
         typer.echo(format_summary(results))
+    for problem in problems:
+        typer.echo(f"error: {problem}", err=True)
+    if problems:
+        fail(f"{len(problems)} of {len(files)} scenario files in {target} could not be run (above)")

@@ -18,17 +18,50 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from simcluster import units
 from simcluster.config.choices import Dtype
-from simcluster.config.errors import ConfigError, describe_validation_error
+from simcluster.config.errors import ConfigError, describe_validation_error, shorten
 from simcluster.config.files import read_yaml
 from simcluster.config.profiles import find_profile
 from simcluster.config.profiles import known_profiles as known_profiles  # re-exported
 from simcluster.config.profiles import profiles_dir as profiles_dir  # re-exported
+from simcluster.config.strict import StrictModel
+
+# Every non-zero number of a profile, in its file unit, lies between these: real ones span
+# about 1e-2 (µs, efficiencies) to 1e11 (bytes of a measured kernel); 1e-300 GB/s is finite
+# and positive but prices a message at 1e300 s.
+MIN_MAGNITUDE, MAX_MAGNITUDE = 1e-6, 1e15
+BUSBW_TIME_NOISE = 0.1  # accepted drop in all-reduce time between neighbouring table sizes
 
 
-class _Section(BaseModel):
-    """A profile section whose every numeric field must have a `sources` entry."""
+def _numbers(value: Any) -> list[float]:
+    """Every number inside a field's value (tables, points, per-kind curves)."""
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, (int, float)):
+        return [value]
+    if isinstance(value, BaseModel):
+        return [n for name, item in value if name != "sources" for n in _numbers(item)]
+    if isinstance(value, dict):
+        return [n for item in value.values() for n in _numbers(item)]
+    if isinstance(value, (list, tuple)):
+        return [n for item in value for n in _numbers(item)]
+    return []
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+
+def _curve_problem(points: list[tuple[float, float]]) -> str | None:
+    """A measured (size, rate) curve: sizes strictly increasing (the cost model interpolates
+    in log size, which needs sorted, distinct sizes)."""
+    sizes = [size for size, _ in points]
+    if any(later <= earlier for earlier, later in zip(sizes, sizes[1:])):
+        return f"sizes must be strictly increasing, got {shorten(sizes)}"
+    return None
+
+
+class _Section(StrictModel):
+    """A profile section whose every numeric field must have a `sources` entry, and whose
+    every number is a physical quantity: not negative anywhere, and positive inside tables
+    (sizes, rates, tile shapes), sorted where the cost model interpolates. The checks walk
+    the fields, so a numeric field added later is covered without naming it."""
+
     sources: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -43,11 +76,45 @@ class _Section(BaseModel):
             raise ValueError(f"no entry in `sources` for {', '.join(missing)} (every number needs one)")
         return self
 
+    @model_validator(mode="after")
+    def _numbers_are_physical(self) -> _Section:
+        problems = []
+        for name, value in self:
+            if name == "sources":
+                continue
+            numbers = _numbers(value)
+            table = isinstance(value, (list, tuple, dict, BaseModel))
+            if any(n < 0 for n in numbers):
+                problems.append(f"{name}: no number in a profile may be negative, got {shorten(value)}")
+            elif any(n != 0 and not MIN_MAGNITUDE <= n <= MAX_MAGNITUDE for n in numbers):
+                problems.append(
+                    f"{name}: value {shorten(value)}: a number is outside {MIN_MAGNITUDE:g} to "
+                    f"{MAX_MAGNITUDE:g} in the file's units (GB/s, µs, TFLOP/s, MB, bytes); check its unit"
+                )
+            elif table and any(n == 0 for n in numbers):
+                problems.append(
+                    f"{name}: every entry must be positive (no zero size or rate): {shorten(value)}"
+                )
+            curves = value.values() if isinstance(value, dict) else [value]
+            for curve in curves:
+                if _is_curve(curve) and (reason := _curve_problem(curve)):
+                    problems.append(f"{name}: {reason}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
-class GemmPoint(BaseModel):
+
+def _is_curve(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) > 0
+        and all(isinstance(point, tuple) and len(point) == 2 for point in value)
+    )
+
+
+class GemmPoint(StrictModel):
     """One measured GEMM: (batch × M × N × K) at an achieved rate."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     m: int = Field(gt=0)
     n: int = Field(gt=0)
     k: int = Field(gt=0)
@@ -72,6 +139,7 @@ class ComputeModel(_Section):
     kernel_launch_us: float = Field(ge=0)
     gemm_tiles: list[tuple[int, int, float]] = Field(
         default=[(256, 128, 1.0), (128, 128, 0.95), (128, 64, 0.85), (64, 64, 0.7)],
+        min_length=1,
         description="candidate CTA tiles (M, N, relative efficiency) for wave quantization",
     )
     gemm_points: list[GemmPoint] = Field(
@@ -88,6 +156,16 @@ class ComputeModel(_Section):
         "(`costs.compute.elementwise_kind`, e.g. 'softmax.bwd'); a kind not listed uses "
         "`elementwise_points`",
     )
+
+
+    @model_validator(mode="after")
+    def _tiles_are_fractions(self) -> ComputeModel:
+        if any(relative > 1 for _, _, relative in self.gemm_tiles):
+            raise ValueError(
+                f"gemm_tiles: value {shorten(self.gemm_tiles)}: a tile's relative efficiency is at most 1 "
+                "(the ceiling is gemm_max_efficiency)"
+            )
+        return self
 
 
 class NetworkModel(_Section):
@@ -111,17 +189,30 @@ class NetworkModel(_Section):
     )
     measured: Literal["datasheet", "measured"] = "datasheet"
 
+    @model_validator(mode="after")
+    def _bigger_messages_take_longer(self) -> NetworkModel:
+        """An all-reduce of more bytes never finishes sooner: size / busbw must not decrease
+        (busbw itself may dip, as the measured A100 sweep does at 16 MB). Measurements are
+        noisy where latency dominates (that sweep's 4 MB point is 0.4 % faster than its 1 MB
+        one), so a drop within `BUSBW_TIME_NOISE` is accepted."""
+        times = [size / rate for size, rate in self.nvlink_allreduce_busbw if size > 0 and rate > 0]
+        if any(later < earlier * (1 - BUSBW_TIME_NOISE) for earlier, later in zip(times, times[1:])):
+            raise ValueError(
+                f"nvlink_allreduce_busbw: value {shorten(self.nvlink_allreduce_busbw)}: message size / busbw "
+                "(the time) must not decrease as messages grow"
+            )
+        return self
 
-class Provenance(BaseModel):
+
+class Provenance(StrictModel):
     model_config = ConfigDict(extra="allow", frozen=True)
     kind: Literal["datasheet", "public-measurements", "measured", "fitted"]
     summary: str
 
 
-class HardwareProfile(BaseModel):
+class HardwareProfile(StrictModel):
     """A GPU system: one GPU's compute model and the node / cluster network."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     name: str
     description: str = ""
     provenance: Provenance

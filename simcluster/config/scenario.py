@@ -10,21 +10,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from simcluster.config.choices import Dtype, Recompute, ScheduleKind
 from simcluster.config.errors import ConfigError, describe_validation_error
 from simcluster.config.files import read_yaml
 from simcluster.config.hardware import HardwareProfile, load_hardware
 from simcluster.config.layer_shape import Indivisible, ffn_hidden_size_or_default, indivisible_sizes
+from simcluster.config.strict import StrictModel
 
-_STRICT = ConfigDict(extra="forbid", frozen=True)
+MAX_SIMULATED_TASKS = 1_000_000
+"""Most pipeline tasks (2 · pp · vpp · m: a forward and a backward per microbatch and
+chunk on every stage) one simulation may build. Each task costs the engine about 0.6 kB
+and 7-50 µs, so this bounds a run near 1 GB and a minute on a shared 2-core machine; the
+largest paper scenario (1T: 64 stages × 512 microbatches) has 65,536."""
 
 
-class ModelSpec(BaseModel):
+class ModelSpec(StrictModel):
     """Transformer shape (Korthikanti Table 1: L, h, a, s, v)."""
 
-    model_config = _STRICT
     num_layers: int = Field(gt=0)
     hidden_size: int = Field(gt=0)
     num_attention_heads: int = Field(gt=0)
@@ -37,10 +41,9 @@ class ModelSpec(BaseModel):
         return ffn_hidden_size_or_default(self.hidden_size, self.ffn_hidden_size)
 
 
-class ParallelSpec(BaseModel):
+class ParallelSpec(StrictModel):
     """Tensor (t), pipeline (p), data (d) and virtual-pipeline (m in the paper) degrees."""
 
-    model_config = _STRICT
     tp: int = Field(gt=0)
     pp: int = Field(gt=0)
     dp: int = Field(default=1, gt=0)
@@ -48,8 +51,7 @@ class ParallelSpec(BaseModel):
     sequence_parallel: bool = False
 
 
-class TrainingSpec(BaseModel):
-    model_config = _STRICT
+class TrainingSpec(StrictModel):
     micro_batch_size: int = Field(gt=0)
     global_batch_size: int = Field(gt=0)
     recompute: Recompute = Recompute.NONE
@@ -63,8 +65,7 @@ class TrainingSpec(BaseModel):
     )
 
 
-class Scenario(BaseModel):
-    model_config = _STRICT
+class Scenario(StrictModel):
     name: str
     hardware: str
     model: ModelSpec
@@ -85,8 +86,25 @@ class Scenario(BaseModel):
         return self.model.num_layers // (self.parallel.pp * self.parallel.vpp)
 
 
+def divisors(n: int, limit: int | None = None) -> tuple[int, ...]:
+    """The divisors of n (at most `limit`) in order, by trial division up to √n (n is at
+    most 2³¹ - 1 here, so this is at most ~46,000 steps, never a loop over n)."""
+    if limit is not None and limit * limit < n:
+        return tuple(d for d in range(1, limit + 1) if n % d == 0)
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d != n // d:
+                large.append(n // d)
+        d += 1
+    bound = n if limit is None else limit
+    return tuple(x for x in small + large[::-1] if x <= bound)
+
+
 def _divisors(n: int) -> str:
-    values = [d for d in range(1, n + 1) if n % d == 0]
+    values: list[object] = list(divisors(n))
     shown = values if len(values) <= 12 else values[:12] + ["…"]
     return ", ".join(str(v) for v in shown)
 
@@ -111,6 +129,22 @@ def _shape_problem(bad: Indivisible) -> str:
     )
 
 
+def _too_many_tasks(scenario: Scenario, tasks: int) -> str:
+    par, tr = scenario.parallel, scenario.training
+    per_step = tr.micro_batch_size * par.dp
+    most = MAX_SIMULATED_TASKS // (2 * par.pp * par.vpp)
+    if par.vpp > 1:  # interleaving needs m a multiple of pp
+        most -= most % par.pp
+    largest = most * per_step
+    return (
+        f"training.global_batch_size: value {tr.global_batch_size}: gives {scenario.num_microbatches:,} "
+        f"microbatches, {tasks:,} pipeline tasks (2 * pp * vpp * m), over the {MAX_SIMULATED_TASKS:,} "
+        f"one run simulates; simulate a smaller global_batch_size (at most {largest:,} here) and scale: "
+        "past the pipeline fill the iteration time grows linearly in m, so two runs at m1 < m2 give "
+        "t(m) = t(m2) + (m - m2) * (t(m2) - t(m1)) / (m2 - m1)"
+    )
+
+
 def cross_field_problems(scenario: Scenario) -> list[str]:
     """The rules pydantic's per-field checks cannot see (also used to filter sweeps)."""
     m, par, tr = scenario.model, scenario.parallel, scenario.training
@@ -131,6 +165,8 @@ def cross_field_problems(scenario: Scenario) -> list[str]:
             f"training.global_batch_size: value {tr.global_batch_size}: must be a multiple of "
             f"micro_batch_size * dp ({tr.micro_batch_size} * {par.dp} = {per_step})"
         )
+    elif (tasks := 2 * par.pp * par.vpp * scenario.num_microbatches) > MAX_SIMULATED_TASKS:
+        problems.append(_too_many_tasks(scenario, tasks))
     elif par.vpp > 1 and tr.schedule is ScheduleKind.ONE_F_ONE_B and scenario.num_microbatches % par.pp:
         problems.append(
             f"parallel.vpp: value {par.vpp}: interleaved 1F1B needs the number of microbatches "
