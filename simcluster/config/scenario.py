@@ -7,12 +7,22 @@ what is allowed.
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field, ValidationError
 
-from simcluster.config.choices import Dtype, Recompute, ScheduleKind
+from simcluster.config.choices import (
+    Activation,
+    AttentionBackend,
+    Dtype,
+    Normalization,
+    PositionEmbedding,
+    Recompute,
+    ScheduleKind,
+)
 from simcluster.config.errors import ConfigError, describe_validation_error
 from simcluster.config.files import read_yaml
 from simcluster.config.hardware import HardwareProfile, load_hardware
@@ -35,6 +45,20 @@ class ModelSpec(StrictModel):
     seq_length: int = Field(gt=0)
     vocab_size: int = Field(gt=0)
     ffn_hidden_size: int | None = Field(default=None, gt=0, description="default 4 * hidden_size")
+    num_query_groups: int | None = Field(
+        default=None, gt=0, description="GQA / MQA key-value head groups; default num_attention_heads"
+    )
+    activation: Activation = Activation.GELU
+    normalization: Normalization = Normalization.LAYERNORM
+    position_embedding: PositionEmbedding = PositionEmbedding.LEARNED
+    untie_embeddings_and_output_weights: bool = Field(
+        default=False, description="separate output-layer weights (no tied-embedding all-reduce)"
+    )
+
+    @property
+    def query_groups(self) -> int:
+        """g: key/value heads (Megatron's num_query_groups), a without GQA."""
+        return self.num_query_groups or self.num_attention_heads
 
     @property
     def ffn_size(self) -> int:
@@ -49,6 +73,19 @@ class ParallelSpec(StrictModel):
     dp: int = Field(default=1, gt=0)
     vpp: int = Field(default=1, gt=0)
     sequence_parallel: bool = False
+    cp: int = Field(default=1, gt=0, description="context parallelism; GPUs = tp * cp * pp * dp")
+    account_for_embedding_in_pipeline_split: bool = Field(
+        default=False, description="Megatron-core: the embedding takes a layer's slot on the first stage"
+    )
+    account_for_loss_in_pipeline_split: bool = Field(
+        default=False, description="Megatron-core: the loss takes a layer's slot on the last stage"
+    )
+    first_pipeline_num_layers: int | None = Field(
+        default=None, gt=0, description="Megatron-core --decoder-first-pipeline-num-layers"
+    )
+    last_pipeline_num_layers: int | None = Field(
+        default=None, gt=0, description="Megatron-core --decoder-last-pipeline-num-layers"
+    )
 
 
 class TrainingSpec(StrictModel):
@@ -63,6 +100,13 @@ class TrainingSpec(StrictModel):
     use_distributed_optimizer: bool = Field(
         default=False, description="shard optimizer state over DP (Megatron's distributed optimizer)"
     )
+    attention_backend: AttentionBackend = AttentionBackend.UNFUSED
+    overlap_param_gather: bool = Field(
+        default=False, description="distributed optimizer: all-gather parameters during the next forward"
+    )
+    tp_comm_overlap: bool = Field(
+        default=False, description="pipeline the SP all-gather / reduce-scatter with the GEMMs (TE)"
+    )
 
 
 class Scenario(StrictModel):
@@ -74,7 +118,9 @@ class Scenario(StrictModel):
 
     @property
     def num_gpus(self) -> int:
-        return self.parallel.tp * self.parallel.pp * self.parallel.dp
+        """tp · cp · pp · dp (Megatron-core's world size)."""
+        par = self.parallel
+        return par.tp * par.cp * par.pp * par.dp
 
     @property
     def num_microbatches(self) -> int:
@@ -177,7 +223,81 @@ def cross_field_problems(scenario: Scenario) -> list[str]:
     if par.sequence_parallel and par.tp == 1:
         problems.append("parallel.sequence_parallel: value True: needs tp > 1")
     problems += [_shape_problem(bad) for bad in shape if bad.field == "seq_length"]
+    problems += modern_layout_problems(scenario)
     return problems
+
+
+# Keys of the contract that load and are checked, but that the simulator does not price yet:
+# a run with one of them set is refused rather than priced as if it were unset.
+NOT_MODELLED_YET: dict[str, Callable[[Scenario], bool]] = {
+    "model.num_query_groups": lambda s: s.model.query_groups != s.model.num_attention_heads,
+    "model.activation": lambda s: s.model.activation is not Activation.GELU,
+    "model.normalization": lambda s: s.model.normalization is not Normalization.LAYERNORM,
+    "model.position_embedding": lambda s: s.model.position_embedding is not PositionEmbedding.LEARNED,
+    "model.untie_embeddings_and_output_weights": lambda s: s.model.untie_embeddings_and_output_weights,
+    "parallel.cp": lambda s: s.parallel.cp > 1,
+    "parallel.account_for_embedding_in_pipeline_split": (
+        lambda s: s.parallel.account_for_embedding_in_pipeline_split
+    ),
+    "parallel.account_for_loss_in_pipeline_split": lambda s: s.parallel.account_for_loss_in_pipeline_split,
+    "parallel.first_pipeline_num_layers": lambda s: s.parallel.first_pipeline_num_layers is not None,
+    "parallel.last_pipeline_num_layers": lambda s: s.parallel.last_pipeline_num_layers is not None,
+    "training.dtype": lambda s: s.training.dtype is Dtype.FP8,
+    "training.attention_backend": lambda s: s.training.attention_backend is not AttentionBackend.UNFUSED,
+    "training.overlap_param_gather": lambda s: s.training.overlap_param_gather,
+    "training.tp_comm_overlap": lambda s: s.training.tp_comm_overlap,
+}
+
+
+def modern_layout_problems(scenario: Scenario) -> list[str]:
+    """Megatron-core's rules for GQA, context parallelism, the overlaps and uneven pipeline
+    splits (modern.md §3), then the keys set that are not priced yet."""
+    m, par, tr = scenario.model, scenario.parallel, scenario.training
+    problems: list[str] = []
+    g = m.query_groups
+    if m.num_attention_heads % g:
+        problems.append(
+            f"model.num_query_groups: value {g}: must divide num_attention_heads "
+            f"({m.num_attention_heads}); allowed: {_divisors(m.num_attention_heads)}"
+        )
+    elif g % par.tp:
+        # megatron/core/transformer/attention.py: num_query_groups_per_partition =
+        # divide(num_query_groups, tp), which asserts; Megatron-core never replicates KV heads.
+        problems.append(
+            f"parallel.tp: value {par.tp}: must divide num_query_groups ({g}); Megatron-core's "
+            f"attention asserts num_query_groups % tp == 0; allowed tp: {_divisors(g)}"
+        )
+    if par.cp > 1 and m.seq_length % (2 * par.cp):
+        problems.append(
+            f"model.seq_length: value {m.seq_length}: must be divisible by 2 * cp ({2 * par.cp}); "
+            "Megatron-core splits the sequence into 2·cp chunks for causal load balance"
+        )
+    if tr.tp_comm_overlap and not par.sequence_parallel:
+        problems.append("training.tp_comm_overlap: value True: needs parallel.sequence_parallel (Megatron)")
+    if tr.overlap_param_gather and not tr.use_distributed_optimizer:
+        problems.append(
+            "training.overlap_param_gather: value True: needs training.use_distributed_optimizer (Megatron)"
+        )
+    accounts = par.account_for_embedding_in_pipeline_split or par.account_for_loss_in_pipeline_split
+    explicit = par.first_pipeline_num_layers is not None or par.last_pipeline_num_layers is not None
+    if accounts and explicit:
+        problems.append(
+            "parallel.first_pipeline_num_layers / last_pipeline_num_layers: cannot be combined with "
+            "account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split (Megatron-core)"
+        )
+    problems += [
+        f"{key}: value {_shown_value(scenario, key)}: not modelled by this version of the simulator yet; "
+        "leave it at its default"
+        for key, is_set in NOT_MODELLED_YET.items()
+        if is_set(scenario)
+    ]
+    return problems
+
+
+def _shown_value(scenario: Scenario, key: str) -> object:
+    section, field = key.split(".")
+    value = getattr(getattr(scenario, section), field)
+    return value.value if isinstance(value, enum.Enum) else value
 
 
 def parse_scenario(data: Any, source: str | Path, default_name: str = "scenario") -> Scenario:
