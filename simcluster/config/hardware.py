@@ -102,7 +102,7 @@ class NetworkModel(_Section):
     gpus_per_node: int = Field(gt=0)
     nvlink_bandwidth_gb_per_s: float = Field(gt=0)
     nvlink_allreduce_busbw: list[tuple[float, float]] = Field(
-        min_length=1, description="(message MB, measured all-reduce busbw GB/s) in one node"
+        min_length=1, description="(message MB, measured all-reduce busbw GB/s) in one NVLink domain"
     )
     nvlink_allgather_busbw: list[tuple[float, float]] | None = Field(
         default=None,
