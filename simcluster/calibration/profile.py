@@ -112,11 +112,17 @@ def build_profile(
 def _network_section(
     base: HardwareProfile, base_stem: str, network: list[AllReducePoint] | None
 ) -> dict[str, Any]:
-    net = base.network.model_dump(mode="json")
+    net = base.network.model_dump(mode="json", exclude_none=True)
     net["sources"] = net.pop("sources")  # last, as in the shipped profiles
     if not network:
         net["measured"] = "datasheet"
         return net
+    # The measured sweep is all-reduce only: the base's ring all-gather table would not match it.
+    net.pop("nvlink_allgather_busbw", None)
+    net["sources"].pop("nvlink_allgather_busbw", None)
+    if net.get("nvlink_domain_size", 0) % network[0].num_ranks:
+        net.pop("nvlink_domain_size")
+        net["sources"].pop("nvlink_domain_size", None)
     net["nvlink_allreduce_busbw"] = [
         [round(p.message_bytes / units.BYTES_PER_MB, 6), round(units.bytes_to_gb(p.busbw_bytes_per_s), 2)]
         for p in network

@@ -129,12 +129,37 @@ class GpuSpec(_Section):
     memory_gb: float = Field(gt=0)
     memory_bandwidth_gb_per_s: float = Field(gt=0)
     num_sms: int = Field(gt=0)
+    # Optional (absent = not stated; existing profiles load unchanged).
+    peak_fp8_tflop_per_s: float | None = Field(
+        default=None, gt=0, description="dense FP8 tensor-core peak; absent = no FP8 tensor cores"
+    )
+    memory_capacity_mib: float | None = Field(
+        default=None, gt=0, description="device memory as the driver reports it (nvidia-smi memory.total)"
+    )
+    cuda_context_mib: float | None = Field(default=None, ge=0, description="held by the CUDA context")
+    nccl_buffers_mib: float | None = Field(default=None, ge=0, description="held by NCCL communicators")
+
+    @model_validator(mode="after")
+    def _reserve_leaves_memory(self) -> GpuSpec:
+        """The CUDA context and NCCL buffers must leave some of the device to the model."""
+        if self.memory_capacity_mib is None:
+            return self
+        reserve = (self.cuda_context_mib or 0.0) + (self.nccl_buffers_mib or 0.0)
+        if reserve >= self.memory_capacity_mib:
+            raise ValueError(
+                f"cuda_context_mib + nccl_buffers_mib ({reserve:g}) must be below memory_capacity_mib "
+                f"({self.memory_capacity_mib:g})"
+            )
+        return self
 
 
 class ComputeModel(_Section):
     """How kernels reach (or miss) the peak: see `simcluster.costs.compute`."""
 
     gemm_max_efficiency: float = Field(gt=0, le=1)
+    fp8_gemm_max_efficiency: float | None = Field(
+        default=None, gt=0, le=1, description="large FP8 GEMM ceiling as a fraction of the FP8 peak"
+    )
     memory_bound_efficiency: float = Field(gt=0, le=1)
     kernel_launch_us: float = Field(ge=0)
     gemm_tiles: list[tuple[int, int, float]] = Field(
@@ -172,7 +197,16 @@ class NetworkModel(_Section):
     gpus_per_node: int = Field(gt=0)
     nvlink_bandwidth_gb_per_s: float = Field(gt=0)
     nvlink_allreduce_busbw: list[tuple[float, float]] = Field(
-        min_length=1, description="(message MB, measured all-reduce busbw GB/s) in one node"
+        min_length=1, description="(message MB, measured all-reduce busbw GB/s) in one NVLink domain"
+    )
+    nvlink_allgather_busbw: list[tuple[float, float]] | None = Field(
+        default=None,
+        min_length=1,
+        description="(message MB, ring all-gather / reduce-scatter busbw GB/s) in one NVLink domain; "
+        "absent = the all-reduce table (differs where NVLS speeds up all-reduce only)",
+    )
+    nvlink_domain_size: int | None = Field(
+        default=None, gt=0, description="GPUs sharing one NVLink fabric; absent = gpus_per_node (NVL72: 72)"
     )
     nvlink_latency_us: float = Field(ge=0)
     nvlink_p2p_efficiency: float = Field(gt=0, le=1)
@@ -195,11 +229,24 @@ class NetworkModel(_Section):
         (busbw itself may dip, as the measured A100 sweep does at 16 MB). Measurements are
         noisy where latency dominates (that sweep's 4 MB point is 0.4 % faster than its 1 MB
         one), so a drop within `BUSBW_TIME_NOISE` is accepted."""
-        times = [size / rate for size, rate in self.nvlink_allreduce_busbw if size > 0 and rate > 0]
-        if any(later < earlier * (1 - BUSBW_TIME_NOISE) for earlier, later in zip(times, times[1:])):
+        tables = {"nvlink_allreduce_busbw": self.nvlink_allreduce_busbw}
+        if self.nvlink_allgather_busbw is not None:
+            tables["nvlink_allgather_busbw"] = self.nvlink_allgather_busbw
+        for name, table in tables.items():
+            times = [size / rate for size, rate in table if size > 0 and rate > 0]
+            if any(later < earlier * (1 - BUSBW_TIME_NOISE) for earlier, later in zip(times, times[1:])):
+                raise ValueError(
+                    f"{name}: value {shorten(table)}: message size / busbw "
+                    "(the time) must not decrease as messages grow"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _domain_holds_whole_nodes(self) -> NetworkModel:
+        domain = self.nvlink_domain_size
+        if domain is not None and domain % self.gpus_per_node:
             raise ValueError(
-                f"nvlink_allreduce_busbw: value {shorten(self.nvlink_allreduce_busbw)}: message size / busbw "
-                "(the time) must not decrease as messages grow"
+                f"nvlink_domain_size {domain} must be a multiple of gpus_per_node {self.gpus_per_node}"
             )
         return self
 
@@ -221,6 +268,12 @@ class HardwareProfile(StrictModel):
     network: NetworkModel
     calibration: dict[str, Any] = Field(default_factory=dict)
 
+    @model_validator(mode="after")
+    def _fp8_ceiling_needs_fp8_peak(self) -> HardwareProfile:
+        if self.compute.fp8_gemm_max_efficiency is not None and self.gpu.peak_fp8_tflop_per_s is None:
+            raise ValueError("compute.fp8_gemm_max_efficiency needs gpu.peak_fp8_tflop_per_s")
+        return self
+
     # SI views, converted once here.
     def peak_flop_per_s(self, dtype: Dtype = Dtype.BF16) -> float:
         tflop = self.gpu.peak_fp32_tflop_per_s if dtype is Dtype.FP32 else self.gpu.peak_bf16_tflop_per_s
@@ -229,6 +282,34 @@ class HardwareProfile(StrictModel):
     @property
     def memory_bytes(self) -> float:
         return units.gb_to_bytes(self.gpu.memory_gb)
+
+    @property
+    def peak_fp8_flop_per_s(self) -> float | None:
+        """Dense FP8 tensor-core peak; None on a GPU without FP8 tensor cores (A100)."""
+        tflop = self.gpu.peak_fp8_tflop_per_s
+        return None if tflop is None else units.tflop_per_s_to_flop_per_s(tflop)
+
+    @property
+    def memory_capacity_bytes(self) -> float:
+        """Device memory as the driver reports it; the datasheet `memory_gb` where not given."""
+        mib = self.gpu.memory_capacity_mib
+        return self.memory_bytes if mib is None else units.mib_to_bytes(mib)
+
+    @property
+    def memory_reserved_bytes(self) -> float:
+        """What the CUDA context and NCCL's buffers hold before the model allocates."""
+        return units.mib_to_bytes((self.gpu.cuda_context_mib or 0.0) + (self.gpu.nccl_buffers_mib or 0.0))
+
+    @property
+    def usable_memory_bytes(self) -> float:
+        """Capacity left to the framework: driver-reported capacity minus the reserve. (Today's
+        `fits` and memory columns still use `memory_bytes`.)"""
+        return self.memory_capacity_bytes - self.memory_reserved_bytes
+
+    @property
+    def nvlink_domain_size(self) -> int:
+        """GPUs that reach each other over NVLink: a node, or a larger fabric (GB200 NVL72)."""
+        return self.network.nvlink_domain_size or self.network.gpus_per_node
 
     @property
     def memory_bandwidth_bytes_per_s(self) -> float:

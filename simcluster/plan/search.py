@@ -55,10 +55,9 @@ DEFAULT_TOP = 10
 
 
 def capacity_bytes(hardware: HardwareProfile) -> float:
-    """The device memory a layout may fill. Today the profile's nominal memory; it becomes
-    `hardware.usable_memory_bytes` (the driver-reported capacity minus the CUDA context and
-    NCCL buffers, with sources) once profiles carry it: this is the one line to switch."""
-    return hardware.memory_bytes
+    """The device memory a layout may fill: the driver-reported capacity minus the CUDA
+    context and NCCL buffers, each with its source in the profile (issue 9)."""
+    return hardware.usable_memory_bytes
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,3 +66,11 @@ def test_shipped_busbw_dip_is_accepted():
     profile = parse_hardware(A100, "a100.yaml")
     rates = [rate for _, rate in profile.network.nvlink_allreduce_busbw]
     assert any(later < earlier for earlier, later in zip(rates, rates[1:]))
+
+
+def test_a_reserve_larger_than_the_device_is_refused():
+    """The CUDA context and NCCL buffers cannot take the whole device (plan would fill a
+    negative capacity)."""
+    data = _edited("gpu", "nccl_buffers_mib", 90000)
+    with pytest.raises(ConfigError, match="must be below memory_capacity_mib"):
+        parse_hardware(data, "x.yaml")

@@ -72,7 +72,8 @@ def test_overlaps_need_their_prerequisites():
     assert "training.tp_comm_overlap: value True: needs parallel.sequence_parallel" in _problems(
         _with("training", tp_comm_overlap=True)
     )
-    assert "needs training.use_distributed_optimizer" in _problems(_with("training", overlap_param_gather=True))
+    message = _problems(_with("training", overlap_param_gather=True))
+    assert "needs training.use_distributed_optimizer" in message
 
 
 def test_uneven_split_flags_do_not_combine():

@@ -32,4 +32,14 @@ def a100(memory_gb: float | None = None) -> HardwareProfile:
     hw = load_hardware("a100-sxm4-80gb")
     if memory_gb is None:
         return hw
-    return hw.model_copy(update={"gpu": hw.gpu.model_copy(update={"memory_gb": memory_gb})})
+    # plan fills the usable memory: the driver's capacity less the CUDA context and NCCL
+    # buffers; a small test device has that capacity and no reserve.
+    gpu = hw.gpu.model_copy(
+        update={
+            "memory_gb": memory_gb,
+            "memory_capacity_mib": memory_gb * 1e9 / 2**20,
+            "cuda_context_mib": None,
+            "nccl_buffers_mib": None,
+        }
+    )
+    return hw.model_copy(update={"gpu": gpu})

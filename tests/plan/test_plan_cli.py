@@ -98,6 +98,9 @@ def test_model_that_fits_nowhere_names_the_smallest_memory(tiny_file, tmp_path):
     """A device too small for every layout: exit 2 with the smallest peak and its layout."""
     profile = yaml.safe_load((ROOT / "hwprofiles" / "a100-sxm4-80gb.yaml").read_text())
     profile["gpu"]["memory_gb"] = 0.01
+    profile["gpu"]["memory_capacity_mib"] = 0.01 * 1e9 / 2**20  # what plan fills: no reserve here
+    for key in ("cuda_context_mib", "nccl_buffers_mib"):
+        del profile["gpu"][key], profile["gpu"]["sources"][key]
     small = tmp_path / "small.yaml"
     small.write_text(yaml.safe_dump(profile))
     result = _plan(tiny_file, "--gpus", 8, "--hardware", str(small))
