@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 
 from simcluster.calibration import DeviceKind
-from simcluster.cli._app import app, fail
+from simcluster.cli._app import app, fail, output_file, output_folder
 from simcluster.cli.calibrate import command_line, require_device
-from simcluster.profiler.records import write_text_atomically
+from simcluster.output_files import write_text_atomically
 
 
 @app.command("check-profile")
@@ -38,6 +38,9 @@ def check_profile(
         hw = load_hardware(profile)
     except ConfigError as error:
         fail(error)
+    output_folder(out_dir, "--out-dir")  # before measuring for minutes
+    if save_measurements is not None:
+        output_file(save_measurements, "--save-measurements")
     stem = resolve_profile_path(profile).stem
     if measurements is not None:
         run = LayerRun.from_json(measurements.read_text())

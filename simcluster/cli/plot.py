@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from simcluster.cli._app import app, fail
+from simcluster.cli._app import app, fail, output_file
 from simcluster.config.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -38,13 +38,14 @@ Hardware = Annotated[
 
 
 def _checked(out: Path) -> Path:
+    """Before drawing: a known figure format, and a path that can be written."""
     from simcluster.report.plots import check_figure_path
 
     try:
         check_figure_path(out)
     except ValueError as error:
         fail(error)
-    return out
+    return output_file(out, "--out")
 
 
 def _save(figure: Figure, out: Path) -> None:
@@ -71,7 +72,8 @@ def memory_ladder(out: Out = Path("memory-ladder.png")) -> None:
     """Figure 7: per-layer activation memory as % of the tensor-parallel baseline."""
     from simcluster.report import plots
 
-    _save(plots.memory_ladder_figure(plots.memory_ladder_frame()), _checked(out))
+    _checked(out)
+    _save(plots.memory_ladder_figure(plots.memory_ladder_frame()), out)
 
 
 @plot_app.command("table5")
@@ -121,8 +123,9 @@ def sweep_heatmap(
     """tp × pp heatmap of the best MFU (or HFU) among configurations that fit."""
     from simcluster.report import plots
 
+    _checked(out)
     figure = plots.sweep_heatmap_figure(_read_sweep(table), plots.HeatmapMetric(metric.value))
-    _save(figure, _checked(out))
+    _save(figure, out)
 
 
 @plot_app.command("pareto")
@@ -135,5 +138,6 @@ def pareto(
     from simcluster import units
     from simcluster.report import plots
 
+    _checked(out)
     capacity = units.gb_to_bytes(capacity_gb) if capacity_gb is not None else None
-    _save(plots.pareto_figure(_read_sweep(table), capacity), _checked(out))
+    _save(plots.pareto_figure(_read_sweep(table), capacity), out)

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from simcluster.cli._app import app, fail
+from simcluster.cli._app import app, fail, output_file
 from simcluster.config.errors import ConfigError
 
 
@@ -42,6 +42,8 @@ def run(
     files = _scenario_files(target)
     if trace is not None and len(files) > 1:
         fail("--trace needs a single scenario file, not a folder")
+    if trace is not None:
+        output_file(trace, "--trace")
     results = []
     for path in files:
         try:

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from simcluster.output_files import write_text_atomically  # noqa: F401  (the entry points write through it)
 from simcluster.profiler.shapes import LayerShape
 
 
@@ -163,14 +164,6 @@ class AllReducePoint:
     @property
     def busbw_bytes_per_s(self) -> float:
         return 2 * (self.num_ranks - 1) / self.num_ranks * self.message_bytes / self.seconds
-
-
-def write_text_atomically(path: Path, text: str) -> None:
-    """Write via a temporary file and a rename: an interrupted run leaves no partial file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 def entry_point_parser(description: str, default_out: Path) -> argparse.ArgumentParser:
