@@ -33,11 +33,9 @@ class OutputPathError(ConfigError):
 
 
 def _nearest_existing(path: Path) -> Path:
-    """The path itself or its closest ancestor that exists (the writers create the rest)."""
-    path = Path(os.path.abspath(path))
-    while not os.path.lexists(path) and path != path.parent:
-        path = path.parent
-    return path
+    """The path itself or its closest ancestor that exists (the writers create the rest),
+    spelt as the user gave it (a relative path ends at ".", which exists)."""
+    return next((candidate for candidate in (path, *path.parents) if os.path.lexists(candidate)), path)
 
 
 def _probe_folder(folder: Path, target: Path, option: str) -> None:
@@ -56,7 +54,7 @@ def check_output_folder(folder: str | Path, option: str) -> Path:
     folder = Path(folder)
     existing = _nearest_existing(folder)
     if not existing.is_dir():
-        what = "is a file" if existing == Path(os.path.abspath(folder)) else f"is under a file ({existing})"
+        what = "is a file" if existing == folder else f"is under a file ({existing})"
         raise OutputPathError(folder, option, f"{what}; give a folder")
     _probe_folder(existing, folder, option)
     return folder

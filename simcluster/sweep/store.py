@@ -99,7 +99,7 @@ def _differing(found: dict[str, Any], spec: SweepSpec) -> str:
     if not isinstance(parts, dict):
         return "written before simcluster recorded each input"
     names = [name for name, digest in input_digests(spec).items() if parts.get(name) != digest]
-    return f"the {' and the '.join(names)} differ"
+    return f"the {' and the '.join(names)} {'differs' if len(names) == 1 else 'differ'}"
 
 
 def _is_sweep_csv(path: Path) -> bool:

@@ -131,7 +131,8 @@ def test_run_trace_to_a_folder_exits_2_before_simulating(tmp_path, scenario, mon
 
 def test_run_trace_under_a_file_exits_2(a_file, scenario):
     result = runner.invoke(app, ["run", str(scenario), "--trace", str(a_file / "t.json")])
-    assert result.exit_code == 2 and "--trace" in result.output and "is a file, not a folder" in result.output
+    assert result.exit_code == 2
+    assert f"error: {a_file / 't.json'}: --trace: {a_file} is a file, not a folder" in result.output
     assert a_file.read_text() == "keep me\n"
 
 
