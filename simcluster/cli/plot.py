@@ -59,7 +59,11 @@ def _read_sweep(path: Path) -> pd.DataFrame:
 
     if not path.is_file():
         fail(f"{path}: no such file")
-    table = pd.read_csv(path) if path.suffix.lower() == ".csv" else pd.read_parquet(path)
+    try:
+        table = pd.read_csv(path) if path.suffix.lower() == ".csv" else pd.read_parquet(path)
+    except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid and pandas' parser errors are ValueErrors
+        reason = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
+        fail(f"{path}: not a readable sweep table (Parquet, or CSV by its suffix): {reason}")
     needed = {"tp", "pp", "status", "fits", "mfu", "iteration_time_s", "max_stage_peak_memory_bytes"}
     missing = sorted(needed - set(table.columns))
     if missing:

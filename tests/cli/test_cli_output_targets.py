@@ -208,3 +208,14 @@ def test_check_profile_checks_out_dir_before_measuring(a_file, monkeypatch):
     )
     assert result.exit_code == 2, result.output
     assert f"{a_file}: --out-dir: is a file; give a folder" in result.output
+
+
+@pytest.mark.parametrize("name", ["table.parquet", "table.csv"])
+def test_plot_of_a_garbage_sweep_table_is_one_clear_error(tmp_path, name):
+    """Not Parquet (or an empty CSV): exit 2 naming the file, no ArrowInvalid traceback."""
+    table = tmp_path / name
+    table.write_bytes(b"" if name.endswith(".csv") else b"not parquet\n")
+    result = runner.invoke(app, ["plot", "sweep-heatmap", str(table), "-o", str(tmp_path / "h.png")])
+    assert result.exit_code == 2, result.output
+    assert f"{table}: not a readable sweep table" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
