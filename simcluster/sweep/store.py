@@ -190,13 +190,24 @@ class ResultStore:
                 ],
             )
         try:
-            self.frame = rows_to_frame(pq.read_table(self.out).to_pylist())
+            self.frame = self._read_back()
         except (OSError, pa.ArrowException, KeyError, ValueError, TypeError) as error:
             message = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
             raise ConfigError(
                 self.out, [f"--resume: the table cannot be read back ({message}); give a new --out"]
             ) from None
         return set(self.frame["config_id"])
+
+    def _read_back(self) -> pd.DataFrame:
+        """The rows in `out`, checked to convert back to `SCHEMA` as `flush` will write them
+        (a column missing or null where none is allowed fails here, not at the first flush)."""
+        table = pq.read_table(self.out)
+        missing = [name for name in SCHEMA.names if name not in table.column_names]
+        if missing:
+            raise ValueError(f"missing columns: {', '.join(missing)}")
+        frame = rows_to_frame(table.to_pylist())
+        pa.Table.from_pandas(frame, schema=SCHEMA, preserve_index=False)
+        return frame
 
     def add(self, rows: list[Row]) -> None:
         self.pending.extend(rows)

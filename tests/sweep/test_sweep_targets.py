@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -212,6 +214,29 @@ def test_resume_from_a_garbage_file_is_one_clear_error(write_sweep, tmp_path, co
     assert "--resume: not a simcluster sweep table" in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
     assert out.read_bytes() == content
+
+
+@pytest.mark.parametrize("damage", ["drop status", "null status"])
+def test_resume_from_a_damaged_sweep_table_is_one_clear_error(write_sweep, tmp_path, damage):
+    """The sweep's metadata but a column missing or null where none is allowed: exit 2
+    before anything runs, not a pyarrow traceback at the first flush."""
+    spec, out = write_sweep(ONE), tmp_path / "out.parquet"
+    run_sweep(spec, out, workers=1, progress=False)
+    table = pq.read_table(out)
+    metadata = table.schema.metadata
+    if damage == "drop status":
+        table = table.drop_columns(["status"])
+    else:
+        table = table.set_column(
+            table.column_names.index("status"), "status", pa.array([None] * table.num_rows, pa.string())
+        )
+    pq.write_table(table.replace_schema_metadata(metadata), out)
+    damaged = out.read_bytes()
+    result = _sweep(spec, out, "--resume")
+    assert result.exit_code == 2, result.output
+    assert f"{out}: invalid configuration" in result.output
+    assert "--resume: the table cannot be read back" in result.output
+    assert out.read_bytes() == damaged
 
 
 # --- nothing to run ----------------------------------------------------------------------
