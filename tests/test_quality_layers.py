@@ -18,7 +18,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "simcluster"
 LAYERS = [
     "__init__",
     "units",
+    "atomic_files",
     "config",
+    "output_files",
     "workload",
     "costs",
     "calibration",

@@ -35,14 +35,17 @@ def profile_name(meas: Measurements) -> str:
     return f"{prefix}{slug}-measured"
 
 
-def default_output(meas: Measurements) -> Path:
+def default_output_folder(device_type: str) -> Path:
     """GPU profiles go to the user's profile folder (`config.profiles.user_profiles_dir`: the
     checkout's hwprofiles/ in a source checkout); CPU ones to out/calibration/ (not a GPU
     system)."""
     from simcluster.config.profiles import user_profiles_dir
 
-    folder = user_profiles_dir() if meas.device.device_type == "cuda" else Path("out/calibration")
-    return folder / f"{profile_name(meas)}.yaml"
+    return user_profiles_dir() if device_type == "cuda" else Path("out/calibration")
+
+
+def default_output(meas: Measurements) -> Path:
+    return default_output_folder(meas.device.device_type) / f"{profile_name(meas)}.yaml"
 
 
 def build_profile(

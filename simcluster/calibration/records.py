@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
+from simcluster.atomic_files import write_text_atomically  # noqa: F401  (the entry points write through it)
 from simcluster.calibration.shapes import LayerShape
 
 
@@ -164,9 +164,3 @@ class AllReducePoint:
         return 2 * (self.num_ranks - 1) / self.num_ranks * self.message_bytes / self.seconds
 
 
-def write_text_atomically(path: Path, text: str) -> None:
-    """Write via a temporary file and a rename: an interrupted run leaves no partial file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)

@@ -8,8 +8,8 @@ from typing import Annotated
 import typer
 
 from simcluster.calibration import DeviceKind
-from simcluster.calibration.records import write_text_atomically
-from simcluster.cli._app import app, fail
+from simcluster.cli._app import app, fail, output_file, output_folder
+from simcluster.output_files import write_text_atomically
 
 
 def require_device(device: DeviceKind) -> None:
@@ -71,7 +71,9 @@ def calibrate(
         fail(f"--network needs ≥ 2 GPUs (found {num_gpus} CUDA device(s) for --device {device.value})")
     if measurements is not None:
         meas = Measurements.from_json(measurements.read_text())
+        _check_outputs(meas.device.device_type, out, save_measurements)
     else:
+        _check_outputs(device.value, out, save_measurements)  # before measuring for minutes
         from simcluster.profiler.bench.microbench import run_calibration
         from simcluster.profiler.bench.progress import StderrProgress
 
@@ -113,6 +115,20 @@ def calibrate(
         f"next: simcluster check-profile {path} --device {meas.device.device_type}"
         + (" --quick" if meas.grid == "quick" else "")
     )
+
+
+def _check_outputs(device_type: str, out: Path | None, save_measurements: Path | None) -> None:
+    """Every file this run will write can be written (exit 2 naming it if not)."""
+    from simcluster.calibration.profile import default_output_folder
+
+    if out is None:
+        output_folder(default_output_folder(device_type), "--out (default)")
+    elif out.is_dir():
+        output_folder(out, "--out")
+    else:
+        output_file(out, "--out")
+    if save_measurements is not None:
+        output_file(save_measurements, "--save-measurements")
 
 
 def _gpu_count() -> int:

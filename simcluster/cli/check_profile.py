@@ -8,10 +8,10 @@ from typing import Annotated
 import typer
 
 from simcluster.calibration import DeviceKind
-from simcluster.calibration.records import write_text_atomically
-from simcluster.cli._app import app, fail
+from simcluster.cli._app import app, fail, output_file, output_folder
 from simcluster.cli._hwprofiles import HwProfiles, use_hwprofiles
 from simcluster.cli.calibrate import command_line, require_device
+from simcluster.output_files import write_text_atomically
 
 
 @app.command("check-profile")
@@ -43,6 +43,9 @@ def check_profile(
         hw = load_hardware(profile)
     except ConfigError as error:
         fail(error)
+    output_folder(out_dir, "--out-dir")  # before measuring for minutes
+    if save_measurements is not None:
+        output_file(save_measurements, "--save-measurements")
     if measurements is not None:
         run = LayerRun.from_json(measurements.read_text())
     else:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from simcluster.cli._app import app, fail
+from simcluster.cli._app import app, fail, output_file
 from simcluster.cli._hwprofiles import HwProfiles, use_hwprofiles
 from simcluster.config.errors import ConfigError
 from simcluster.config.shipped import shipped_scenario
@@ -50,6 +50,8 @@ def run(
     files = _scenario_files(target)
     if trace is not None and len(files) > 1:
         fail("--trace needs a single scenario file, not a folder")
+    if trace is not None:
+        output_file(trace, "--trace")
     results, problems = [], []
     for path in files:
         # One bad file in a folder must not stop the others: run every good one, then

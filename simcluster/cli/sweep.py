@@ -60,7 +60,9 @@ def _summary(outcome: SweepOutcome, out: Path, show_invalid: bool) -> str:
 @app.command()
 def sweep(
     spec: Annotated[Path, typer.Argument(help="a sweep spec YAML (base, num_gpus, axes)")],
-    out: Annotated[Path, typer.Option("--out", help="Parquet file the rows stream to")],
+    out: Annotated[
+        Path, typer.Option("--out", help="Parquet file the rows stream to (new, or an earlier sweep's)")
+    ],
     csv: Annotated[bool, typer.Option("--csv", help="also write the table as CSV next to --out")] = False,
     resume: Annotated[bool, typer.Option("--resume", help="skip configurations already in --out")] = False,
     workers: Annotated[int | None, typer.Option(min=1, help="local processes (default: every core)")] = None,

@@ -131,10 +131,15 @@ class MegatronImport:
 
 def split_command_line(command: str | Sequence[str]) -> list[str]:
     """Shell words of a command line (backslash-newline continuations joined). A sequence
-    is taken as already split, except that items holding spaces are split again."""
-    if isinstance(command, str):
-        return shlex.split(command.replace("\\\n", " "), comments=True)
-    return [word for item in command for word in (shlex.split(item) if " " in item else [item])]
+    is taken as already split, except that items holding spaces are split again. A quote
+    left open (shlex's ValueError) is a ConfigError."""
+    try:
+        if isinstance(command, str):
+            return shlex.split(command.replace("\\\n", " "), comments=True)
+        return [word for item in command for word in (shlex.split(item) if " " in item else [item])]
+    except ValueError as error:  # "No closing quotation", "No escaped character"
+        problem = f"command line: {error}; allowed: balanced single and double quotes, no trailing backslash"
+        raise ConfigError(SOURCE, [problem]) from None
 
 
 def _is_flag(word: str) -> bool:
