@@ -8,9 +8,9 @@
 #
 # Run it from the repository root (the device tool does). Results go to $OUT (default
 # out/gpu), at most 8 files, the device tool's limit:
-#   microbench.json    raw kernel timings     (python -m simcluster.profiler.microbench)
-#   layer_timing.json  raw real-layer timings (python -m simcluster.profiler.layer_timing)
-#   gpu_memory.csv/md  allocated bytes vs Table 2 (python -m simcluster.profiler.gpu_memory)
+#   microbench.json    raw kernel timings     (python -m simcluster.profiler.bench.microbench)
+#   layer_timing.json  raw real-layer timings (python -m simcluster.profiler.bench.layer_timing)
+#   gpu_memory.csv/md  allocated bytes vs Table 2 (python -m simcluster.profiler.bench.gpu_memory)
 #   <name>.yaml        the fitted profile             } only where pydantic, simpy, typer,
 #   <name>-cuda.csv/md the check-profile report      } yaml and numpy import (see below)
 #   run.log            versions, nvidia-smi, every step's output
@@ -53,13 +53,13 @@ step() {  # step NAME COMMAND...: run, log everything, print one status line
         torch.cuda.is_available() and print(torch.cuda.get_device_properties(0))"
 } >> "$LOG" 2>&1
 
-step microbench "$PY" -m simcluster.profiler.microbench --device "$DEVICE" $QUICK --out "$OUT/microbench.json"
-step layer_timing "$PY" -m simcluster.profiler.layer_timing --device "$DEVICE" $QUICK --out "$OUT/layer_timing.json"
+step microbench "$PY" -m simcluster.profiler.bench.microbench --device "$DEVICE" $QUICK --out "$OUT/microbench.json"
+step layer_timing "$PY" -m simcluster.profiler.bench.layer_timing --device "$DEVICE" $QUICK --out "$OUT/layer_timing.json"
 if [[ -n "$QUICK" ]]; then
-    step gpu_memory "$PY" -m simcluster.profiler.gpu_memory --hidden-size 1024 --num-attention-heads 16 \
+    step gpu_memory "$PY" -m simcluster.profiler.bench.gpu_memory --hidden-size 1024 --num-attention-heads 16 \
         --seq-length 512 --micro-batch-size 2 --tp 2 --num-layers 2 --device "$DEVICE" --out-dir "$OUT"
 else
-    step gpu_memory "$PY" -m simcluster.profiler.gpu_memory --device "$DEVICE" --out-dir "$OUT"
+    step gpu_memory "$PY" -m simcluster.profiler.bench.gpu_memory --device "$DEVICE" --out-dir "$OUT"
 fi
 
 if [[ -d wheels ]]; then

@@ -12,7 +12,7 @@ from typing import Any
 
 from simcluster.config.hardware import HardwareProfile
 from simcluster.config.scenario import Scenario
-from simcluster.report.metrics import StageMemory
+from simcluster.results import StageMemory
 from simcluster.schedule import build_schedule
 from simcluster.schedule.tasks import Phase
 from simcluster.workload import memory

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
 
 from simcluster.config.choices import Dtype, ScheduleKind
+from simcluster.config.errors import ConfigError
 from simcluster.config.hardware import HardwareProfile
 from simcluster.config.scenario import Scenario
 from simcluster.costs.chunk import ChunkCost, price_chunk, price_ops
 from simcluster.costs.compute import elementwise_time_s
 from simcluster.costs.network import GroupPlacement, collective_time_s, p2p_time_s
 from simcluster.costs.placement import dp_group, stages_share_node, tp_group
-from simcluster.engine.plan import PipelinePlan, StagePlan, TaskWork, Transfer
+from simcluster.engine.plan import PipelinePlan, StagePlan, TaskWork, TimeCategory, Transfer
 from simcluster.engine.simulator import EngineResult, simulate
 from simcluster.memory_plan import stage_memory_row
-from simcluster.report.metrics import TIME_CATEGORIES, LayerTimes, SimulationResult, StageMemory
+from simcluster.results import LayerTimes, SimulationResult, StageMemory
 from simcluster.schedule import (
     build_schedule,
     default_comm_points,
@@ -45,7 +49,10 @@ def _task_works(
     forward = tuple(
         TaskWork(
             busy_s=cost.forward_s,
-            parts=(("compute", cost.forward.compute_s), ("tp_comm", cost.forward.comm_s)),
+            parts=(
+                (TimeCategory.COMPUTE, cost.forward.compute_s),
+                (TimeCategory.TP_COMM, cost.forward.comm_s),
+            ),
             stored_bytes=chunk.saved_bytes,
         )
         for cost, chunk in zip(costs, stage.chunks)
@@ -54,9 +61,9 @@ def _task_works(
         TaskWork(
             busy_s=cost.backward_s,
             parts=(
-                ("compute", cost.backward.compute_s),
-                ("tp_comm", cost.backward.comm_s),
-                ("recompute", cost.recompute.total_s),
+                (TimeCategory.COMPUTE, cost.backward.compute_s),
+                (TimeCategory.TP_COMM, cost.backward.comm_s),
+                (TimeCategory.RECOMPUTE, cost.recompute.total_s),
             ),
             transient_bytes=transient,
         )
@@ -65,7 +72,7 @@ def _task_works(
     return forward, backward
 
 
-def _p2p(scenario: Scenario, hw: HardwareProfile, src: int, dst: int, message_bytes: float) -> Transfer:
+def p2p_send(scenario: Scenario, hw: HardwareProfile, src: int, dst: int, message_bytes: float) -> Transfer:
     """Each rank sends its 1/t of the activation. Without SP the receiver then all-gathers
     the t pieces over NVLink (Megatron's scatter/gather p2p, megatron.md §4.1) before the
     p2p call returns, so the message is delivered only after that all-gather."""
@@ -79,7 +86,7 @@ def _p2p(scenario: Scenario, hw: HardwareProfile, src: int, dst: int, message_by
     return Transfer(f"{'nvlink' if same else 'nic'}:{src}", seconds)
 
 
-def _grad_reduce(scenario: Scenario, hw: HardwareProfile, stage: StageWork) -> Transfer | None:
+def grad_reduce_transfer(scenario: Scenario, hw: HardwareProfile, stage: StageWork) -> Transfer | None:
     """DP reduction of fp32 main grads: an all-reduce, or with the distributed optimizer a
     reduce-scatter plus the all-gather of updated bf16 parameters."""
     par = scenario.parallel
@@ -96,7 +103,7 @@ def _grad_reduce(scenario: Scenario, hw: HardwareProfile, stage: StageWork) -> T
     return Transfer(f"{link}:{stage.stage}", seconds)
 
 
-def _tied_reduce(scenario: Scenario, hw: HardwareProfile, stage: StageWork) -> Transfer | None:
+def tied_reduce_transfer(scenario: Scenario, hw: HardwareProfile, stage: StageWork) -> Transfer | None:
     if stage.embedding_grad_bytes == 0:
         return None
     pp = scenario.parallel.pp
@@ -135,10 +142,10 @@ def priced_stages(scenario: Scenario, hw: HardwareProfile, workload: Workload) -
                 forward=forward,
                 backward=backward,
                 static_bytes=stage.static.total_bytes,
-                send_forward=_p2p(scenario, hw, r, (r + 1) % p, workload.p2p_bytes) if p > 1 else None,
-                send_backward=_p2p(scenario, hw, r, (r - 1) % p, workload.p2p_bytes) if p > 1 else None,
-                grad_reduce=_grad_reduce(scenario, hw, stage),
-                tied_grad_reduce=_tied_reduce(scenario, hw, stage),
+                send_forward=p2p_send(scenario, hw, r, (r + 1) % p, workload.p2p_bytes) if p > 1 else None,
+                send_backward=p2p_send(scenario, hw, r, (r - 1) % p, workload.p2p_bytes) if p > 1 else None,
+                grad_reduce=grad_reduce_transfer(scenario, hw, stage),
+                tied_grad_reduce=tied_reduce_transfer(scenario, hw, stage),
                 optimizer_s=elementwise_time_s(stage.optimizer_step_bytes, hw),
             )
         )
@@ -173,11 +180,11 @@ def schedule_plan(
 def _time_breakdown(engine: EngineResult) -> dict[str, float]:
     num_stages = len(engine.stages)
     breakdown = {
-        category: sum(stage.busy_s.get(category, 0.0) for stage in engine.stages) / num_stages
-        for category in TIME_CATEGORIES
-        if category != "idle"
+        category.value: sum(stage.busy_s.get(category, 0.0) for stage in engine.stages) / num_stages
+        for category in TimeCategory
+        if category is not TimeCategory.IDLE
     }
-    breakdown["idle"] = max(0.0, engine.iteration_time_s - sum(breakdown.values()))
+    breakdown[TimeCategory.IDLE.value] = max(0.0, engine.iteration_time_s - sum(breakdown.values()))
     return breakdown
 
 
@@ -224,9 +231,11 @@ def run_simulation(
         plan = build_plan(scenario, hw, workload)
         engine = simulate(plan, record=record)
     m, tr = scenario.model, scenario.training
-    B, s, L, h, v = tr.global_batch_size, m.seq_length, m.num_layers, m.hidden_size, m.vocab_size
-    model_flops = flops.model_flops(B, s, L, h, v)
-    hardware_flops = flops.hardware_flops(B, s, L, h, v, tr.recompute)
+    B, s, L, v = tr.global_batch_size, m.seq_length, m.num_layers, m.vocab_size
+    widths = flops.LayerWidths(hidden_size=m.hidden_size, ffn_hidden_size=m.ffn_size)
+    model_flops = flops.model_flops(B, s, L, v, widths)
+    hardware_flops = flops.hardware_flops(B, s, L, v, widths, tr.recompute)
+    paper_hardware_flops = flops.paper_hardware_flops(B, s, L, v, widths, tr.recompute)
     peak = hw.peak_flop_per_s(tr.dtype)
     t = engine.iteration_time_s
     result = SimulationResult(
@@ -244,5 +253,33 @@ def run_simulation(
         stages=_stage_memory(workload, engine, hw),
         layer=layer_times(workload, hw, scenario),
         num_events=engine.num_events,
+        paper_hardware_flops=paper_hardware_flops,
+        paper_hfu=flops.utilization(paper_hardware_flops, t, scenario.num_gpus, peak),
     )
     return Simulation(scenario, hw, workload, plan, engine, result)
+
+
+def _non_finite(value: Any, path: str) -> list[str]:
+    if isinstance(value, float):
+        return [] if math.isfinite(value) else [path]
+    if isinstance(value, dict):
+        return [p for key, item in value.items() for p in _non_finite(item, f"{path}.{key}" if path else key)]
+    if isinstance(value, (list, tuple)):
+        return [p for n, item in enumerate(value) for p in _non_finite(item, f"{path}[{n}]")]
+    return []
+
+
+def require_finite(result: SimulationResult, source: str | Path) -> None:
+    """Raise ConfigError when a number of the result is infinite or NaN. A loaded profile's
+    numbers are finite and within 1e-6..1e15 of their unit, so this is the last guard (a
+    profile changed in code, `model_copy` skips validation) before JSON, which has no
+    Infinity."""
+    bad = _non_finite(result.to_json_dict(), "")
+    if bad:
+        raise ConfigError(
+            source,
+            [
+                f"hardware {result.hardware!r}: the simulation gives non-finite {', '.join(bad[:5])}; "
+                "a profile number is too small or too large to price (check its units)"
+            ],
+        )

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from simcluster.config.choices import ScheduleKind
-from simcluster.engine.plan import PipelinePlan
+from simcluster.engine.plan import PipelinePlan, TimeCategory
 from simcluster.engine.simulator import EngineResult, StageOutcome, simulate
 from simcluster.periodicity import PlanIndex, certify, stable_frontier
 
@@ -75,7 +75,7 @@ def extrapolate(run: EngineResult, shift_s: float, counts: ReducedCounts) -> Eng
     periods = (counts.target - counts.m2) // (counts.m2 - counts.m1)
     stages = []
     for outcome, (first, second) in zip(run.stages, run.probes, strict=True):
-        busy: defaultdict[str, float] = defaultdict(float)
+        busy: defaultdict[TimeCategory, float] = defaultdict(float)
         for category, seconds in outcome.busy_s.items():
             period_s = second.busy_s.get(category, 0.0) - first.busy_s.get(category, 0.0)
             busy[category] = seconds + periods * period_s

@@ -10,6 +10,7 @@ BYTES_PER_KB = 1e3
 BYTES_PER_MB = 1e6
 BYTES_PER_GB = 1e9
 BYTES_PER_GIB = 1024**3
+BYTES_PER_MIB = 1024**2
 FLOP_PER_TFLOP = 1e12
 SECONDS_PER_MS = 1e-3
 SECONDS_PER_US = 1e-6
@@ -22,6 +23,10 @@ def gb_to_bytes(gb: float) -> float:
 
 def gib_to_bytes(gib: float) -> float:
     return gib * BYTES_PER_GIB
+
+
+def mib_to_bytes(mib: float) -> float:
+    return mib * BYTES_PER_MIB
 
 
 def bytes_to_gb(num_bytes: float) -> float:

@@ -1,5 +1,7 @@
 """Measured hardware profiles: fit `simcluster.profiler` measurements, write the YAML, check it.
 
+- `records`     what the profiler measures, as torch-free dataclasses (JSON in, JSON out).
+- `shapes`      which layers calibration measures and holds out; the stand-in comm's copies.
 - `datasheets`  dense peaks and bandwidths of known GPUs; which shipped profile a device's
                 network section starts from.
 - `fit`         microbenchmark measurements -> the profile's `gpu` and `compute` sections.
@@ -8,8 +10,8 @@
 - `report`      check-profile's table, CSV and markdown.
 
 The measuring itself lives in `simcluster.profiler` (torch and the standard library only,
-for bare GPU machines); this package needs pydantic, yaml and numpy, never a GPU.
-"""
+for bare GPU machines), which writes `records` over the grids of `shapes`: those two (and this
+file) use the standard library alone. The rest needs pydantic, yaml and numpy, never a GPU."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ same layer on rank 0 of t, priced by `simcluster.costs.chunk.price_ops` with the
 One change makes it the experiment that was run: the measured process is one GPU playing
 one rank with `ShardStandInComm`, whose collectives are local copies, so each collective
 op is replaced by the copy the stand-in makes, priced as a memory-bound kernel
-(`profiler.shapes.standin_ops`; all-reduce is the identity and costs nothing). Network
+(`calibration.shapes.standin_ops`; all-reduce is the identity and costs nothing). Network
 terms of the profile play no part. Backward includes the recompute the layer re-runs.
 """
 
@@ -15,12 +15,12 @@ import statistics
 from dataclasses import dataclass
 
 from simcluster import units
+from simcluster.calibration.records import LayerRun, LayerTiming
+from simcluster.calibration.shapes import LayerShape, standin_ops
 from simcluster.config.choices import Dtype, Recompute
 from simcluster.config.hardware import HardwareProfile
 from simcluster.costs.chunk import price_ops
 from simcluster.costs.network import GroupPlacement
-from simcluster.profiler.records import LayerRun, LayerTiming
-from simcluster.profiler.shapes import LayerShape, standin_ops
 from simcluster.workload.layer import layer_ops
 
 ONE_DEVICE = GroupPlacement(num_ranks=1, ranks_per_node=1)
@@ -60,7 +60,7 @@ def predict_layer_s(
     dtype: Dtype = Dtype.BF16,
 ) -> tuple[float, float, int]:
     """(forward, forward + backward + recompute seconds, ops priced) of one stand-in layer."""
-    cfg = shape.config(tp, sequence_parallel, recompute, dtype.num_bytes)
+    cfg = shape.config(tp, sequence_parallel, recompute, dtype)
     ops = layer_ops(cfg)
     phases = [standin_ops(seq, tp) for seq in (ops.forward, ops.backward, ops.recompute)]
     fwd, bwd, rec = (price_ops(seq, hw, ONE_DEVICE, dtype).total_s for seq in phases)

@@ -8,13 +8,13 @@ measured kernel (up to the binning of memory-bound kernels):
   the eager framework's own cost per op hides behind kernels and is only recorded
   (`calibration.layer_overhead_us`). On a CPU nothing runs ahead: every op pays the
   framework in full, so it is the tiny-layer cost per op-graph op
-  (`profiler.microbench.layer_overhead_s`).
+  (`profiler.bench.microbench.layer_overhead_s`).
 - gemm_points: each GEMM's rate FLOPs / (t − launch), since the model prices a GEMM as
   launch + FLOPs / rate; duplicate shapes keep the median rate.
 - elementwise_points: the op graph's bytes / (t − launch) for every memory-bound site,
   pooled in bins one octave of bytes wide: bin rate = Σ bytes / Σ (t − launch), so the
   bin prices the sum of its kernels exactly. These are *effective* bandwidths of the
-  eager layer (several torch kernels per op-graph op, see `profiler.sites`).
+  eager layer (several torch kernels per op-graph op, see `profiler.bench.sites`).
 - elementwise_points_by_op: the same pooling within each kernel kind
   (`costs.compute.elementwise_kind` of the op a site was timed for: "softmax.bwd",
   "dropout", "layernorm", ...), so a kind far from the others at the same bytes (a CPU's
@@ -38,8 +38,8 @@ from typing import Any
 
 from simcluster import units
 from simcluster.calibration.datasheets import datasheet_for
+from simcluster.calibration.records import ElementwiseRecord, GemmRecord, Measurements
 from simcluster.costs.compute import elementwise_kind
-from simcluster.profiler.records import ElementwiseRecord, GemmRecord, Measurements
 
 MIN_BUSY_FRACTION = 0.25
 

@@ -24,8 +24,8 @@ import yaml
 from simcluster import units
 from simcluster.calibration.datasheets import base_profile_for
 from simcluster.calibration.fit import compute_section, gpu_section
+from simcluster.calibration.records import AllReducePoint, Measurements
 from simcluster.config.hardware import HardwareProfile, load_hardware, parse_hardware
-from simcluster.profiler.records import AllReducePoint, Measurements
 
 
 def profile_name(meas: Measurements) -> str:
@@ -35,12 +35,17 @@ def profile_name(meas: Measurements) -> str:
     return f"{prefix}{slug}-measured"
 
 
-def default_output(meas: Measurements) -> Path:
-    """GPU profiles go to hwprofiles/; CPU ones to out/calibration/ (not a GPU system)."""
-    from simcluster.config.hardware import profiles_dir
+def default_output_folder(device_type: str) -> Path:
+    """GPU profiles go to the user's profile folder (`config.profiles.user_profiles_dir`: the
+    checkout's hwprofiles/ in a source checkout); CPU ones to out/calibration/ (not a GPU
+    system)."""
+    from simcluster.config.profiles import user_profiles_dir
 
-    folder = profiles_dir() if meas.device.device_type == "cuda" else Path("out/calibration")
-    return folder / f"{profile_name(meas)}.yaml"
+    return user_profiles_dir() if device_type == "cuda" else Path("out/calibration")
+
+
+def default_output(meas: Measurements) -> Path:
+    return default_output_folder(meas.device.device_type) / f"{profile_name(meas)}.yaml"
 
 
 def build_profile(
@@ -110,11 +115,17 @@ def build_profile(
 def _network_section(
     base: HardwareProfile, base_stem: str, network: list[AllReducePoint] | None
 ) -> dict[str, Any]:
-    net = base.network.model_dump(mode="json")
+    net = base.network.model_dump(mode="json", exclude_none=True)
     net["sources"] = net.pop("sources")  # last, as in the shipped profiles
     if not network:
         net["measured"] = "datasheet"
         return net
+    # The measured sweep is all-reduce only: the base's ring all-gather table would not match it.
+    net.pop("nvlink_allgather_busbw", None)
+    net["sources"].pop("nvlink_allgather_busbw", None)
+    if net.get("nvlink_domain_size", 0) % network[0].num_ranks:
+        net.pop("nvlink_domain_size")
+        net["sources"].pop("nvlink_domain_size", None)
     net["nvlink_allreduce_busbw"] = [
         [round(p.message_bytes / units.BYTES_PER_MB, 6), round(units.bytes_to_gb(p.busbw_bytes_per_s), 2)]
         for p in network
@@ -123,7 +134,7 @@ def _network_section(
     net["measured"] = "measured"
     net["sources"]["nvlink_allreduce_busbw"] = (
         f"measured: torch.distributed NCCL all-reduce on {network[0].num_ranks} GPUs, "
-        "busbw = 2(n-1)/n · bytes / median time (simcluster.profiler.netbench)"
+        "busbw = 2(n-1)/n · bytes / median time (simcluster.profiler.bench.netbench)"
     )
     net["sources"]["gpus_per_node"] = "GPUs in the measured node (torch.cuda.device_count())"
     for key in net["sources"]:

@@ -7,11 +7,13 @@ CUDA versions on every row) and `.md` (where, how, the table, the error summary)
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 
 from simcluster import units
 from simcluster.calibration.check import CheckSummary, LayerCheck, shape_label, summarize
-from simcluster.profiler.records import LayerRun
+from simcluster.calibration.records import LayerRun
+from simcluster.output_files import write_atomically, write_text_atomically
 
 COLUMNS = [
     "hidden_size",
@@ -113,15 +115,15 @@ def write_reports(
     checks: list[LayerCheck], run: LayerRun, profile: str, profile_summary: str, out_dir: Path
 ) -> tuple[Path, Path]:
     """Write `<profile>-<device>.csv` and `.md` under out_dir (replacing older ones)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
     stem = f"{profile}-{run.device.device_type}"
     csv_path, md_path = out_dir / f"{stem}.csv", out_dir / f"{stem}.md"
-    with csv_path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        for check in checks:
-            writer.writerow(_row(check, run, profile))
-    md_path.write_text(_markdown(checks, run, profile, profile_summary))
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, fieldnames=COLUMNS)
+    writer.writeheader()
+    for check in checks:
+        writer.writerow(_row(check, run, profile))
+    write_atomically(csv_path, lambda path: path.write_text(table.getvalue(), newline=""))
+    write_text_atomically(md_path, _markdown(checks, run, profile, profile_summary))
     return csv_path, md_path
 
 

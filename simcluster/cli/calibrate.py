@@ -8,13 +8,13 @@ from typing import Annotated
 import typer
 
 from simcluster.calibration import DeviceKind
-from simcluster.cli._app import app, fail
-from simcluster.profiler.records import write_text_atomically
+from simcluster.cli._app import app, fail, output_file, output_folder
+from simcluster.output_files import write_text_atomically
 
 
 def require_device(device: DeviceKind) -> None:
     """Exit 2 with a message when CUDA is asked for and torch sees no GPU."""
-    from simcluster.profiler.device_info import cuda_device_count
+    from simcluster.profiler.bench.device_info import cuda_device_count
 
     if device is DeviceKind.CUDA and cuda_device_count() == 0:
         fail("--device cuda: torch sees no CUDA device (try --device cpu)")
@@ -53,7 +53,8 @@ def calibrate(
         bool, typer.Option("--network", help="measure NCCL all-reduce on all local GPUs (needs ≥ 2)")
     ] = False,
     measurements: Annotated[
-        Path | None, typer.Option(help="fit a saved `python -m simcluster.profiler.microbench` JSON instead")
+        Path | None,
+        typer.Option(help="fit a saved `python -m simcluster.profiler.bench.microbench` JSON instead"),
     ] = None,
     save_measurements: Annotated[
         Path | None, typer.Option(help="also write the raw measurements JSON")
@@ -62,17 +63,19 @@ def calibrate(
 ) -> None:
     """Time the layer's kernels (GEMMs, memory-bound ops, copy, launch) and fit a profile."""
     from simcluster.calibration.profile import build_profile, default_output, write_profile
+    from simcluster.calibration.records import Measurements
     from simcluster.config.errors import ConfigError
-    from simcluster.profiler.records import Measurements
 
     num_gpus = _gpu_count() if network else 0
     if network and (device is not DeviceKind.CUDA or num_gpus < 2):
         fail(f"--network needs ≥ 2 GPUs (found {num_gpus} CUDA device(s) for --device {device.value})")
     if measurements is not None:
         meas = Measurements.from_json(measurements.read_text())
+        _check_outputs(meas.device.device_type, out, save_measurements)
     else:
-        from simcluster.profiler.microbench import run_calibration
-        from simcluster.profiler.progress import StderrProgress
+        _check_outputs(device.value, out, save_measurements)  # before measuring for minutes
+        from simcluster.profiler.bench.microbench import run_calibration
+        from simcluster.profiler.bench.progress import StderrProgress
 
         require_device(device)
         command = command_line(
@@ -114,15 +117,29 @@ def calibrate(
     )
 
 
+def _check_outputs(device_type: str, out: Path | None, save_measurements: Path | None) -> None:
+    """Every file this run will write can be written (exit 2 naming it if not)."""
+    from simcluster.calibration.profile import default_output_folder
+
+    if out is None:
+        output_folder(default_output_folder(device_type), "--out (default)")
+    elif out.is_dir():
+        output_folder(out, "--out")
+    else:
+        output_file(out, "--out")
+    if save_measurements is not None:
+        output_file(save_measurements, "--save-measurements")
+
+
 def _gpu_count() -> int:
-    from simcluster.profiler.device_info import cuda_device_count
+    from simcluster.profiler.bench.device_info import cuda_device_count
 
     return cuda_device_count()
 
 
 def _measure_network(num_gpus: int, quick: bool) -> list:
-    from simcluster.profiler.device_info import release_cached_memory
-    from simcluster.profiler.netbench import measure_allreduce
+    from simcluster.profiler.bench.device_info import release_cached_memory
+    from simcluster.profiler.bench.netbench import measure_allreduce
 
     release_cached_memory()  # the kernel benchmarks' cached blocks, before NCCL allocates
     return measure_allreduce(num_gpus, quick)

@@ -8,9 +8,10 @@ from typing import Annotated
 import typer
 
 from simcluster.calibration import DeviceKind
-from simcluster.cli._app import app, fail
+from simcluster.cli._app import app, fail, output_file, output_folder
+from simcluster.cli._hwprofiles import HwProfiles, use_hwprofiles
 from simcluster.cli.calibrate import command_line, require_device
-from simcluster.profiler.records import write_text_atomically
+from simcluster.output_files import write_text_atomically
 
 
 @app.command("check-profile")
@@ -22,28 +23,34 @@ def check_profile(
         "hwprofiles/reports"
     ),
     measurements: Annotated[
-        Path | None, typer.Option(help="use a saved `python -m simcluster.profiler.layer_timing` JSON")
+        Path | None, typer.Option(help="use a saved `python -m simcluster.profiler.bench.layer_timing` JSON")
     ] = None,
     save_measurements: Annotated[Path | None, typer.Option(help="also write the raw timings JSON")] = None,
     threads: Annotated[int, typer.Option(help="CPU intra-op threads while measuring")] = 1,
+    hwprofiles: HwProfiles = None,
 ) -> None:
     """Time the real layer forward+backward (t 1-8, SP on/off, each recompute) and compare."""
     from simcluster.calibration.check import compare, summarize
+    from simcluster.calibration.records import LayerRun
     from simcluster.calibration.report import format_summary, format_table, write_reports
     from simcluster.config.errors import ConfigError
-    from simcluster.config.hardware import load_hardware, resolve_profile_path
-    from simcluster.profiler.records import LayerRun
+    from simcluster.config.hardware import load_hardware
+    from simcluster.config.profiles import find_profile
 
+    use_hwprofiles(hwprofiles)
     try:
+        stem = find_profile(profile).stem
         hw = load_hardware(profile)
     except ConfigError as error:
         fail(error)
-    stem = resolve_profile_path(profile).stem
+    output_folder(out_dir, "--out-dir")  # before measuring for minutes
+    if save_measurements is not None:
+        output_file(save_measurements, "--save-measurements")
     if measurements is not None:
         run = LayerRun.from_json(measurements.read_text())
     else:
-        from simcluster.profiler.layer_timing import run_check
-        from simcluster.profiler.progress import StderrProgress
+        from simcluster.profiler.bench.layer_timing import run_check
+        from simcluster.profiler.bench.progress import StderrProgress
 
         require_device(device)
         command = command_line(

@@ -8,9 +8,9 @@ from typing import Annotated
 
 import typer
 
-from simcluster.cli._app import app, fail
+from simcluster.cli._app import app, fail, output_file
 from simcluster.config.errors import ConfigError
-from simcluster.megatron_args import DEFAULT_HARDWARE
+from simcluster.config.megatron_args import DEFAULT_HARDWARE
 
 
 @app.command(
@@ -36,8 +36,11 @@ def import_megatron(
 ) -> None:
     """Turn Megatron-LM arguments into a scenario; unknown and ignored flags are listed."""
     from simcluster.config.hardware import load_hardware
-    from simcluster.megatron_args import parse_megatron_args
+    from simcluster.config.megatron_args import parse_megatron_args
+    from simcluster.output_files import write_text_atomically
 
+    if out is not None:
+        output_file(out, "--out")
     command = sys.stdin.read() if args == ["-"] else args
     try:
         load_hardware(hardware)
@@ -51,6 +54,5 @@ def import_megatron(
     if out is None:
         typer.echo(imported.to_yaml(), nl=False)
         return
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(imported.to_yaml())
+    write_text_atomically(out, imported.to_yaml())
     typer.echo(f"wrote {out}", err=True)

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from simcluster.cli._app import app, fail
+from simcluster.cli._hwprofiles import HwProfiles, use_hwprofiles
 from simcluster.config.errors import ConfigError
 
 # A one-layer CPU measurement holds the layer's weights (16-bit) and the activations of a
@@ -33,6 +34,7 @@ def memory(
     seq_length: Annotated[int | None, typer.Option(help="override s for --measure")] = None,
     micro_batch_size: Annotated[int | None, typer.Option(help="override b for --measure")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    hwprofiles: HwProfiles = None,
 ) -> None:
     """Per-stage memory breakdown (Table 2 row, interleaving factor, extras); --measure adds
     the bytes autograd really keeps for one layer on one rank."""
@@ -42,6 +44,7 @@ def memory(
 
     if device not in ("cpu", "cuda"):
         fail(f"--device: value {device!r}: allowed: cpu, cuda")
+    use_hwprofiles(hwprofiles)
     try:
         spec, hw = load_scenario_and_hardware(scenario)
         if seq_length or micro_batch_size:
@@ -54,7 +57,7 @@ def memory(
         payload = report.to_json_dict()
         payload["measured_bytes_per_layer"] = measured["activation_bytes"] if measured else None
         payload["measured"] = measured
-        typer.echo(json.dumps(payload, indent=2))
+        typer.echo(json.dumps(payload, indent=2, allow_nan=False))
         return
     typer.echo(format_memory_report(report))
     if measured:
@@ -82,8 +85,8 @@ def _measure(spec, device: str) -> dict[str, int]:
     from simcluster.workload.model import layer_config
 
     try:
-        from simcluster.profiler.accounting import measure_saved_bytes, negligible_buffers
-        from simcluster.profiler.spec import LayerSpec
+        from simcluster.profiler.layer.accounting import measure_saved_bytes, negligible_buffers
+        from simcluster.profiler.layer.spec import LayerSpec
     except ImportError:
         fail("--measure needs torch: pip install 'simcluster[torch]' (torch==2.13.0 for the CPU wheel)")
     cfg = layer_config(spec)

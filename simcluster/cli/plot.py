@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from simcluster.cli._app import app, fail
+from simcluster.cli._app import app, fail, output_file
+from simcluster.cli._hwprofiles import HwProfiles, use_hwprofiles
 from simcluster.config.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -38,13 +39,14 @@ Hardware = Annotated[
 
 
 def _checked(out: Path) -> Path:
+    """Before drawing: a known figure format, and a path that can be written."""
     from simcluster.report.plots import check_figure_path
 
     try:
         check_figure_path(out)
     except ValueError as error:
         fail(error)
-    return out
+    return output_file(out, "--out")
 
 
 def _save(figure: Figure, out: Path) -> None:
@@ -58,7 +60,11 @@ def _read_sweep(path: Path) -> pd.DataFrame:
 
     if not path.is_file():
         fail(f"{path}: no such file")
-    table = pd.read_csv(path) if path.suffix.lower() == ".csv" else pd.read_parquet(path)
+    try:
+        table = pd.read_csv(path) if path.suffix.lower() == ".csv" else pd.read_parquet(path)
+    except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid and pandas' parser errors are ValueErrors
+        reason = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
+        fail(f"{path}: not a readable sweep table (Parquet, or CSV by its suffix): {reason}")
     needed = {"tp", "pp", "status", "fits", "mfu", "iteration_time_s", "max_stage_peak_memory_bytes"}
     missing = sorted(needed - set(table.columns))
     if missing:
@@ -71,7 +77,8 @@ def memory_ladder(out: Out = Path("memory-ladder.png")) -> None:
     """Figure 7: per-layer activation memory as % of the tensor-parallel baseline."""
     from simcluster.report import plots
 
-    _save(plots.memory_ladder_figure(plots.memory_ladder_frame()), _checked(out))
+    _checked(out)
+    _save(plots.memory_ladder_figure(plots.memory_ladder_frame()), out)
 
 
 @plot_app.command("table5")
@@ -94,6 +101,7 @@ def timeline(
     scenario: Annotated[Path, typer.Argument(help="a scenario YAML file")],
     out: Out = Path("timeline.png"),
     hardware: Hardware = None,
+    hwprofiles: HwProfiles = None,
 ) -> None:
     """Pipeline Gantt chart per stage (forward, backward, recompute, comms, idle) of one run."""
     from simcluster.config.hardware import load_hardware
@@ -102,9 +110,10 @@ def timeline(
     from simcluster.simulation import run_simulation
 
     _checked(out)
+    use_hwprofiles(hwprofiles)
     try:
         spec = load_scenario(scenario)
-        profile = load_hardware(hardware or spec.hardware, relative_to=scenario.parent)
+        profile = load_hardware(hardware or spec.hardware, relative_to=scenario)
     except ConfigError as error:
         fail(error)
     simulation = run_simulation(spec, profile, record=True)
@@ -121,8 +130,9 @@ def sweep_heatmap(
     """tp × pp heatmap of the best MFU (or HFU) among configurations that fit."""
     from simcluster.report import plots
 
+    _checked(out)
     figure = plots.sweep_heatmap_figure(_read_sweep(table), plots.HeatmapMetric(metric.value))
-    _save(figure, _checked(out))
+    _save(figure, out)
 
 
 @plot_app.command("pareto")
@@ -135,5 +145,6 @@ def pareto(
     from simcluster import units
     from simcluster.report import plots
 
+    _checked(out)
     capacity = units.gb_to_bytes(capacity_gb) if capacity_gb is not None else None
-    _save(plots.pareto_figure(_read_sweep(table), capacity), _checked(out))
+    _save(plots.pareto_figure(_read_sweep(table), capacity), out)

@@ -8,24 +8,30 @@ from typing import Annotated
 
 import typer
 
-from simcluster.cli._app import app, fail
+from simcluster.cli._app import app, fail, output_file
+from simcluster.cli._hwprofiles import HwProfiles, use_hwprofiles
 from simcluster.config.errors import ConfigError
+from simcluster.config.shipped import shipped_scenario
 
 
 def _scenario_files(target: Path) -> list[Path]:
+    if not target.exists() and (shipped := shipped_scenario(str(target))) is not None:
+        target = shipped  # a shipped scenario by name, e.g. `paper` or `gpt3-175b-sp-selective`
     if target.is_dir():
         files = sorted(target.glob("*.yaml")) + sorted(target.glob("*.yml"))
         if not files:
             fail(f"{target}: no scenario files (*.yaml) in this folder")
         return files
     if not target.exists():
-        fail(f"{target}: no such file or folder")
+        fail(f"{target}: no such file or folder, nor a shipped scenario (e.g. paper, gpt3-175b-sp-selective)")
     return [target]
 
 
 @app.command()
 def run(
-    target: Annotated[Path, typer.Argument(help="a scenario YAML file, or a folder of them")],
+    target: Annotated[
+        Path, typer.Argument(help="a scenario YAML file, a folder of them, or a shipped scenario's name")
+    ],
     json_output: Annotated[bool, typer.Option("--json", help="print JSON (one object per scenario)")] = False,
     trace: Annotated[Path | None, typer.Option(help="write a Chrome trace-event JSON (Perfetto)")] = None,
     hardware: Annotated[
@@ -39,37 +45,53 @@ def run(
             "(for huge batches; same numbers to float rounding; no --trace)",
         ),
     ] = False,
+    hwprofiles: HwProfiles = None,
 ) -> None:
     """Simulate one training iteration: time, MFU/HFU, time breakdown, per-stage memory."""
     from simcluster.config.hardware import load_hardware
     from simcluster.config.scenario import load_scenario
     from simcluster.engine.trace import write_trace
     from simcluster.report.tables import format_result, format_summary
-    from simcluster.simulation import run_simulation
+    from simcluster.simulation import require_finite, run_simulation
 
+    use_hwprofiles(hwprofiles)
     files = _scenario_files(target)
     if trace is not None and len(files) > 1:
         fail("--trace needs a single scenario file, not a folder")
     if trace is not None and steady_state:
         fail("--trace needs every task simulated; leave out --steady-state")
-    results = []
+    if trace is not None:
+        output_file(trace, "--trace")
+    results, problems = [], []
     for path in files:
+        # One bad file in a folder must not stop the others: run every good one, then
+        # report every bad one and exit 2.
         try:
             spec = load_scenario(path)
-            profile = load_hardware(hardware or spec.hardware, relative_to=path.parent)
+            profile = load_hardware(hardware or spec.hardware, relative_to=path)
+            # Every microbatch by default: bit-for-bit the published numbers, and a trace on request.
+            sim = run_simulation(spec, profile, record=trace is not None, steady_state=steady_state)
+            require_finite(sim.result, path)
         except ConfigError as error:
-            fail(error)
-        # Every microbatch by default: bit-for-bit the published numbers, and a trace on request.
-        sim = run_simulation(spec, profile, record=trace is not None, steady_state=steady_state)
+            if len(files) == 1:
+                fail(error)
+            problems.append(error)
+            continue
         if trace is not None:
             write_trace(sim.engine, trace)
         results.append(sim.result)
     if json_output:
         payload = [r.to_json_dict() for r in results]
-        typer.echo(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2))
-    elif len(results) == 1:
+        if results:
+            single = len(payload) == 1 and not problems
+            typer.echo(json.dumps(payload[0] if single else payload, indent=2, allow_nan=False))
+    elif len(files) == 1:
         typer.echo(format_result(results[0]))
         if trace is not None:
             typer.echo(f"\ntrace written to {trace} (open in https://ui.perfetto.dev)")
-    else:
+    elif results:
         typer.echo(format_summary(results))
+    for problem in problems:
+        typer.echo(f"error: {problem}", err=True)
+    if problems:
+        fail(f"{len(problems)} of {len(files)} scenario files in {target} could not be run (above)")

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from simcluster.cli._app import app, fail
+from simcluster.cli._hwprofiles import HwProfiles, use_hwprofiles
 from simcluster.config.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -59,7 +60,9 @@ def _summary(outcome: SweepOutcome, out: Path, show_invalid: bool) -> str:
 @app.command()
 def sweep(
     spec: Annotated[Path, typer.Argument(help="a sweep spec YAML (base, num_gpus, axes)")],
-    out: Annotated[Path, typer.Option("--out", help="Parquet file the rows stream to")],
+    out: Annotated[
+        Path, typer.Option("--out", help="Parquet file the rows stream to (new, or an earlier sweep's)")
+    ],
     csv: Annotated[bool, typer.Option("--csv", help="also write the table as CSV next to --out")] = False,
     resume: Annotated[bool, typer.Option("--resume", help="skip configurations already in --out")] = False,
     workers: Annotated[int | None, typer.Option(min=1, help="local processes (default: every core)")] = None,
@@ -77,9 +80,12 @@ def sweep(
             "state from one short run (same numbers to float rounding, slower)",
         ),
     ] = False,
+    hwprofiles: HwProfiles = None,
 ) -> None:
     """Simulate every valid configuration of a spec's axes; rows stream to Parquet."""
     from simcluster.sweep import execute_sweep
+
+    use_hwprofiles(hwprofiles)
 
     try:
         outcome = execute_sweep(

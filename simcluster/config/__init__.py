@@ -1,4 +1,5 @@
-"""Files -> frozen, validated models. No logic beyond validation.
+"""Files -> frozen, validated models. No logic beyond validation, and the one translation
+into them: a Megatron launch line -> a scenario (`megatron_args`).
 
 Re-exports are lazy so that `simcluster.config.choices` (plain enums) imports with the
 standard library alone: the torch profiler runs on machines without pydantic or yaml.

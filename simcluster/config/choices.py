@@ -22,12 +22,50 @@ class ScheduleKind(str, enum.Enum):
 
 
 class Dtype(str, enum.Enum):
-    """Activation / weight precision of the run."""
+    """Activation / weight precision of the run. FP8 is Transformer Engine's recipe: FP8
+    GEMMs, bf16 everywhere else (activations, norms, attention), so its element is 2 bytes."""
 
     BF16 = "bf16"
     FP16 = "fp16"
     FP32 = "fp32"
+    FP8 = "fp8"
 
     @property
     def num_bytes(self) -> int:
         return 4 if self is Dtype.FP32 else 2
+
+
+class Activation(str, enum.Enum):
+    """The MLP's non-linearity (Megatron `--swiglu`, `--squared-relu`; GeLU by default).
+    SwiGLU is gated: fc1 produces gate and up, 2·ffn wide (modern.md §3.8)."""
+
+    GELU = "gelu"
+    SWIGLU = "swiglu"
+    SQUARED_RELU = "squared_relu"
+
+    @property
+    def gated(self) -> bool:
+        return self is Activation.SWIGLU
+
+
+class Normalization(str, enum.Enum):
+    """Megatron `--normalization {LayerNorm, RMSNorm}`."""
+
+    LAYERNORM = "layernorm"
+    RMSNORM = "rmsnorm"
+
+
+class PositionEmbedding(str, enum.Enum):
+    """Megatron `--position-embedding-type {learned_absolute, rope}`."""
+
+    LEARNED = "learned"
+    ROPE = "rope"
+
+
+class AttentionBackend(str, enum.Enum):
+    """How the attention core runs: the paper's unfused kernels (QKᵀ, scale-mask-softmax,
+    dropout, ×V, with the s² score tensor) or one fused flash-attention kernel per
+    direction (no s² activations; Megatron-core `--attention-backend flash|fused|auto`)."""
+
+    UNFUSED = "unfused"
+    FLASH = "flash"

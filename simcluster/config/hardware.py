@@ -1,4 +1,6 @@
-"""Hardware profiles: one YAML file per GPU system under `hwprofiles/`, referred to by stem.
+"""Hardware profiles: one YAML file per GPU system, referred to by stem (found on the search
+path of `simcluster.config.profiles`: `--hwprofiles`, $SIMCLUSTER_HWPROFILES, the shipped
+`hwprofiles/`) or by path.
 
 Files use human units (`_tflop_per_s`, `_gb_per_s`, `_gbit_per_s`, `_us`, `_gb`); this module
 converts them once, into the SI properties the cost model reads. Every number in a profile
@@ -8,6 +10,7 @@ tell a datasheet value from a measurement from a fitted constant.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -15,16 +18,50 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from simcluster import units
 from simcluster.config.choices import Dtype
-from simcluster.config.errors import ConfigError, describe_validation_error
+from simcluster.config.errors import ConfigError, describe_validation_error, shorten
 from simcluster.config.files import read_yaml
+from simcluster.config.profiles import find_profile
+from simcluster.config.profiles import known_profiles as known_profiles  # re-exported
+from simcluster.config.profiles import profiles_dir as profiles_dir  # re-exported
+from simcluster.config.strict import StrictModel
 
-PROFILE_SUFFIX = ".yaml"
+# Every non-zero number of a profile, in its file unit, lies between these: real ones span
+# about 1e-2 (µs, efficiencies) to 1e11 (bytes of a measured kernel); 1e-300 GB/s is finite
+# and positive but prices a message at 1e300 s.
+MIN_MAGNITUDE, MAX_MAGNITUDE = 1e-6, 1e15
+BUSBW_TIME_NOISE = 0.1  # accepted drop in all-reduce time between neighbouring table sizes
 
 
-class _Section(BaseModel):
-    """A profile section whose every numeric field must have a `sources` entry."""
+def _numbers(value: Any) -> list[float]:
+    """Every number inside a field's value (tables, points, per-kind curves)."""
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, (int, float)):
+        return [value]
+    if isinstance(value, BaseModel):
+        return [n for name, item in value if name != "sources" for n in _numbers(item)]
+    if isinstance(value, dict):
+        return [n for item in value.values() for n in _numbers(item)]
+    if isinstance(value, (list, tuple)):
+        return [n for item in value for n in _numbers(item)]
+    return []
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+
+def _curve_problem(points: list[tuple[float, float]]) -> str | None:
+    """A measured (size, rate) curve: sizes strictly increasing (the cost model interpolates
+    in log size, which needs sorted, distinct sizes)."""
+    sizes = [size for size, _ in points]
+    if any(later <= earlier for earlier, later in zip(sizes, sizes[1:])):
+        return f"sizes must be strictly increasing, got {shorten(sizes)}"
+    return None
+
+
+class _Section(StrictModel):
+    """A profile section whose every numeric field must have a `sources` entry, and whose
+    every number is a physical quantity: not negative anywhere, and positive inside tables
+    (sizes, rates, tile shapes), sorted where the cost model interpolates. The checks walk
+    the fields, so a numeric field added later is covered without naming it."""
+
     sources: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -39,11 +76,45 @@ class _Section(BaseModel):
             raise ValueError(f"no entry in `sources` for {', '.join(missing)} (every number needs one)")
         return self
 
+    @model_validator(mode="after")
+    def _numbers_are_physical(self) -> _Section:
+        problems = []
+        for name, value in self:
+            if name == "sources":
+                continue
+            numbers = _numbers(value)
+            table = isinstance(value, (list, tuple, dict, BaseModel))
+            if any(n < 0 for n in numbers):
+                problems.append(f"{name}: no number in a profile may be negative, got {shorten(value)}")
+            elif any(n != 0 and not MIN_MAGNITUDE <= n <= MAX_MAGNITUDE for n in numbers):
+                problems.append(
+                    f"{name}: value {shorten(value)}: a number is outside {MIN_MAGNITUDE:g} to "
+                    f"{MAX_MAGNITUDE:g} in the file's units (GB/s, µs, TFLOP/s, MB, bytes); check its unit"
+                )
+            elif table and any(n == 0 for n in numbers):
+                problems.append(
+                    f"{name}: every entry must be positive (no zero size or rate): {shorten(value)}"
+                )
+            curves = value.values() if isinstance(value, dict) else [value]
+            for curve in curves:
+                if _is_curve(curve) and (reason := _curve_problem(curve)):
+                    problems.append(f"{name}: {reason}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
-class GemmPoint(BaseModel):
+
+def _is_curve(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) > 0
+        and all(isinstance(point, tuple) and len(point) == 2 for point in value)
+    )
+
+
+class GemmPoint(StrictModel):
     """One measured GEMM: (batch × M × N × K) at an achieved rate."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     m: int = Field(gt=0)
     n: int = Field(gt=0)
     k: int = Field(gt=0)
@@ -58,16 +129,42 @@ class GpuSpec(_Section):
     memory_gb: float = Field(gt=0)
     memory_bandwidth_gb_per_s: float = Field(gt=0)
     num_sms: int = Field(gt=0)
+    # Optional (absent = not stated; existing profiles load unchanged).
+    peak_fp8_tflop_per_s: float | None = Field(
+        default=None, gt=0, description="dense FP8 tensor-core peak; absent = no FP8 tensor cores"
+    )
+    memory_capacity_mib: float | None = Field(
+        default=None, gt=0, description="device memory as the driver reports it (nvidia-smi memory.total)"
+    )
+    cuda_context_mib: float | None = Field(default=None, ge=0, description="held by the CUDA context")
+    nccl_buffers_mib: float | None = Field(default=None, ge=0, description="held by NCCL communicators")
+
+    @model_validator(mode="after")
+    def _reserve_leaves_memory(self) -> GpuSpec:
+        """The CUDA context and NCCL buffers must leave some of the device to the model."""
+        if self.memory_capacity_mib is None:
+            return self
+        reserve = (self.cuda_context_mib or 0.0) + (self.nccl_buffers_mib or 0.0)
+        if reserve >= self.memory_capacity_mib:
+            raise ValueError(
+                f"cuda_context_mib + nccl_buffers_mib ({reserve:g}) must be below memory_capacity_mib "
+                f"({self.memory_capacity_mib:g})"
+            )
+        return self
 
 
 class ComputeModel(_Section):
     """How kernels reach (or miss) the peak: see `simcluster.costs.compute`."""
 
     gemm_max_efficiency: float = Field(gt=0, le=1)
+    fp8_gemm_max_efficiency: float | None = Field(
+        default=None, gt=0, le=1, description="large FP8 GEMM ceiling as a fraction of the FP8 peak"
+    )
     memory_bound_efficiency: float = Field(gt=0, le=1)
     kernel_launch_us: float = Field(ge=0)
     gemm_tiles: list[tuple[int, int, float]] = Field(
         default=[(256, 128, 1.0), (128, 128, 0.95), (128, 64, 0.85), (64, 64, 0.7)],
+        min_length=1,
         description="candidate CTA tiles (M, N, relative efficiency) for wave quantization",
     )
     gemm_points: list[GemmPoint] = Field(
@@ -86,11 +183,30 @@ class ComputeModel(_Section):
     )
 
 
+    @model_validator(mode="after")
+    def _tiles_are_fractions(self) -> ComputeModel:
+        if any(relative > 1 for _, _, relative in self.gemm_tiles):
+            raise ValueError(
+                f"gemm_tiles: value {shorten(self.gemm_tiles)}: a tile's relative efficiency is at most 1 "
+                "(the ceiling is gemm_max_efficiency)"
+            )
+        return self
+
+
 class NetworkModel(_Section):
     gpus_per_node: int = Field(gt=0)
     nvlink_bandwidth_gb_per_s: float = Field(gt=0)
     nvlink_allreduce_busbw: list[tuple[float, float]] = Field(
-        min_length=1, description="(message MB, measured all-reduce busbw GB/s) in one node"
+        min_length=1, description="(message MB, measured all-reduce busbw GB/s) in one NVLink domain"
+    )
+    nvlink_allgather_busbw: list[tuple[float, float]] | None = Field(
+        default=None,
+        min_length=1,
+        description="(message MB, ring all-gather / reduce-scatter busbw GB/s) in one NVLink domain; "
+        "absent = the all-reduce table (differs where NVLS speeds up all-reduce only)",
+    )
+    nvlink_domain_size: int | None = Field(
+        default=None, gt=0, description="GPUs sharing one NVLink fabric; absent = gpus_per_node (NVL72: 72)"
     )
     nvlink_latency_us: float = Field(ge=0)
     nvlink_p2p_efficiency: float = Field(gt=0, le=1)
@@ -107,17 +223,43 @@ class NetworkModel(_Section):
     )
     measured: Literal["datasheet", "measured"] = "datasheet"
 
+    @model_validator(mode="after")
+    def _bigger_messages_take_longer(self) -> NetworkModel:
+        """An all-reduce of more bytes never finishes sooner: size / busbw must not decrease
+        (busbw itself may dip, as the measured A100 sweep does at 16 MB). Measurements are
+        noisy where latency dominates (that sweep's 4 MB point is 0.4 % faster than its 1 MB
+        one), so a drop within `BUSBW_TIME_NOISE` is accepted."""
+        tables = {"nvlink_allreduce_busbw": self.nvlink_allreduce_busbw}
+        if self.nvlink_allgather_busbw is not None:
+            tables["nvlink_allgather_busbw"] = self.nvlink_allgather_busbw
+        for name, table in tables.items():
+            times = [size / rate for size, rate in table if size > 0 and rate > 0]
+            if any(later < earlier * (1 - BUSBW_TIME_NOISE) for earlier, later in zip(times, times[1:])):
+                raise ValueError(
+                    f"{name}: value {shorten(table)}: message size / busbw "
+                    "(the time) must not decrease as messages grow"
+                )
+        return self
 
-class Provenance(BaseModel):
+    @model_validator(mode="after")
+    def _domain_holds_whole_nodes(self) -> NetworkModel:
+        domain = self.nvlink_domain_size
+        if domain is not None and domain % self.gpus_per_node:
+            raise ValueError(
+                f"nvlink_domain_size {domain} must be a multiple of gpus_per_node {self.gpus_per_node}"
+            )
+        return self
+
+
+class Provenance(StrictModel):
     model_config = ConfigDict(extra="allow", frozen=True)
     kind: Literal["datasheet", "public-measurements", "measured", "fitted"]
     summary: str
 
 
-class HardwareProfile(BaseModel):
+class HardwareProfile(StrictModel):
     """A GPU system: one GPU's compute model and the node / cluster network."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     name: str
     description: str = ""
     provenance: Provenance
@@ -125,6 +267,12 @@ class HardwareProfile(BaseModel):
     compute: ComputeModel
     network: NetworkModel
     calibration: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _fp8_ceiling_needs_fp8_peak(self) -> HardwareProfile:
+        if self.compute.fp8_gemm_max_efficiency is not None and self.gpu.peak_fp8_tflop_per_s is None:
+            raise ValueError("compute.fp8_gemm_max_efficiency needs gpu.peak_fp8_tflop_per_s")
+        return self
 
     # SI views, converted once here.
     def peak_flop_per_s(self, dtype: Dtype = Dtype.BF16) -> float:
@@ -134,6 +282,34 @@ class HardwareProfile(BaseModel):
     @property
     def memory_bytes(self) -> float:
         return units.gb_to_bytes(self.gpu.memory_gb)
+
+    @property
+    def peak_fp8_flop_per_s(self) -> float | None:
+        """Dense FP8 tensor-core peak; None on a GPU without FP8 tensor cores (A100)."""
+        tflop = self.gpu.peak_fp8_tflop_per_s
+        return None if tflop is None else units.tflop_per_s_to_flop_per_s(tflop)
+
+    @property
+    def memory_capacity_bytes(self) -> float:
+        """Device memory as the driver reports it; the datasheet `memory_gb` where not given."""
+        mib = self.gpu.memory_capacity_mib
+        return self.memory_bytes if mib is None else units.mib_to_bytes(mib)
+
+    @property
+    def memory_reserved_bytes(self) -> float:
+        """What the CUDA context and NCCL's buffers hold before the model allocates."""
+        return units.mib_to_bytes((self.gpu.cuda_context_mib or 0.0) + (self.gpu.nccl_buffers_mib or 0.0))
+
+    @property
+    def usable_memory_bytes(self) -> float:
+        """Capacity left to the framework: driver-reported capacity minus the reserve. (Today's
+        `fits` and memory columns still use `memory_bytes`.)"""
+        return self.memory_capacity_bytes - self.memory_reserved_bytes
+
+    @property
+    def nvlink_domain_size(self) -> int:
+        """GPUs that reach each other over NVLink: a node, or a larger fabric (GB200 NVL72)."""
+        return self.network.nvlink_domain_size or self.network.gpus_per_node
 
     @property
     def memory_bandwidth_bytes_per_s(self) -> float:
@@ -152,43 +328,12 @@ class HardwareProfile(BaseModel):
         return units.gb_per_s_to_bytes_per_s(self.network.nic_achieved_gb_per_s)
 
 
-def profiles_dir() -> Path:
-    """`hwprofiles/` at the repository root (beside the package)."""
-    return Path(__file__).resolve().parents[2] / "hwprofiles"
-
-
-def known_profiles(directory: Path | None = None) -> list[str]:
-    directory = directory or profiles_dir()
-    return sorted(path.stem for path in directory.glob(f"*{PROFILE_SUFFIX}"))
-
-
-def resolve_profile_path(reference: str, relative_to: Path | None = None) -> Path:
-    """A profile stem in `hwprofiles/`, or a path (absolute, or relative to a scenario file)."""
-    candidates = [profiles_dir() / f"{reference}{PROFILE_SUFFIX}"]
-    as_path = Path(reference)
-    if as_path.suffix in (".yaml", ".yml"):
-        candidates.insert(0, as_path if as_path.is_absolute() else (relative_to or Path.cwd()) / as_path)
-        candidates.append(Path.cwd() / as_path)
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
-    raise FileNotFoundError(reference)
-
-
 def load_hardware(
-    reference: str, relative_to: Path | None = None, field: str = "hardware"
+    reference: str, relative_to: Path | None = None, field: str = "hardware", extra: Sequence[Path] = ()
 ) -> HardwareProfile:
-    try:
-        path = resolve_profile_path(reference, relative_to)
-    except FileNotFoundError:
-        known = ", ".join(known_profiles()) or "(none found)"
-        raise ConfigError(
-            relative_to or reference,
-            [
-                f"{field}: value {reference!r}: unknown hardware profile; known profiles: {known} "
-                "(or give a path to a .yaml profile)"
-            ],
-        ) from None
+    """The profile `reference` names (a name on the search path or a .yaml path: see
+    `simcluster.config.profiles`); `relative_to` is the scenario file that names it."""
+    path = find_profile(reference, relative_to, field, extra)
     return parse_hardware(read_yaml(path), path)
 
 

@@ -3,12 +3,14 @@ its forward and backward, per microbatch."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from simcluster.config.choices import Dtype
 from simcluster.config.hardware import HardwareProfile
 from simcluster.costs.compute import elementwise_kind, elementwise_time_s, gemm_time_s
 from simcluster.costs.network import GroupPlacement, collective_time_s
+from simcluster.workload.layer import LayerOps
 from simcluster.workload.model import ChunkWork
 from simcluster.workload.ops import Op, OpKind
 
@@ -79,12 +81,27 @@ def price_ops(ops: tuple[Op, ...], hw: HardwareProfile, tp: GroupPlacement, dtyp
     return OpsCost(compute_s, comm_s + pending_comm_s)
 
 
+def price_layer_ops(ops: LayerOps, hw: HardwareProfile, tp: GroupPlacement, dtype: Dtype) -> ChunkCost:
+    """One layer's (or the embedding's, or the output layer's) forward, backward and
+    recompute, per microbatch."""
+    return ChunkCost(
+        forward=price_ops(ops.forward, hw, tp, dtype),
+        backward=price_ops(ops.backward, hw, tp, dtype),
+        recompute=price_ops(ops.recompute, hw, tp, dtype),
+    )
+
+
+def compose_chunk(num_layers: int, layer: ChunkCost, extras: Sequence[ChunkCost]) -> ChunkCost:
+    """`num_layers` copies of a priced layer, then the forward and backward of the extras
+    (embedding, output layer) in order; recompute is the layers' only."""
+    forward, backward = layer.forward.scaled(num_layers), layer.backward.scaled(num_layers)
+    for extra in extras:
+        forward, backward = forward + extra.forward, backward + extra.backward
+    return ChunkCost(forward=forward, backward=backward, recompute=layer.recompute.scaled(num_layers))
+
+
 def price_chunk(chunk: ChunkWork, hw: HardwareProfile, tp: GroupPlacement, dtype: Dtype) -> ChunkCost:
-    layer_fwd = price_ops(chunk.layer.forward, hw, tp, dtype).scaled(chunk.num_layers)
-    layer_bwd = price_ops(chunk.layer.backward, hw, tp, dtype).scaled(chunk.num_layers)
-    recompute = price_ops(chunk.layer.recompute, hw, tp, dtype).scaled(chunk.num_layers)
-    for extra in (chunk.embedding, chunk.output):
-        if extra is not None:
-            layer_fwd = layer_fwd + price_ops(extra.forward, hw, tp, dtype)
-            layer_bwd = layer_bwd + price_ops(extra.backward, hw, tp, dtype)
-    return ChunkCost(forward=layer_fwd, backward=layer_bwd, recompute=recompute)
+    """A chunk's layers, plus the embedding on the first virtual stage and the output layer
+    on the last."""
+    extras = [price_layer_ops(extra, hw, tp, dtype) for extra in (chunk.embedding, chunk.output) if extra]
+    return compose_chunk(chunk.num_layers, price_layer_ops(chunk.layer, hw, tp, dtype), extras)

@@ -3,13 +3,17 @@
 Ring algorithms (NCCL): an all-reduce moves 2(n−1)/n of the buffer through each rank's
 link, all-gather and reduce-scatter (n−1)/n. nccl-tests reports "bus bandwidth" on exactly
 this scale, so a measured busbw prices every ring collective of the same buffer size:
-    t = max(factor · S / busbw(S),   (inside a node, busbw(S) interpolated in log S from the
-            latency)                  profile's measured NVLink all-reduce sweep, which
-                                      already contains the small-message latency)
-    t = latency + factor · S / min(k · NIC, busbw_nvlink(S))   (across nodes; k ranks of the
-                                      group per node each drive their own NIC, as DGX
-                                      A100's one NIC per GPU allows)
+    t = max(factor · S / busbw(S),   (inside an NVLink domain, busbw(S) interpolated in log S
+            latency)                  from the profile's measured NVLink sweep, which already
+                                      contains the small-message latency)
+    t = latency + factor · S / min(k · NIC, busbw_nvlink(S))   (across domains; k ranks of
+                                      the group per domain each drive their own NIC, as one
+                                      NIC per GPU allows)
 with latency = base + steps · per-step network latency (NCCL tuning.cc, ring).
+The NVLink domain is a node (DGX: 8 GPUs), or a rack of compute trays on one NVLink fabric
+(GB200 NVL72: 72 GPUs, 4 per tray). All-reduce reads the profile's all-reduce sweep (NVLS
+where the system uses it); all-gather and reduce-scatter read its ring sweep where it gives
+one (`nvlink_allgather_busbw`; NVLink SHARP accelerates all-reduce only), else the same.
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ from simcluster.workload.ops import CollectiveKind
 
 @dataclass(frozen=True, slots=True)
 class GroupPlacement:
-    """A communicator: its size and how many of its ranks share a node."""
+    """A communicator: its size and how many of its ranks share a node, where "node" is
+    the NVLink domain (`HardwareProfile.nvlink_domain_size`): ranks in one reach each other
+    over NVLink even across compute trays."""
 
     num_ranks: int
     ranks_per_node: int
@@ -46,8 +52,13 @@ def ring_steps(kind: CollectiveKind, num_ranks: int) -> int:
     return 2 * (num_ranks - 1) if kind is CollectiveKind.ALL_REDUCE else num_ranks - 1
 
 
-def nvlink_busbw_bytes_per_s(message_bytes: float, hw: HardwareProfile) -> float:
+def nvlink_busbw_bytes_per_s(
+    message_bytes: float, hw: HardwareProfile, kind: CollectiveKind = CollectiveKind.ALL_REDUCE
+) -> float:
+    """busbw from the profile's sweep for `kind` (module docstring)."""
     table = hw.network.nvlink_allreduce_busbw
+    if kind is not CollectiveKind.ALL_REDUCE and hw.network.nvlink_allgather_busbw:
+        table = hw.network.nvlink_allgather_busbw
     sizes = np.log([units.BYTES_PER_MB * mb for mb, _ in table])
     rates = [gb for _, gb in table]
     gb_per_s = float(np.interp(math.log(max(message_bytes, 1.0)), sizes, rates))
@@ -61,7 +72,7 @@ def collective_time_s(
     if group.num_ranks <= 1 or message_bytes <= 0:
         return 0.0
     factor = ring_factor(kind, group.num_ranks)
-    nvlink = nvlink_busbw_bytes_per_s(message_bytes, hw)
+    nvlink = nvlink_busbw_bytes_per_s(message_bytes, hw, kind)
     net = hw.network
     if not group.crosses_nodes:
         floor_s = units.us_to_s(
@@ -77,7 +88,7 @@ def collective_time_s(
 
 
 def p2p_time_s(message_bytes: float, same_node: bool, hw: HardwareProfile) -> float:
-    """One send/recv: NVLink inside a node, the GPU's own NIC across nodes."""
+    """One send/recv: NVLink inside an NVLink domain, the GPU's own NIC across domains."""
     if message_bytes <= 0:
         return 0.0
     net = hw.network

@@ -1,5 +1,8 @@
 """Where ranks sit: Megatron's rank order (tensor fastest, then data, then pipeline) on
-nodes of `gpus_per_node` GPUs, and the communicators that follow from it."""
+NVLink domains of `HardwareProfile.nvlink_domain_size` GPUs (a node of `gpus_per_node`
+GPUs, or a larger fabric of several nodes such as GB200 NVL72's 72 GPUs in 4-GPU trays), and
+the communicators that follow from it. A group whose ranks stay in one domain uses NVLink,
+even where they sit on different compute trays."""
 
 from __future__ import annotations
 
@@ -14,14 +17,20 @@ def global_rank(scenario: Scenario, stage: int, dp_rank: int = 0, tp_rank: int =
 
 
 def node_of(rank: int, hw: HardwareProfile) -> int:
+    """The compute node (tray) holding `rank`: its NICs."""
     return rank // hw.network.gpus_per_node
 
 
+def nvlink_domain_of(rank: int, hw: HardwareProfile) -> int:
+    """The NVLink domain holding `rank`: ranks of one domain talk over NVLink."""
+    return rank // hw.nvlink_domain_size
+
+
 def strided_group(size: int, stride: int, hw: HardwareProfile) -> GroupPlacement:
-    """A group of `size` ranks `stride` apart (aligned at a node boundary)."""
-    gpn = hw.network.gpus_per_node
-    per_node = max(1, min(size, gpn // stride)) if stride <= gpn else 1
-    return GroupPlacement(num_ranks=size, ranks_per_node=per_node)
+    """A group of `size` ranks `stride` apart (aligned at a domain boundary)."""
+    domain = hw.nvlink_domain_size
+    per_domain = max(1, min(size, domain // stride)) if stride <= domain else 1
+    return GroupPlacement(num_ranks=size, ranks_per_node=per_domain)
 
 
 def tp_group(scenario: Scenario, hw: HardwareProfile) -> GroupPlacement:
@@ -33,4 +42,6 @@ def dp_group(scenario: Scenario, hw: HardwareProfile) -> GroupPlacement:
 
 
 def stages_share_node(scenario: Scenario, hw: HardwareProfile, stage_a: int, stage_b: int) -> bool:
-    return node_of(global_rank(scenario, stage_a), hw) == node_of(global_rank(scenario, stage_b), hw)
+    """Whether two stages' first ranks share an NVLink domain (p2p over NVLink)."""
+    rank_a, rank_b = global_rank(scenario, stage_a), global_rank(scenario, stage_b)
+    return nvlink_domain_of(rank_a, hw) == nvlink_domain_of(rank_b, hw)

@@ -8,9 +8,24 @@ the links its messages and gradient reductions travel on.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 from simcluster.schedule.tasks import Task
+
+
+class TimeCategory(str, enum.Enum):
+    """Where a stage's time goes: the labels of a task's busy parts in the plan, the engine's
+    busy time, and the result's time breakdown (in this order; the keys of `run --json`'s
+    `time_breakdown_s`, a public contract). IDLE is what is left of the iteration."""
+
+    COMPUTE = "compute"
+    RECOMPUTE = "recompute"
+    TP_COMM = "tp_comm"
+    PP_COMM = "pp_comm"
+    DP_COMM = "dp_comm"
+    OPTIMIZER = "optimizer"
+    IDLE = "idle"
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,7 +35,7 @@ class TaskWork:
     ends; `transient_bytes` are held only while the task runs (recomputed activations)."""
 
     busy_s: float
-    parts: tuple[tuple[str, float], ...]
+    parts: tuple[tuple[TimeCategory, float], ...]
     stored_bytes: float = 0.0
     transient_bytes: float = 0.0
 

@@ -27,15 +27,12 @@ import simpy
 from simcluster.engine.gc_tuning import simulation_gc
 from simcluster.engine.links import Link
 from simcluster.engine.memory import MemoryTracker
-from simcluster.engine.plan import PipelinePlan, StagePlan, TaskWork, Transfer
+from simcluster.engine.plan import PipelinePlan, StagePlan, TaskWork, TimeCategory, Transfer
 from simcluster.schedule.tasks import Phase, Task
 
-PP_COMM = "pp_comm"
-DP_COMM = "dp_comm"
-OPTIMIZER = "optimizer"
-IDLE = "idle"
+PP_COMM, DP_COMM, OPTIMIZER = TimeCategory.PP_COMM, TimeCategory.DP_COMM, TimeCategory.OPTIMIZER
 
-Span = tuple[int, str, str, float, float]  # stage, name, category, start_s, duration_s
+Span = tuple[int, str, str, float, float]  # stage, name, trace category, start_s, duration_s
 Key = tuple[int, int, int]  # a message: (0 forward / 1 backward, microbatch, sending virtual stage)
 Send = tuple[Transfer, Key, object]  # route, message key, the task that produced it
 # a task position: task, keys awaited, is forward, work, bytes its end frees, sends
@@ -46,7 +43,7 @@ Wiring = tuple[list[tuple[Key, ...]], list[list[Send]]]  # per position: keys aw
 
 @dataclass(slots=True)
 class StageOutcome:
-    busy_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    busy_s: dict[TimeCategory, float] = field(default_factory=lambda: defaultdict(float))
     pipeline_end_s: float = 0.0
     grads_ready_s: float = 0.0
     finished: bool = False
@@ -61,7 +58,7 @@ class ProbeState:
     free), and its running busy times and stored activation bytes."""
 
     times_s: tuple[float, ...]
-    busy_s: dict[str, float]
+    busy_s: dict[TimeCategory, float]
     stored_bytes: float
 
 
@@ -207,7 +204,8 @@ class _Run:
                 if env._now > now:
                     busy[PP_COMM] += env._now - now
                     if record:
-                        self.spans.append((index, f"send after {task}", PP_COMM, now, env._now - now))
+                        blocked_s = env._now - now
+                        self.spans.append((index, f"send after {task}", PP_COMM.value, now, blocked_s))
         if len(stage.tasks) in probe_at:
             self._take_probe(index, stage)
         outcome.pipeline_end_s = env.now
@@ -216,7 +214,7 @@ class _Run:
             yield env.timeout(self.transfer(stage.grad_reduce, "dp grads"))
             busy[DP_COMM] += env.now - start
             if self.record:
-                self.spans.append((index, "dp all-reduce", DP_COMM, start, env.now - start))
+                self.spans.append((index, "dp all-reduce", DP_COMM.value, start, env.now - start))
         if plan.overlap_grad_reduce and outcome.grads_ready_s > env.now:
             busy[DP_COMM] += outcome.grads_ready_s - env.now  # the part not hidden by backwards
         outcome.grads_ready_s = max(outcome.grads_ready_s, env.now)
@@ -264,12 +262,12 @@ class _Run:
                 self.outcomes[i].busy_s[DP_COMM] += seconds
                 ready[i] = start + seconds
                 if self.record:
-                    self.spans.append((i, "embedding all-reduce", DP_COMM, start, seconds))
+                    self.spans.append((i, "embedding all-reduce", DP_COMM.value, start, seconds))
         step_start = max(ready)
         for i, stage in enumerate(self.plan.stages):
             self.outcomes[i].busy_s[OPTIMIZER] += stage.optimizer_s
             if self.record:
-                self.spans.append((i, "optimizer step", OPTIMIZER, step_start, stage.optimizer_s))
+                self.spans.append((i, "optimizer step", OPTIMIZER.value, step_start, stage.optimizer_s))
         return step_start + max(stage.optimizer_s for stage in self.plan.stages)
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from simcluster.engine.simulator import EngineResult
+from simcluster.output_files import write_text_atomically
 
 _US_PER_S = 1e6
 
@@ -55,8 +56,5 @@ def trace_events(result: EngineResult) -> list[dict[str, Any]]:
 
 
 def write_trace(result: EngineResult, path: Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps({"traceEvents": trace_events(result), "displayTimeUnit": "ms"}))
-    tmp.replace(path)
+    text = json.dumps({"traceEvents": trace_events(result), "displayTimeUnit": "ms"})
+    write_text_atomically(path, text)

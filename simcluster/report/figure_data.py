@@ -16,6 +16,7 @@ from simcluster import units
 from simcluster.config.choices import Recompute
 from simcluster.config.hardware import HardwareProfile, load_hardware
 from simcluster.config.scenario import Scenario, load_scenario
+from simcluster.engine.plan import TimeCategory
 from simcluster.memory_plan import stage_memory_estimate
 from simcluster.simulation import Simulation
 from simcluster.validation import Comparison, load_paper_tables, scenarios_dir
@@ -50,7 +51,7 @@ TABLE2: dict[Table2Row, tuple[bool, bool, Recompute, str]] = {
 }
 
 
-_COMMS = ("pp_comm", "dp_comm")
+_COMMS = (TimeCategory.PP_COMM.value, TimeCategory.DP_COMM.value)  # trace categories drawn as comms
 
 
 def paper_scenarios(variant: str = PRESENT_WORK) -> dict[str, Scenario]:
@@ -198,9 +199,9 @@ def timeline_frame(simulation: Simulation) -> pd.DataFrame:
     for stage, name, category, start, duration in simulation.engine.spans:
         if category == "backward":
             parts = dict(simulation.plan.stages[stage].backward[_chunk_of(name)].parts)
-            recompute_s = duration * parts.get("recompute", 0.0) / max(sum(parts.values()), 1e-300)
+            recompute_s = duration * parts.get(TimeCategory.RECOMPUTE, 0.0) / max(sum(parts.values()), 1e-300)
             if recompute_s > 0:
-                rows.append((stage, f"{name} recompute", "recompute", start, recompute_s))
+                rows.append((stage, f"{name} recompute", TimeCategory.RECOMPUTE.value, start, recompute_s))
             rows.append((stage, name, "backward", start + recompute_s, duration - recompute_s))
         else:
             rows.append((stage, name, "comms" if category in _COMMS else category, start, duration))
@@ -214,10 +215,10 @@ def _idle_rows(frame: pd.DataFrame, end_s: float) -> pd.DataFrame:
         cursor = 0.0
         for start, duration in zip(spans["start_s"], spans["duration_s"]):
             if start > cursor + 1e-12:
-                rows.append((stage, "idle", "idle", cursor, start - cursor))
+                rows.append((stage, "idle", TimeCategory.IDLE.value, cursor, start - cursor))
             cursor = max(cursor, start + duration)
         if end_s > cursor + 1e-12:
-            rows.append((stage, "idle", "idle", cursor, end_s - cursor))
+            rows.append((stage, "idle", TimeCategory.IDLE.value, cursor, end_s - cursor))
     return pd.DataFrame(rows, columns=frame.columns)
 
 

@@ -20,6 +20,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from simcluster import units
+from simcluster.output_files import write_atomically
 from simcluster.report.figure_data import (  # noqa: F401  (re-exported for callers of plots)
     _COMMS,
     FULL_RECOMPUTE,
@@ -74,8 +75,9 @@ def save_figure(figure: Figure, path: Path) -> Path:
     """Write `figure` as PNG, SVG or PDF, chosen by the suffix of `path`."""
     path = Path(path)
     check_figure_path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=150)
+    # the temporary file's suffix is .tmp: name the format, which savefig would take from it
+    fmt = path.suffix.lower().removeprefix(".")
+    write_atomically(path, lambda temporary: figure.savefig(temporary, dpi=150, format=fmt))
     return path
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from simcluster import units
-from simcluster.report.metrics import SimulationResult, StageMemory
+from simcluster.results import SimulationResult, StageMemory
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -37,7 +37,8 @@ def format_result(result: SimulationResult) -> str:
             ["MFU", f"{100 * result.mfu:.1f} %"],
             ["HFU", f"{100 * result.hfu:.1f} %"],
             ["model TFLOP/s per GPU", f"{result.tflops_per_gpu:.1f}"],
-            ["pipeline bubble", f"{100 * result.bubble_fraction:.1f} %"],
+            ["pipeline idle (bubble share)", f"{100 * result.pipeline_idle_fraction:.1f} %"],
+            ["bubble / busy time", f"{result.bubble_to_busy_ratio:.3f}"],
             [
                 "layer forward / backward",
                 f"{1e3 * result.layer.forward_s:.2f} / {1e3 * result.layer.backward_s:.2f} ms",
@@ -65,7 +66,7 @@ def _stages_to_show(result: SimulationResult, limit: int = 8):
 def format_summary(results: Sequence[SimulationResult]) -> str:
     """One line per scenario, for `simcluster run FOLDER`."""
     return format_table(
-        ["scenario", "GPUs", "iteration s", "MFU %", "HFU %", "bubble %", "peak GB (stage 0)", "fits"],
+        ["scenario", "GPUs", "iteration s", "MFU %", "HFU %", "idle %", "peak GB (stage 0)", "fits"],
         [
             [
                 r.scenario,
@@ -73,7 +74,7 @@ def format_summary(results: Sequence[SimulationResult]) -> str:
                 f"{r.iteration_time_s:.3f}",
                 f"{100 * r.mfu:.1f}",
                 f"{100 * r.hfu:.1f}",
-                f"{100 * r.bubble_fraction:.1f}",
+                f"{100 * r.pipeline_idle_fraction:.1f}",
                 _gb(r.stages[0].peak_memory_bytes),
                 "yes" if r.fits_in_memory else "NO",
             ]

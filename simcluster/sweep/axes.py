@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from simcluster.config.choices import Dtype, Recompute, ScheduleKind
-from simcluster.config.scenario import Scenario
+from simcluster.config.errors import shorten
+from simcluster.config.scenario import Scenario, divisors
+from simcluster.config.strict import MAX_INT
 
 MAX_AUTO_VPP = 8  # interleaving beyond 8 chunks per stage is not used in practice (Narayanan 2021)
 MAX_AUTO_MICRO_BATCH_SIZE = 16
@@ -30,10 +32,6 @@ class AutoContext:
     base: Scenario
     num_gpus: int
     global_batch_sizes: tuple[int, ...]
-
-
-def divisors(n: int, limit: int | None = None) -> tuple[int, ...]:
-    return tuple(d for d in range(1, (limit or n) + 1) if n % d == 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +52,7 @@ class Axis:
             return "true, false"
         if issubclass(self.kind, enum.Enum):
             return ", ".join(member.value for member in self.kind)
-        return "positive integers"
+        return f"positive integers up to {MAX_INT:,}"
 
     def parse(self, value: Any) -> AxisValue:
         """The canonical value (enum members as their file spelling); ValueError if not allowed."""
@@ -62,11 +60,11 @@ class Axis:
             if isinstance(value, bool):
                 return value
         elif issubclass(self.kind, enum.Enum):
-            if value in {member.value for member in self.kind}:
+            if isinstance(value, str) and value in {member.value for member in self.kind}:
                 return str(value)
-        elif isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        elif isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_INT:
             return value
-        raise ValueError(f"value {value!r}: allowed: {self.allowed()}")
+        raise ValueError(f"value {shorten(value)}: allowed: {self.allowed()}")
 
 
 def _tp(ctx: AutoContext) -> tuple[int, ...]:

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from simcluster import memory_plan, simulation, units
 from simcluster.config.hardware import HardwareProfile
-from simcluster.report.metrics import StageMemory
+from simcluster.results import StageMemory
 from simcluster.sweep.expand import SweepConfig
 from simcluster.workload.model import build_workload
 

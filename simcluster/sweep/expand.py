@@ -41,6 +41,16 @@ class Expansion:
         fields = Counter(problem.split(":", 1)[0] for _, problems in self.invalid for problem in problems)
         return dict(fields.most_common())
 
+    def common_problems(self, count: int = 3) -> list[str]:
+        """The `count` fields that rejected the most combinations, each as its first problem
+        and how many combinations it rejected: why a sweep has nothing to run."""
+        first: dict[str, str] = {}
+        for _, problems in self.invalid:
+            for problem in problems:
+                first.setdefault(problem.split(":", 1)[0], problem)
+        top = list(self.invalid_by_field().items())[:count]
+        return [f"{first[field]} ({n} of {self.num_combinations} combinations)" for field, n in top]
+
 
 def config_id(layout: dict[str, AxisValue | None]) -> str:
     """Canonical id: every layout field in `LAYOUT_COLUMNS` order, `name=value` joined by ','

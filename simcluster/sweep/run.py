@@ -1,6 +1,7 @@
-"""A sweep end to end: load the spec, expand and filter, skip what the output already has
-(`resume`), run the rest (serial, process pool or Dask) with a progress bar, and stream the
-rows to Parquet. Whatever stops the sweep, the rows that finished are flushed first."""
+"""A sweep end to end: load the spec, expand and filter (nothing valid is an error), check
+the output and lock it against a second sweep, skip what the output already has (`resume`),
+run the rest (serial, process pool or Dask) with a progress bar, and stream the rows to
+Parquet. Whatever stops the sweep, the rows that finished are flushed first."""
 
 from __future__ import annotations
 
@@ -16,11 +17,13 @@ from typing import TYPE_CHECKING
 import pandas as pd
 from tqdm import tqdm
 
+from simcluster.config.errors import ConfigError
 from simcluster.sweep.evaluate import Row
 from simcluster.sweep.execute import available_cores, run_dask, run_pool, run_serial
 from simcluster.sweep.expand import Expansion, SweepConfig, expand
+from simcluster.sweep.lock import SweepLock
 from simcluster.sweep.spec import SweepSpec, load_sweep_spec
-from simcluster.sweep.store import ResultStore
+from simcluster.sweep.store import ResultStore, check_targets
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -74,17 +77,52 @@ def execute_sweep(
     start_s = time.perf_counter()
     spec = load_sweep_spec(spec_path)
     expansion = expand(spec)
+    if not expansion.configs:
+        raise ConfigError(spec.source, _nothing_to_run(spec, expansion))
     out = Path(out_path)
-    store = ResultStore(out, spec, csv=out.with_suffix(".csv") if csv else None, flush_every_s=flush_every_s)
-    done = store.resume() if resume else set()
-    todo = [config for config in expansion.configs if config.config_id not in done]
+    csv_path = out.with_suffix(".csv") if csv else None
+    check_targets(out, csv_path, spec, resume)
+    with SweepLock(out):
+        store = ResultStore(out, spec, csv=csv_path, flush_every_s=flush_every_s)
+        done = store.resume() if resume else set()
+        todo = [config for config in expansion.configs if config.config_id not in done]
+        steady_state = not full_simulation
+        _stream(todo, spec, store, workers or available_cores(), dask, steady_state, progress, on_row)
+    return SweepOutcome(
+        table=store.table(),
+        spec=spec,
+        expansion=expansion,
+        num_resumed=len(expansion.configs) - len(todo),
+        num_run=len(todo),
+        elapsed_s=time.perf_counter() - start_s,
+    )
+
+
+def _nothing_to_run(spec: SweepSpec, expansion: Expansion) -> list[str]:
+    return [
+        f"axes: none of the {expansion.num_combinations} combinations is a valid configuration "
+        f"on num_gpus {spec.num_gpus}; the most common reasons (change the axes, the base or num_gpus):",
+        *expansion.common_problems(),
+    ]
+
+
+def _stream(
+    todo: list[SweepConfig],
+    spec: SweepSpec,
+    store: ResultStore,
+    workers: int,
+    dask: str | Client | None,
+    steady_state: bool,
+    progress: bool,
+    on_row: Callable[[Row], None] | None,
+) -> None:
+    """Run `todo`, storing rows as they arrive; whatever stops it, flush what finished."""
     counts: Counter[str] = Counter()
     bar = tqdm(total=len(todo), unit="cfg", file=sys.stderr, disable=not progress, smoothing=0.1)
     try:
         # closing(): whatever stops the loop stops the executor at once, not when the
         # traceback that holds this frame is freed
-        steady_state = not full_simulation
-        with closing(_rows(todo, spec, workers or available_cores(), dask, steady_state)) as rows:
+        with closing(_rows(todo, spec, workers, dask, steady_state)) as rows:
             for batch in rows:
                 store.add(batch)
                 counts.update(row["status"] for row in batch)
@@ -96,14 +134,6 @@ def execute_sweep(
     finally:
         bar.close()
         store.flush()
-    return SweepOutcome(
-        table=store.table(),
-        spec=spec,
-        expansion=expansion,
-        num_resumed=len(expansion.configs) - len(todo),
-        num_run=len(todo),
-        elapsed_s=time.perf_counter() - start_s,
-    )
 
 
 def run_sweep(

@@ -19,21 +19,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from simcluster.config.errors import ConfigError, describe_validation_error
 from simcluster.config.files import read_yaml
 from simcluster.config.hardware import HardwareProfile, load_hardware
 from simcluster.config.scenario import Scenario, load_scenario
+from simcluster.config.strict import StrictModel
 from simcluster.sweep.axes import AXES, AutoContext, AxisValue
 
 AUTO = "auto"
+MAX_COMBINATIONS = 1_000_000  # each is validated (and most simulated): ~1.5 h at 200/s per worker
 
 
-class _SpecFile(BaseModel):
+class _SpecFile(StrictModel):
     """The file's shape; axis values are checked against `AXES` afterwards."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     base: str
     num_gpus: int | None = Field(default=None, gt=0, description="default: the base scenario's tp·pp·dp")
     axes: dict[str, Any] = Field(default_factory=dict)
@@ -116,13 +117,23 @@ def parse_sweep_spec(data: Any, source: str | Path) -> SweepSpec:
     if not base_path.is_file():
         raise ConfigError(source, [f"base: value {raw.base!r}: no scenario file at {base_path}"])
     base = load_scenario(base_path)
-    hardware = load_hardware(base.hardware, relative_to=base_path.parent)
+    hardware = load_hardware(base.hardware, relative_to=base_path)
     num_gpus = raw.num_gpus or base.num_gpus
     problems: list[str] = []
     axes = _resolve_axes(dict(raw.axes), base, num_gpus, problems)
     if problems:
         raise ConfigError(source, problems)
-    return SweepSpec(source=source, base=base, hardware=hardware, num_gpus=num_gpus, axes=axes)
+    spec = SweepSpec(source=source, base=base, hardware=hardware, num_gpus=num_gpus, axes=axes)
+    if spec.num_combinations > MAX_COMBINATIONS:
+        sizes = " * ".join(f"{name} {len(values)}" for name, values in axes.items())
+        raise ConfigError(
+            source,
+            [
+                f"axes: {sizes} = {spec.num_combinations:,} combinations, over the {MAX_COMBINATIONS:,} "
+                "one sweep runs; list fewer values, or split the sweep by one axis"
+            ],
+        )
+    return spec
 
 
 def load_sweep_spec(path: str | Path) -> SweepSpec:

@@ -1,24 +1,25 @@
 """Sweep results on disk: one Parquet file (and optionally a CSV twin) rewritten atomically
 (write a temporary file, then rename) every few seconds as rows arrive, so the output is
 always one complete, readable table and an interrupted sweep loses only rows that had not
-been flushed. The file's metadata records a fingerprint of the sweep's inputs (base
-scenario, GPU count, hardware profile): `--resume` refuses a file from other inputs.
+been flushed. The file's metadata records a fingerprint of the sweep's inputs (the whole
+base scenario, the GPU count, the hardware profile's content): `--resume` refuses a file
+from other inputs, and a fresh sweep overwrites only a file that is a sweep table.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
-from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from simcluster.config.errors import ConfigError
+from simcluster.output_files import OutputPathError, check_output_file, write_atomically
 from simcluster.sweep.axes import AXES, LAYOUT_COLUMNS, choice_order
 from simcluster.sweep.evaluate import Row
 from simcluster.sweep.spec import SweepSpec
@@ -60,15 +61,77 @@ SCHEMA = pa.schema(
 _NULLABLE_DTYPES = {"fits": "boolean", "fullest_stage": "Int64"}
 
 
-def fingerprint(spec: SweepSpec) -> str:
-    """Hash of what every row depends on besides its layout (the model, the GPU count and
-    the hardware profile; every parallel and training field is in the layout)."""
-    inputs = {
-        "model": spec.base.model.model_dump(mode="json"),
-        "num_gpus": spec.num_gpus,
-        "hardware": spec.hardware.model_dump(mode="json"),
+def _digest(data: object) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def input_digests(spec: SweepSpec) -> dict[str, str]:
+    """A hash of each input every row depends on besides its layout: the whole resolved base
+    scenario (not only the model: a base field that is not an axis, say dtype, changes
+    every row's id, and resuming would keep the old rows beside the new), the GPU count and
+    the hardware profile's content (not its name). The axes are not inputs: resuming with
+    more axis values extends the table."""
+    return {
+        "base scenario": _digest(spec.base.model_dump(mode="json")),
+        "num_gpus": _digest(spec.num_gpus),
+        "hardware profile": _digest(spec.hardware.model_dump(mode="json")),
     }
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def fingerprint(spec: SweepSpec) -> str:
+    """One hash of `input_digests`: equal for two sweeps whose rows can share a table."""
+    return _digest(input_digests(spec))
+
+
+def read_metadata(path: Path) -> dict[str, Any] | None:
+    """The sweep metadata of the Parquet file at `path`; None if it is not a sweep table
+    (not Parquet, unreadable, or Parquet written by something else)."""
+    try:
+        metadata = pq.read_schema(path).metadata or {}
+        found = json.loads(metadata[METADATA_KEY])
+    except (OSError, pa.ArrowException, KeyError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def _differing(found: dict[str, Any], spec: SweepSpec) -> str:
+    parts = found.get("inputs")
+    if not isinstance(parts, dict):
+        return "written before simcluster recorded each input"
+    names = [name for name, digest in input_digests(spec).items() if parts.get(name) != digest]
+    return f"the {' and the '.join(names)} {'differs' if len(names) == 1 else 'differ'}"
+
+
+def _is_sweep_csv(path: Path) -> bool:
+    try:
+        with path.open(encoding="utf-8") as file:
+            return file.readline().startswith(f"{SCHEMA.names[0]},")
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def check_targets(out: Path, csv: Path | None, spec: SweepSpec, resume: bool) -> None:
+    """Before any work: `out` (and `csv`) can be written, and writing them destroys nothing
+    but an earlier sweep's table. With `resume`, `ResultStore.resume` checks that an existing
+    `out` is a table of this sweep."""
+    check_output_file(out, "--out")
+    if out.resolve() == spec.source.resolve():
+        raise OutputPathError(out, "--out", "is the sweep spec itself; give a new file, e.g. results.parquet")
+    if not resume and out.exists() and read_metadata(out) is None:
+        raise OutputPathError(
+            out, "--out", "exists and is not a sweep table (Parquet with simcluster's sweep metadata); "
+            "refusing to overwrite it: give a new file, or delete it first",
+        )  # fmt: skip
+    if csv is None:
+        return
+    if csv.resolve() == out.resolve():
+        raise OutputPathError(out, "--csv", "the CSV twin would be --out itself; give --out a .parquet name")
+    check_output_file(csv, "--csv")
+    if csv.exists() and not _is_sweep_csv(csv):
+        raise OutputPathError(
+            csv, "--csv", "exists and is not a sweep table (its header does not start with config_id); "
+            "refusing to overwrite it: give another --out, or delete it first",
+        )  # fmt: skip
 
 
 def rows_to_frame(rows: list[Row]) -> pd.DataFrame:
@@ -90,12 +153,6 @@ def sort_rows(table: pd.DataFrame) -> pd.DataFrame:
     return ordered.reset_index(drop=True)
 
 
-def _write_atomically(path: Path, write: Callable[[Path], object]) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    write(temporary)
-    os.replace(temporary, path)
-
-
 class ResultStore:
     """Rows kept in memory and flushed to `out` (and `csv`) at most every `flush_every_s`,
     but no sooner than ten times the last flush took (rewriting a large table must not slow
@@ -105,6 +162,7 @@ class ResultStore:
         self, out: Path, spec: SweepSpec, csv: Path | None = None, flush_every_s: float = 2.0
     ) -> None:
         self.out, self.csv, self.flush_every_s = Path(out), csv, flush_every_s
+        self.spec = spec
         self.fingerprint = fingerprint(spec)
         self.frame = rows_to_frame([])
         self.pending: list[Row] = []
@@ -115,19 +173,41 @@ class ResultStore:
         """Load the rows already in `out` (if any); return their configuration ids."""
         if not self.out.exists():
             return set()
-        metadata = pq.read_schema(self.out).metadata or {}
-        found = json.loads(metadata.get(METADATA_KEY, b"{}")).get("fingerprint")
-        if found != self.fingerprint:
+        found = read_metadata(self.out)
+        if found is None:
+            raise ConfigError(
+                self.out,
+                ["--resume: not a simcluster sweep table (not Parquet, or no sweep metadata); "
+                 "resume needs the --out of an earlier sweep, or give a new --out"],
+            )  # fmt: skip
+        if found.get("fingerprint") != self.fingerprint:
             raise ConfigError(
                 self.out,
                 [
-                    f"--resume: written by a sweep with other inputs (fingerprint {found}, this "
-                    f"sweep {self.fingerprint}): model, num_gpus or hardware profile differ; "
-                    "write to a new --out"
+                    f"--resume: written by a sweep with other inputs ({_differing(found, self.spec)}; "
+                    f"fingerprint {found.get('fingerprint')}, this sweep {self.fingerprint}): its rows "
+                    "would mix with this sweep's; write to a new --out, or drop --resume to start over"
                 ],
             )
-        self.frame = rows_to_frame(pq.read_table(self.out).to_pylist())
+        try:
+            self.frame = self._read_back()
+        except (OSError, pa.ArrowException, KeyError, ValueError, TypeError) as error:
+            message = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
+            raise ConfigError(
+                self.out, [f"--resume: the table cannot be read back ({message}); give a new --out"]
+            ) from None
         return set(self.frame["config_id"])
+
+    def _read_back(self) -> pd.DataFrame:
+        """The rows in `out`, checked to convert back to `SCHEMA` as `flush` will write them
+        (a column missing or null where none is allowed fails here, not at the first flush)."""
+        table = pq.read_table(self.out)
+        missing = [name for name in SCHEMA.names if name not in table.column_names]
+        if missing:
+            raise ValueError(f"missing columns: {', '.join(missing)}")
+        frame = rows_to_frame(table.to_pylist())
+        pa.Table.from_pandas(frame, schema=SCHEMA, preserve_index=False)
+        return frame
 
     def add(self, rows: list[Row]) -> None:
         self.pending.extend(rows)
@@ -149,12 +229,11 @@ class ResultStore:
         table = pa.Table.from_pandas(frame, schema=SCHEMA, preserve_index=False)
         metadata = {
             **(table.schema.metadata or {}),
-            METADATA_KEY: json.dumps({"fingerprint": self.fingerprint}),
+            METADATA_KEY: json.dumps({"fingerprint": self.fingerprint, "inputs": input_digests(self.spec)}),
         }
         table = table.replace_schema_metadata(metadata)
-        self.out.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomically(self.out, lambda path: pq.write_table(table, path))
+        write_atomically(self.out, lambda path: pq.write_table(table, path))
         if self.csv is not None:
-            _write_atomically(self.csv, lambda path: frame.to_csv(path, index=False))
+            write_atomically(self.csv, lambda path: frame.to_csv(path, index=False))
         self._last_flush_s = time.monotonic()
         self._flush_cost_s = self._last_flush_s - start_s

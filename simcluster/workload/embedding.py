@@ -7,7 +7,10 @@ final layer norm's input (2sbh/t), the output layer's input (2sbh/t) and fp32 lo
 
 from __future__ import annotations
 
-from simcluster.workload.layer import MASK_BYTES, LayerConfig, LayerOps
+import functools
+
+from simcluster.workload.layer import MASK_BYTES, LayerOps
+from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.ops import CollectiveKind, GemmShape, Op, collective, elementwise, gemm
 
 FP32_BYTES = 4
@@ -25,6 +28,7 @@ def padded_vocab_size(vocab_size: int, tp: int) -> int:
     return -(-vocab_size // multiple) * multiple
 
 
+@functools.lru_cache(maxsize=1024)  # pure and immutable: shared by a plan's layouts
 def embedding_ops(cfg: LayerConfig, vocab_size: int) -> LayerOps:
     """Vocab-parallel word embedding + position embedding, conjugate collective, dropout."""
     e, tokens, h = cfg.element_bytes, cfg.tokens, cfg.hidden_size
@@ -50,6 +54,7 @@ def embedding_ops(cfg: LayerConfig, vocab_size: int) -> LayerOps:
     return LayerOps(tuple(forward), tuple(backward), recompute=())
 
 
+@functools.lru_cache(maxsize=1024)
 def output_ops(cfg: LayerConfig, vocab_size: int) -> LayerOps:
     """Final layer norm, logits GEMM against the tied embedding, vocab-parallel CE loss."""
     e, tokens, h, t = cfg.element_bytes, cfg.tokens, cfg.hidden_size, cfg.tp

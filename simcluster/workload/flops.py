@@ -1,27 +1,108 @@
-"""FLOP counts per iteration (Korthikanti Appendix A; Narayanan et al. 2021 Eq. 3).
+"""FLOP counts per iteration (Korthikanti Appendix A; Narayanan et al. 2021 Eq. 3), for the
+model as configured.
 
-B is the global batch. These are the numbers MFU and HFU are reported with; the time model
-prices the FLOPs the op graph really runs instead (selective recompute re-runs only the
-attention core, 4Bs²h per layer, not the 12Bs²h Eq. 8 adds).
+Megatron's count, generalised to the layer's widths: a layer's forward does one GEMM per
+linear weight (2 FLOPs per weight element per token) and the attention core's two batched
+GEMMs, QKᵀ and attention × V (2·B·s²·width each):
+
+    layer forward  = 2Bs · linear_weights + 4Bs² · attention_width
+                   = 8Bsh² + 4Bs²h + 4Bsh·ffn            (QKV 3h², projection h², MLP 2h·ffn)
+    logits         = 2BshV
+    model FLOPs    = 3 · (L · layer forward + logits)     (backward = 2 × forward)
+
+With ffn = 4h this is Eq. 7, 72BsLh²(1 + s/(6h) + v/(12hL)). Hardware FLOPs add what
+recomputation re-runs: full recompute one layer forward per layer (Narayanan Eq. 3,
+96BsLh²(1 + s/(6h) + v/(16hL)) at ffn = 4h); selective recompute the attention core's
+forward, 4Bs²h per layer. Eq. 8 adds 12Bs²h instead (three times what the re-run costs,
+see reference/paper.md), so its HFU can exceed 1 for long sequences; `paper_hardware_flops`
+keeps Eq. 8 for comparison with Table 5's HFU column, which follows it.
+
+The sums are written in the papers' factored form, 72·B·s·L·h²·(a + b + c) with each
+ratio an int / int (Python rounds that division correctly), so at ffn = 4h every ratio
+is the float of the paper's ratio and the results equal Eq. 7 / Eq. 8 / Narayanan Eq. 3
+bit for bit (a test checks): Table 5 does not move.
+
+B is the global batch. The time model prices the op graph's FLOPs instead; these are the
+numbers MFU and HFU are reported with.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from simcluster.config.choices import Recompute
 
 
-def model_flops(B: int, s: int, L: int, h: int, v: int) -> float:
-    """72·B·s·L·h²·(1 + s/(6h) + v/(12hL)) — Eq. 7, no recompute."""
-    return 72.0 * B * s * L * h * h * (1 + s / (6 * h) + v / (12 * h * L))
+@dataclass(frozen=True, slots=True)
+class LayerWidths:
+    """The widths one transformer layer's FLOPs depend on (all of the full model, not a
+    tensor-parallel shard). A later layer kind (GQA, gated MLP) changes these two sums."""
+
+    hidden_size: int
+    ffn_hidden_size: int
+
+    @property
+    def linear_weights(self) -> int:
+        """Weight elements of the layer's linears: QKV 3h², projection h², MLP 2h·ffn."""
+        h = self.hidden_size
+        return 4 * h * h + 2 * h * self.ffn_hidden_size
+
+    @property
+    def attention_width(self) -> int:
+        """Width of the attention core's GEMMs (QKᵀ contracts over it, A·V produces it)."""
+        return self.hidden_size
 
 
-def hardware_flops(B: int, s: int, L: int, h: int, v: int, recompute: Recompute) -> float:
-    """Eq. 8 for selective recompute; Narayanan Eq. 3 (96·…) for full; Eq. 7 for none."""
+def layer_forward_flops(B: int, s: int, widths: LayerWidths) -> int:
+    """2Bs · linear weights + 4Bs² · attention width (8Bsh² + 4Bs²h + 4Bsh·ffn)."""
+    return 2 * B * s * widths.linear_weights + 4 * B * s * s * widths.attention_width
+
+
+def _factored(
+    prefactor: float,
+    B: int,
+    s: int,
+    L: int,
+    v: int,
+    widths: LayerWidths,
+    attention: tuple[int, int],
+    logits: int,
+) -> float:
+    """prefactor·B·s·L·h²·(linear/(12h²) + n·s·width/(d·h²) + v/(logits·h·L)), (n, d) = attention.
+
+    Each ratio is an int / int, so with linear = 12h² and width = h they are the floats of
+    the papers' 1, s/(6h) (or s/(3h)) and v/(12hL) (or v/(16hL)).
+    """
+    h = widths.hidden_size
+    n, d = attention
+    linear_part = widths.linear_weights / (12 * h * h)
+    attention_part = n * s * widths.attention_width / (d * h * h)
+    return prefactor * B * s * L * h * h * (linear_part + attention_part + v / (logits * h * L))
+
+
+def model_flops(B: int, s: int, L: int, v: int, widths: LayerWidths) -> float:
+    """3 · (L · layer forward + 2BshV); Eq. 7, 72BsLh²(1 + s/(6h) + v/(12hL)), at ffn = 4h."""
+    return _factored(72.0, B, s, L, v, widths, (1, 6), 12)
+
+
+def hardware_flops(B: int, s: int, L: int, v: int, widths: LayerWidths, recompute: Recompute) -> float:
+    """Model FLOPs plus what recomputation re-runs: full, one layer forward per layer
+    (Narayanan Eq. 3: 96BsLh²(1 + s/(6h) + v/(16hL)) at ffn = 4h); selective, the attention
+    core's forward 4Bs²·width per layer (72BsLh²(… + 2s/(9h) …)); none, nothing."""
     if recompute is Recompute.SELECTIVE:
-        return 72.0 * B * s * L * h * h * (1 + s / (3 * h) + v / (12 * h * L))
+        return _factored(72.0, B, s, L, v, widths, (2, 9), 12)
     if recompute is Recompute.FULL:
-        return 96.0 * B * s * L * h * h * (1 + s / (6 * h) + v / (16 * h * L))
-    return model_flops(B, s, L, h, v)
+        return _factored(96.0, B, s, L, v, widths, (1, 6), 16)
+    return model_flops(B, s, L, v, widths)
+
+
+def paper_hardware_flops(B: int, s: int, L: int, v: int, widths: LayerWidths, recompute: Recompute) -> float:
+    """The paper's hardware FLOPs, which Table 5's HFU column follows: Eq. 8 for selective
+    (72BsLh²(1 + s/(3h) + v/(12hL)), counting 12Bs²h per layer for a re-run that costs
+    4Bs²h), otherwise `hardware_flops`."""
+    if recompute is Recompute.SELECTIVE:
+        return _factored(72.0, B, s, L, v, widths, (1, 3), 12)
+    return hardware_flops(B, s, L, v, widths, recompute)
 
 
 def utilization(flops: float, iteration_time_s: float, num_gpus: int, peak_flop_per_s: float) -> float:

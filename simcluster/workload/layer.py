@@ -10,50 +10,14 @@ rows of Table 2 (tested against `simcluster.workload.memory`).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from simcluster.config.choices import Recompute
+from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.ops import CollectiveKind, GemmShape, Op, collective, elementwise, gemm
 
 MASK_BYTES = 1  # dropout masks are stored as one byte per element (Table 2)
-
-
-@dataclass(frozen=True, slots=True)
-class LayerConfig:
-    """One layer on one rank: shape (Table 1 symbols b, s, h, a) and its parallel setting."""
-
-    micro_batch_size: int
-    seq_length: int
-    hidden_size: int
-    num_attention_heads: int
-    ffn_hidden_size: int
-    tp: int = 1
-    sequence_parallel: bool = False
-    recompute: Recompute = Recompute.NONE
-    element_bytes: int = 2
-
-    @property
-    def tokens(self) -> int:
-        """s·b: rows of every GEMM input."""
-        return self.seq_length * self.micro_batch_size
-
-    @property
-    def region_tokens(self) -> float:
-        """Tokens a rank holds in the layer-norm / dropout regions (s·b/t with SP)."""
-        return self.tokens / self.tp if self.sequence_parallel else float(self.tokens)
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
-    @property
-    def heads_per_rank(self) -> int:
-        return self.num_attention_heads // self.tp
-
-    @property
-    def score_elements(self) -> float:
-        """Elements of the attention-score tensor on a rank: a·s²·b / t."""
-        return float(self.micro_batch_size * self.heads_per_rank * self.seq_length**2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +31,9 @@ class LayerOps:
         return sum(op.saved_bytes for op in self.forward)
 
 
+# Pure and immutable, so cached: a plan or sweep builds thousands of workloads from a few
+# hundred layer configurations.
+@functools.lru_cache(maxsize=1024)
 def layer_ops(cfg: LayerConfig) -> LayerOps:
     """The layer's ops in execution order, with the recompute mode applied to saved bytes."""
     core = _attention_core_forward(cfg)

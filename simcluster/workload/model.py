@@ -11,7 +11,8 @@ from simcluster.config.choices import Recompute
 from simcluster.config.scenario import Scenario
 from simcluster.workload import memory
 from simcluster.workload.embedding import embedding_ops, output_ops, padded_vocab_size
-from simcluster.workload.layer import LayerConfig, LayerOps, layer_ops
+from simcluster.workload.layer import LayerOps, layer_ops
+from simcluster.workload.layer_config import LayerConfig
 
 FP32_BYTES = 4
 # HBM traffic of one optimizer step per parameter on a rank (Megatron mixed precision, fp32
@@ -77,7 +78,7 @@ def layer_config(scenario: Scenario) -> LayerConfig:
         tp=par.tp,
         sequence_parallel=par.sequence_parallel,
         recompute=tr.recompute,
-        element_bytes=tr.dtype.num_bytes,
+        dtype=tr.dtype,
     )
 
 

@@ -23,14 +23,6 @@ class CollectiveKind(enum.Enum):
     REDUCE_SCATTER = "reduce_scatter"
 
 
-class Category(enum.Enum):
-    """Where an op's time goes in the iteration breakdown."""
-
-    COMPUTE = "compute"
-    RECOMPUTE = "recompute"
-    TP_COMM = "tp_comm"
-
-
 @dataclass(frozen=True, slots=True)
 class GemmShape:
     """C[m, n] (+)= A[m, k] · B[k, n], `batch` times. `accumulate_fp32` marks a weight-grad

@@ -9,15 +9,15 @@ import pytest
 
 from simcluster.calibration.fit import elementwise_points, elementwise_points_by_op
 from simcluster.calibration.profile import build_profile, to_yaml
+from simcluster.calibration.records import ElementwiseRecord, Measurements
+from simcluster.calibration.shapes import TP_DEGREES, all_grids
 from simcluster.config.choices import Dtype
 from simcluster.config.hardware import parse_hardware
 from simcluster.costs.chunk import op_time_s
 from simcluster.costs.compute import elementwise_kind, elementwise_time_s
 from simcluster.costs.network import GroupPlacement
-from simcluster.profiler.kernels import benchmark_for
-from simcluster.profiler.microbench import plan_benchmarks
-from simcluster.profiler.records import ElementwiseRecord, Measurements
-from simcluster.profiler.shapes import TP_DEGREES, all_grids
+from simcluster.profiler.bench.kernels import benchmark_for
+from simcluster.profiler.bench.microbench import plan_benchmarks
 from simcluster.workload.layer import layer_ops
 from simcluster.workload.ops import OpKind, elementwise
 from tests.calibration.test_calibration_fit import LAUNCH_S, _measurements

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import csv
-import statistics
+import math
 from pathlib import Path
 
 import pytest
 import torch
 from typer.testing import CliRunner
 
-import simcluster.profiler.microbench as microbench
+import simcluster.profiler.bench.microbench as microbench
 from simcluster.cli import app
+from simcluster.config.choices import Recompute
 from simcluster.config.hardware import load_hardware
 
 runner = CliRunner()
@@ -70,7 +71,9 @@ def test_fitting_saved_measurements_gives_the_same_profile(
 
 
 def test_check_profile_on_cpu_reports_the_error(cpu_profile: tuple[Path, Path], tmp_path: Path) -> None:
-    """24 held-out runs (t × SP × recompute); CSV + markdown written; median |error| < 50 %."""
+    """24 held-out runs (t × SP × recompute): CSV + markdown written, every row with its
+    provenance and a finite error. Mechanics only: how close a CPU gets is measured by
+    benchmarks/bench_calibration_cpu.py, never asserted (it depends on the CPU)."""
     result = runner.invoke(
         app, ["check-profile", str(cpu_profile[0]), "--device", "cpu", "--quick", "--out-dir", str(tmp_path)]
     )
@@ -79,10 +82,19 @@ def test_check_profile_on_cpu_reports_the_error(cpu_profile: tuple[Path, Path], 
     with (tmp_path / "cpu-cpu.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 4 * 2 * 3
+    assert {(r["tp"], r["sequence_parallel"], r["recompute"]) for r in rows} == {
+        (str(t), str(sp), recompute.value)
+        for t in (1, 2, 4, 8)
+        for sp in (False, True)
+        for recompute in Recompute
+    }
     assert {r["torch_version"] for r in rows} == {torch.__version__}
-    errors = [abs(float(r["total_error"])) for r in rows]
-    assert statistics.median(errors) < 0.5
-    assert (tmp_path / "cpu-cpu.md").read_text().count("\n| 512 |") == 24
+    assert {r["profile"] for r in rows} == {"cpu"} and all(r["device_name"] and r["date"] for r in rows)
+    for row in rows:
+        measured, predicted = float(row["measured_total_ms"]), float(row["predicted_total_ms"])
+        assert measured > 0 and predicted > 0 and float(row["measured_forward_ms"]) < measured
+        assert math.isclose(float(row["total_error"]), predicted / measured - 1, abs_tol=1e-3)
+    assert (tmp_path / "cpu-cpu.md").read_text().count("\n| 96 |") == 24
 
 
 def test_interrupted_calibration_leaves_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,9 +6,9 @@ import pytest
 
 from simcluster.calibration.fit import elementwise_points
 from simcluster.calibration.profile import build_profile
+from simcluster.calibration.records import DeviceInfo, ElementwiseRecord, GemmRecord, Measurements
 from simcluster.config.hardware import parse_hardware
 from simcluster.costs.compute import elementwise_time_s, gemm_time_s, measured_gemm_flop_per_s
-from simcluster.profiler.records import DeviceInfo, ElementwiseRecord, GemmRecord, Measurements
 from simcluster.workload.ops import GemmShape
 
 H100 = DeviceInfo(

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from simcluster.calibration.profile import build_profile
+from simcluster.calibration.records import AllReducePoint, Measurements
 from simcluster.config.hardware import parse_hardware
-from simcluster.profiler.netbench import measure_allreduce
-from simcluster.profiler.records import AllReducePoint, Measurements
+from simcluster.profiler.bench.netbench import measure_allreduce
 from tests.calibration.test_calibration_fit import GEMMS, SITES, _measurements
 
 
@@ -31,4 +31,5 @@ def test_a_measured_sweep_replaces_the_nvlink_table(tmp_path: Path) -> None:
     mb, busbw = profile.network.nvlink_allreduce_busbw[1]
     assert mb == pytest.approx(2**30 / 1e6) and busbw == pytest.approx(1.75 * 2**30 / 4e-3 / 1e9, rel=1e-3)
     assert profile.calibration["network_measured"] is True
+    assert profile.network.nvlink_allgather_busbw is None  # the base's ring table would not match
     assert "from h100-sxm5-80gb" in profile.network.sources["nic_achieved_gb_per_s"]

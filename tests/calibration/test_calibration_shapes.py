@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from simcluster.profiler.kernels import benchmark_for
-from simcluster.profiler.microbench import plan_benchmarks
-from simcluster.profiler.shapes import TP_DEGREES, LayerShape, all_grids, standin_ops
+from simcluster.calibration.shapes import TP_DEGREES, LayerShape, all_grids, standin_ops
+from simcluster.profiler.bench.kernels import benchmark_for
+from simcluster.profiler.bench.microbench import plan_benchmarks
 from simcluster.workload.layer import layer_ops
 from simcluster.workload.ops import CollectiveKind, OpKind, collective, elementwise
 from tests.paths import ROOT
@@ -78,8 +78,8 @@ def test_measuring_code_needs_torch_and_the_standard_library_only() -> None:
     blocked = ["pydantic", "yaml", "simpy", "numpy", "pandas", "typer", "tqdm"]
     code = (
         f"import sys\nfor m in {blocked!r}: sys.modules[m] = None\n"
-        "import simcluster.profiler.microbench, simcluster.profiler.layer_timing, "
-        "simcluster.profiler.netbench\n"
+        "import simcluster.profiler.bench.microbench, simcluster.profiler.bench.layer_timing, "
+        "simcluster.profiler.bench.netbench\n"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from simcluster.profiler.timing import CPU_CACHE_BYTES, Timer, TimingPolicy, cpu_threads, random_tensor
+from simcluster.profiler.bench.timing import CPU_CACHE_BYTES, Timer, TimingPolicy, cpu_threads, random_tensor
 
 CPU = torch.device("cpu")
 

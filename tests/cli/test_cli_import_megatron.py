@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from simcluster.cli import app
 from simcluster.config import ConfigError, Recompute, load_scenario
 from simcluster.config.choices import Dtype
-from simcluster.megatron_args import DEFAULT_VOCAB_SIZE, parse_megatron_args, split_command_line
+from simcluster.config.megatron_args import DEFAULT_VOCAB_SIZE, parse_megatron_args, split_command_line
 
 GPT3_175B = (
     "torchrun --nproc_per_node 8 --nnodes 8 pretrain_gpt.py "

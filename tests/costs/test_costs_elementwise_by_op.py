@@ -8,7 +8,8 @@ from simcluster.config.hardware import known_profiles, load_hardware
 from simcluster.costs.chunk import op_time_s
 from simcluster.costs.compute import elementwise_kind, elementwise_time_s
 from simcluster.costs.network import GroupPlacement
-from simcluster.workload.layer import LayerConfig, layer_ops
+from simcluster.workload.layer import layer_ops
+from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.ops import OpKind, elementwise
 
 A100 = load_hardware("a100-sxm4-80gb-public")
@@ -57,7 +58,7 @@ def test_kind_strips_the_block_and_keeps_backward(name: str, kind: str) -> None:
 def test_every_layer_op_has_one_of_eleven_kinds() -> None:
     """Forward and backward of a t = 2, SP layer: ln, softmax, dropout, context copy, GeLU,
     bias-dropout-add (each forward and backward) and the residual-grad add."""
-    cfg = LayerConfig(2, 128, 256, 8, 1024, tp=2, sequence_parallel=True, recompute=Recompute.SELECTIVE)
+    cfg = LayerConfig(256, 8, 128, 2, 1024, tp=2, sequence_parallel=True, recompute=Recompute.SELECTIVE)
     ops = layer_ops(cfg)
     kinds = {elementwise_kind(op.name) for op in ops.forward + ops.backward if op.kind is OpKind.ELEMENTWISE}
     forward = {"layernorm", "softmax", "dropout", "context_copy", "bias_gelu", "bias_dropout_add"}

@@ -10,14 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from simcluster.config.choices import Dtype, Recompute
-from simcluster.profiler.accounting import (
+from simcluster.profiler.layer.accounting import (
     expected_saved_bytes,
     measure_saved_bytes,
     negligible_buffers,
     table2_bytes,
     table2_row,
 )
-from simcluster.profiler.spec import LayerSpec
+from simcluster.profiler.layer.spec import LayerSpec
 
 # (hidden_size, num_attention_heads, seq_length, micro_batch_size, tp)
 SHAPES = [(96, 3, 40, 3, 1), (96, 6, 40, 3, 2), (128, 4, 64, 2, 2), (128, 4, 64, 2, 4)]

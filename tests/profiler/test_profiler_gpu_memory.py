@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from simcluster.config.choices import Recompute
-from simcluster.profiler.gpu_memory import main, measure_stack
-from simcluster.profiler.spec import LayerSpec
+from simcluster.profiler.bench.gpu_memory import main, measure_stack
+from simcluster.profiler.layer.spec import LayerSpec
 
 TINY = ["--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "32",
         "--micro-batch-size", "2", "--tp", "2", "--num-layers", "3", "--device", "cpu"]
@@ -34,12 +34,12 @@ def test_cpu_run_writes_csv_and_markdown(tmp_path: Path) -> None:
 
 
 def test_runs_with_torch_and_stdlib_only(tmp_path: Path) -> None:
-    """`python -m simcluster.profiler.gpu_memory` needs none of the simulator's dependencies."""
+    """`python -m simcluster.profiler.bench.gpu_memory` needs none of the simulator's dependencies."""
     blocked = ["pydantic", "yaml", "simpy", "pandas", "matplotlib", "typer", "pyarrow"]
     code = (f"import sys, runpy\nfor m in {blocked!r}: sys.modules[m] = None\n"
             f"sys.argv = ['gpu_memory', *{TINY!r}, '--recompute', 'selective', "
             f"'--out-dir', {str(tmp_path)!r}]\n"
-            "runpy.run_module('simcluster.profiler.gpu_memory', run_name='__main__')\n")
+            "runpy.run_module('simcluster.profiler.bench.gpu_memory', run_name='__main__')\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr

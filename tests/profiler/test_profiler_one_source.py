@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from simcluster.config.choices import Recompute
-from simcluster.profiler.accounting import measure_saved_bytes, negligible_buffers, simulator_layer_config
-from simcluster.profiler.spec import LayerSpec
+from simcluster.profiler.layer.accounting import measure_saved_bytes, negligible_buffers
+from simcluster.profiler.layer.spec import LayerSpec
 from simcluster.workload.layer import saved_activation_bytes
 from simcluster.workload.memory import table2_bytes_per_layer
 
@@ -27,6 +27,6 @@ def test_measured_equals_op_graph_equals_table2(tp, sp, recompute, h, a, s, b):
     """measured − layer-norm stats == Σ op-graph saved bytes == Table 2 row (bf16)."""
     spec = LayerSpec(h, a, s, b, tp=tp, sequence_parallel=sp, recompute=recompute)
     measured = measure_saved_bytes(spec).total_bytes - sum(negligible_buffers(spec, "cpu").values())
-    op_graph = saved_activation_bytes(simulator_layer_config(spec))
+    op_graph = saved_activation_bytes(spec.config())
     paper = table2_bytes_per_layer(s, b, h, a, tp, sp, recompute)
     assert measured == op_graph == paper

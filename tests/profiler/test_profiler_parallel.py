@@ -12,12 +12,12 @@ import pytest
 import torch
 
 from simcluster.config.choices import Dtype, Recompute
-from simcluster.profiler.checks import compare_with_serial, self_check
-from simcluster.profiler.launch import run_distributed
-from simcluster.profiler.layer import layer_input, serial_layer, sharded_layer
-from simcluster.profiler.ops import LocalMasks
-from simcluster.profiler.parallel import ShardStandInComm, column_parallel_linear
-from simcluster.profiler.spec import LayerSpec
+from simcluster.profiler.bench.launch import run_distributed
+from simcluster.profiler.layer.checks import compare_with_serial, self_check
+from simcluster.profiler.layer.ops import LocalMasks
+from simcluster.profiler.layer.parallel import ShardStandInComm, column_parallel_linear
+from simcluster.profiler.layer.spec import LayerSpec
+from simcluster.profiler.layer.transformer import layer_input, serial_layer, sharded_layer
 
 RTOL = 1e-5  # fp32, max |sharded - serial| / max |serial|
 

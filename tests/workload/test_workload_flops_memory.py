@@ -4,7 +4,13 @@ import pytest
 
 from simcluster.config.choices import Recompute
 from simcluster.config.scenario import load_scenario
-from simcluster.workload.flops import hardware_flops, model_flops, utilization
+from simcluster.workload.flops import (
+    LayerWidths,
+    hardware_flops,
+    model_flops,
+    paper_hardware_flops,
+    utilization,
+)
 from simcluster.workload.memory import first_stage_activation_bytes, interleave_factor
 from simcluster.workload.model import build_workload, layer_params_per_rank
 from tests.paths import ROOT
@@ -12,17 +18,18 @@ from tests.paths import ROOT
 
 def test_paper_mfu_check_22b():
     """paper.md: 22B, 8 GPUs, B = 4, 1.10 s gives 41.7% MFU at 312 TFLOP/s."""
-    flops = model_flops(B=4, s=2048, L=48, h=6144, v=51200)
+    flops = model_flops(B=4, s=2048, L=48, v=51200, widths=LayerWidths(6144, 4 * 6144))
     assert utilization(flops, 1.10, 8, 312e12) == pytest.approx(0.417, abs=0.001)
 
 
 def test_hardware_flops_ratios():
-    """Selective adds s/(6h) relative (Eq. 9); full is 4/3 of model FLOPs without logits."""
-    m = model_flops(64, 2048, 96, 12288, 0)
-    assert hardware_flops(64, 2048, 96, 12288, 0, Recompute.SELECTIVE) / m == pytest.approx(
+    """Eq. 8 adds s/(6h) relative (Eq. 9); full is 4/3 of model FLOPs without logits."""
+    widths = LayerWidths(12288, 4 * 12288)
+    m = model_flops(64, 2048, 96, 0, widths)
+    assert paper_hardware_flops(64, 2048, 96, 0, widths, Recompute.SELECTIVE) / m == pytest.approx(
         (1 + 2048 / (3 * 12288)) / (1 + 2048 / (6 * 12288))
     )
-    assert hardware_flops(64, 2048, 96, 12288, 0, Recompute.FULL) / m == pytest.approx(4 / 3)
+    assert hardware_flops(64, 2048, 96, 0, widths, Recompute.FULL) / m == pytest.approx(4 / 3)
 
 
 def test_layer_params_are_12h2_plus_13h():

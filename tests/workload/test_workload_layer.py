@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simcluster.config.choices import Recompute
-from simcluster.workload.layer import LayerConfig, layer_ops, saved_activation_bytes
+from simcluster.workload.layer import layer_ops, saved_activation_bytes
+from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.memory import table2_bytes_per_layer
 from simcluster.workload.ops import CollectiveKind, OpKind
 
@@ -48,7 +49,7 @@ def test_saved_bytes_equal_table2_for_any_dimensions(cfg):
 
 def test_table2_odd_dimensions_by_hand():
     """h=96, a=3, s=40, b=3, t=1: sbh(34 + 5as/h) = 11520·(34 + 6.25) = 463,680 bytes."""
-    cfg = LayerConfig(3, 40, 96, 3, 384)
+    cfg = LayerConfig(96, 3, 40, 3, 384)
     assert saved_activation_bytes(cfg) == 463_680
 
 
@@ -71,7 +72,7 @@ def test_backward_gemm_flops_are_twice_forward(cfg):
 
 def test_recompute_reruns_attention_core_or_whole_layer():
     """Selective re-runs 4bs²h/t FLOPs (QKᵀ and ×V); full re-runs the whole forward."""
-    cfg = LayerConfig(2, 64, 128, 4, 512, tp=2)
+    cfg = LayerConfig(128, 4, 64, 2, 512, tp=2)
     forward = sum(op.flops for op in layer_ops(cfg).forward)
     selective = layer_ops(replace(cfg, recompute=Recompute.SELECTIVE)).recompute
     full = layer_ops(replace(cfg, recompute=Recompute.FULL)).recompute
@@ -85,6 +86,6 @@ def test_sequence_parallel_swaps_all_reduce_for_gather_and_scatter():
         return sorted(
             op.collective.value for op in layer_ops(c).forward if op.kind is OpKind.COLLECTIVE
         )
-    cfg = LayerConfig(1, 64, 128, 4, 512, tp=4)
+    cfg = LayerConfig(128, 4, 64, 1, 512, tp=4)
     assert kinds(cfg) == [CollectiveKind.ALL_REDUCE.value] * 2
     assert kinds(replace(cfg, sequence_parallel=True)) == ["all_gather"] * 2 + ["reduce_scatter"] * 2

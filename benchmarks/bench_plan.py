@@ -1,0 +1,99 @@
+"""`simcluster plan` speed: GPT-3 175B (its own batch of 1,536) on 1,024 A100s, end to end
+through the CLI (import, enumerate, bound, simulate, print), the issue's target being
+under 60 s on 2 cores.
+
+Each repeat runs `simcluster plan scenarios/plan/gpt3-175b.yaml --gpus 1024 --workers N
+--json` in a fresh process and records its wall time, the CPU time of it and its workers
+(user + sys, from the children's rusage), and the load average before it: the development
+machine is shared, so wall time under load is reported as measured, next to the CPU time.
+
+Run: python benchmarks/bench_plan.py [--repeats 3] [--workers 2]
+Writes benchmarks/results/plan.json. Speed is measured here, never asserted in tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIO = ROOT / "scenarios" / "plan" / "gpt3-175b.yaml"
+NUM_GPUS = 1024
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_once(workers: int) -> dict[str, Any]:
+    command = [
+        sys.executable, "-c", "from simcluster.cli import main; main()", "plan", str(SCENARIO),
+        "--gpus", str(NUM_GPUS), "--workers", str(workers), "--json", "--no-progress",
+    ]  # fmt: skip
+    load = os.getloadavg()
+    cpu_before, start = _children_cpu_s(), time.perf_counter()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True)
+    wall_s = time.perf_counter() - start
+    payload = json.loads(done.stdout)
+    best = payload["candidates"][0]
+    return {
+        "workers": workers,
+        "wall_s": wall_s,
+        "cpu_s": _children_cpu_s() - cpu_before,
+        "load_average_before": list(load),
+        "searched": payload["searched"],
+        "pruned_memory": payload["pruned_memory"],
+        "pruned_bound": payload["pruned_bound"],
+        "simulated": payload["simulated"],
+        "best_layout": {**best["scenario"]["parallel"], **best["scenario"]["training"]},
+        "best_iteration_time_s": best["iteration_time_s"],
+        "best_mfu": best["mfu"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workers", type=int, nargs="+", default=[2])
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "plan.json")
+    args = parser.parse_args()
+    results: dict[str, Any] = {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "scenario": str(SCENARIO.relative_to(ROOT)),
+        "num_gpus": NUM_GPUS,
+        "runs": [],
+    }
+    print("workers  wall s  cpu s  load(1m)  searched  pruned mem  pruned bound  simulated")
+    for workers in args.workers:
+        for _ in range(args.repeats):
+            run = run_once(workers)
+            results["runs"].append(run)
+            print(
+                f"{workers:7d}  {run['wall_s']:6.1f}  {run['cpu_s']:5.1f}"
+                f"  {run['load_average_before'][0]:8.2f}"
+                f"  {run['searched']:8d}  {run['pruned_memory']:10d}  {run['pruned_bound']:12d}"
+                f"  {run['simulated']:9d}"
+            )
+    for workers in args.workers:
+        runs = [r for r in results["runs"] if r["workers"] == workers]
+        results[f"median_wall_s_workers_{workers}"] = statistics.median(r["wall_s"] for r in runs)
+        results[f"median_cpu_s_workers_{workers}"] = statistics.median(r["cpu_s"] for r in runs)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""What the profiler measures, as plain data: standard library only, no torch.
+
+The measuring modules (`microbench`, `layer_timing`, `device_info`) fill these in on the
+device; `simcluster.calibration` reads them (in the same process, or from the JSON the
+measuring modules write on a bare GPU machine) on any machine, with or without torch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from simcluster.atomic_files import write_text_atomically  # noqa: F401  (the entry points write through it)
+from simcluster.calibration.shapes import LayerShape
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """One device as torch (and, on a GPU, nvidia-smi) reports it."""
+
+    device_type: str
+    name: str
+    memory_bytes: int
+    num_sms: int  # streaming multiprocessors; CPU: os.cpu_count()
+    l2_cache_bytes: int
+    memory_clock_khz: int  # 0 where unknown (CPU)
+    memory_bus_width_bits: int
+    driver_version: str
+    cuda_version: str
+    torch_version: str
+    num_threads: int
+    platform: str
+    date: str
+
+    @property
+    def memory_gb(self) -> float:
+        return self.memory_bytes / 1e9
+
+
+@dataclass(frozen=True)
+class GemmRecord:
+    """A timed GEMM under the op graph's name for its shape (C[m, n] += A[m, k] B[k, n])."""
+
+    name: str
+    m: int
+    n: int
+    k: int
+    batch: int
+    seconds: float
+    spread: float  # interquartile range over median
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.batch * self.m * self.n * self.k
+
+
+@dataclass(frozen=True)
+class ElementwiseRecord:
+    """A timed memory-bound site with the op graph's bytes for it, and the op graph's op it
+    was planned for (e.g. "attn.softmax.bwd"; the fit keys per-kind curves by
+    `costs.compute.elementwise_kind` of it). "" in measurements written before ops were
+    recorded: such a record fits the generic curve only."""
+
+    name: str
+    dims: tuple[int, ...]
+    bytes_moved: float
+    seconds: float
+    spread: float
+    op: str = ""
+
+
+@dataclass(frozen=True)
+class Measurements:
+    """Everything one calibration run measured, with its provenance."""
+
+    device: DeviceInfo
+    command: str
+    grid: str
+    dtype: str
+    dropout_prob: float
+    shapes: list[dict[str, Any]]
+    policy: dict[str, Any]
+    launch_s: float
+    copy_bytes: float
+    copy_s: float
+    peak_gemm: GemmRecord
+    peak_gemm_fp32: GemmRecord
+    layer_overhead_s: float  # eager framework seconds per op-graph op (tiny layer)
+    gemms: list[GemmRecord] = field(default_factory=list)
+    elementwise: list[ElementwiseRecord] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @staticmethod
+    def from_json(text: str) -> Measurements:
+        data = json.loads(text)
+        data["device"] = DeviceInfo(**data["device"])
+        data["peak_gemm"] = GemmRecord(**data["peak_gemm"])
+        data["peak_gemm_fp32"] = GemmRecord(**data["peak_gemm_fp32"])
+        data["gemms"] = [GemmRecord(**g) for g in data["gemms"]]
+        data["elementwise"] = [
+            ElementwiseRecord(**{**e, "dims": tuple(e["dims"])}) for e in data["elementwise"]
+        ]
+        return Measurements(**data)
+
+
+@dataclass(frozen=True)
+class LayerTiming:
+    """Median seconds of one layer's forward and forward + backward on rank 0 of t."""
+
+    hidden_size: int
+    num_attention_heads: int
+    seq_length: int
+    micro_batch_size: int
+    tp: int
+    sequence_parallel: bool
+    recompute: str
+    forward_s: float
+    total_s: float
+    spread: float  # interquartile range of total over its median
+    repeats: int
+
+    @property
+    def backward_s(self) -> float:
+        return self.total_s - self.forward_s
+
+    @property
+    def shape(self) -> LayerShape:
+        return LayerShape(self.hidden_size, self.num_attention_heads, self.seq_length, self.micro_batch_size)
+
+
+@dataclass(frozen=True)
+class LayerRun:
+    """A check run: where, how, and the timings."""
+
+    device: DeviceInfo
+    command: str
+    grid: str
+    dtype: str
+    dropout_prob: float
+    timings: list[LayerTiming] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @staticmethod
+    def from_json(text: str) -> LayerRun:
+        data = json.loads(text)
+        data["device"] = DeviceInfo(**data["device"])
+        data["timings"] = [LayerTiming(**t) for t in data["timings"]]
+        return LayerRun(**data)
+
+
+@dataclass(frozen=True)
+class AllReducePoint:
+    message_bytes: int
+    seconds: float
+    num_ranks: int
+
+    @property
+    def busbw_bytes_per_s(self) -> float:
+        return 2 * (self.num_ranks - 1) / self.num_ranks * self.message_bytes / self.seconds
+
+

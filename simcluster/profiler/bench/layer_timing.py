@@ -1,0 +1,158 @@
+"""Time the real layer forward and backward at held-out shapes: what check-profile predicts.
+
+    python -m simcluster.profiler.bench.layer_timing --device cuda --out out/layer_timing.json
+    python -m simcluster.profiler.bench.layer_timing --device cpu --quick --out /tmp/lt.json
+
+Torch and the standard library only. For each held-out shape (`shapes.held_out_shapes`),
+t in {1, 2, 4, 8}, sequence parallelism off / on and recompute none / selective / full, one
+process plays rank 0 of t (`ShardStandInComm`: shard shapes, collectives as local copies)
+and runs `out = layer(x); out.backward(grad)` on a stack of independent layers (own weights,
+inputs and upstream gradients) that it rotates over, so no repeat finds the previous one's
+weights in cache, as in a model of many layers. Each repeat records three points (CUDA
+events, or perf_counter on a CPU): before the forward, between forward and backward, after
+the backward; the medians of forward and of forward + backward over the repeats are kept.
+Parameter gradients are set to None before each repeat, so backward assigns them (no
+accumulation kernel), as on the first microbatch of an iteration.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+from simcluster.calibration.records import LayerRun, LayerTiming, write_text_atomically
+from simcluster.calibration.shapes import (
+    DROPOUT_PROB,
+    TP_DEGREES,
+    grid_name,
+    held_out_shapes,
+)
+from simcluster.config.choices import Recompute
+from simcluster.profiler.bench.command_line import entry_point_parser
+from simcluster.profiler.bench.device_info import describe_device
+from simcluster.profiler.bench.progress import Progress, StderrProgress
+from simcluster.profiler.bench.timing import Timer, TimingPolicy, cpu_threads, device_generator
+from simcluster.profiler.layer.parallel import ShardStandInComm
+from simcluster.profiler.layer.spec import LayerSpec
+from simcluster.profiler.layer.transformer import local_layer
+
+
+def layer_policy(device_type: str, quick: bool) -> TimingPolicy:
+    """Repeats of a whole layer: fewer than for a kernel, each one longer."""
+    if device_type == "cuda":
+        return TimingPolicy(warmup=3, min_repeats=10, max_repeats=50, budget_s=1.0)
+    if quick:
+        return TimingPolicy(warmup=1, min_repeats=5, max_repeats=9, budget_s=0.15, max_buffers=2)
+    return TimingPolicy(warmup=2, min_repeats=5, max_repeats=20, budget_s=1.0, max_buffers=3)
+
+
+def held_out_specs(device_type: str, quick: bool) -> list[LayerSpec]:
+    """Every (shape, t, SP, recompute) that check-profile runs, in table order."""
+    specs = []
+    for shape in held_out_shapes(device_type, quick):
+        for tp in TP_DEGREES:
+            for sp in (False, True):
+                for recompute in Recompute:
+                    config = shape.config(tp, sp, recompute)
+                    specs.append(LayerSpec.from_layer_config(config, dropout_prob=DROPOUT_PROB))
+    return specs
+
+
+def time_layer(spec: LayerSpec, timer: Timer, seed: int = 0) -> LayerTiming:
+    """Median forward and forward + backward seconds of `spec` on rank 0 (stand-in comm)."""
+    dev = timer.device
+    comm = ShardStandInComm(spec.tp)
+    gen = device_generator(dev, seed)
+    weight_bytes = 2 * 12 * spec.hidden_size**2 / spec.tp
+    act_bytes = 4 * spec.local_seq_length * spec.micro_batch_size * spec.hidden_size
+    calls = [
+        _layer_call(spec, comm, gen, seed + i, dev)
+        for i in range(timer.num_buffers(weight_bytes + act_bytes))
+    ]
+    for i in range(max(timer.policy.warmup, len(calls))):
+        calls[i % len(calls)](lambda: None)
+    estimate = statistics.median(total for _, total in timer.split_times_s(calls, 2))
+    wanted = int(timer.policy.budget_s / max(estimate, 1e-9))
+    repeats = max(timer.policy.min_repeats, min(timer.policy.max_repeats, wanted))
+    times = timer.split_times_s(calls, repeats)
+    totals = sorted(total for _, total in times)
+    total = statistics.median(totals)
+    spread = (totals[(3 * repeats) // 4] - totals[repeats // 4]) / total
+    return LayerTiming(
+        spec.hidden_size,
+        spec.num_attention_heads,
+        spec.seq_length,
+        spec.micro_batch_size,
+        spec.tp,
+        spec.sequence_parallel,
+        spec.recompute.value,
+        forward_s=statistics.median(fwd for fwd, _ in times),
+        total_s=total,
+        spread=spread,
+        repeats=repeats,
+    )
+
+
+def _layer_call(
+    spec: LayerSpec, comm: ShardStandInComm, gen: torch.Generator, seed: int, dev: torch.device
+) -> Callable[[Callable[[], None]], object]:
+    layer = local_layer(spec, comm, seed, str(dev))
+    shape = (spec.local_seq_length, spec.micro_batch_size, spec.hidden_size)
+    x = torch.randn(shape, generator=gen, device=dev, dtype=spec.torch_dtype).requires_grad_()
+    grad = torch.randn(shape, generator=gen, device=dev, dtype=spec.torch_dtype)
+
+    def call(mark: Callable[[], None]) -> object:
+        x.grad = None
+        layer.zero_grad(set_to_none=True)
+        out = layer(x)
+        mark()
+        out.backward(grad)
+        return out
+
+    return call
+
+
+def run_check(
+    device: str,
+    quick: bool = False,
+    command: str = "",
+    progress: Progress | None = None,
+    num_threads: int | None = 1,
+) -> LayerRun:
+    """Time every held-out layer configuration on `device`."""
+    dev = torch.device(device)
+    specs = held_out_specs(dev.type, quick)
+    timer = Timer(dev, layer_policy(dev.type, quick))
+    if progress is not None:
+        progress.start(len(specs))
+    timings = []
+    with cpu_threads(dev, num_threads):
+        for i, spec in enumerate(specs):
+            timings.append(time_layer(spec, timer, seed=i))
+            if progress is not None:
+                progress.step(
+                    f"h={spec.hidden_size} t={spec.tp} sp={int(spec.sequence_parallel)} "
+                    f"{spec.recompute.value}"
+                )
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
+        info = describe_device(dev)
+    return LayerRun(info, command, grid_name(dev.type, quick), "bf16", DROPOUT_PROB, timings)
+
+
+def main(argv: Sequence[str] | None = None) -> LayerRun:
+    args = entry_point_parser(__doc__.splitlines()[0], Path("out/layer_timing.json")).parse_args(argv)
+    command = "python -m simcluster.profiler.bench.layer_timing " + " ".join(argv or sys.argv[1:])
+    with StderrProgress("check-profile") as progress:
+        run = run_check(args.device, args.quick, command, progress, args.threads)
+    write_text_atomically(args.out, run.to_json())
+    print(f"wrote {args.out}: {len(run.timings)} layer runs on {run.device.name}")
+    return run
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,260 @@
+"""Micro-benchmarks of the layer's kernels: what `simcluster calibrate` fits a profile to.
+
+    python -m simcluster.profiler.bench.microbench --device cuda --out out/microbench.json
+    python -m simcluster.profiler.bench.microbench --device cpu --quick --out /tmp/mb.json
+
+Torch and the standard library only (it runs on a bare GPU machine); the fit and the YAML
+live in `simcluster.calibration`, which reads the JSON this writes (or the `Measurements`
+object directly, in one process).
+
+For every calibration shape (`shapes.calibration_shapes`), t in {1, 2, 4, 8} and sequence
+parallelism off and on, the op graph of `simcluster.workload.layer.layer_ops` (forward and
+backward) lists the kernels; each distinct one is timed once (`kernels.benchmark_for`):
+every linear GEMM in forward, input-grad and weight-grad at the rank's shard shapes, the
+batched attention GEMMs, the memory-bound sites (layer norm, softmax, dropout, GeLU,
+bias-dropout-add, residual add, layout copies) and the stand-in comm's copies. Then the
+device constants: a large device-to-device copy (bytes read + written over time), an
+empty-kernel launch (32 one-element in-place adds, time per add), a large square GEMM in
+bf16 and fp32 (the best rate this device reaches, for the peak and max efficiency), and
+the eager framework's cost per op (a real layer too small for its kernels to matter).
+Attention kernels over MAX_SCORE_ELEMENTS score elements are skipped (memory).
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from simcluster.calibration.records import (
+    ElementwiseRecord,
+    GemmRecord,
+    Measurements,
+    write_text_atomically,
+)
+from simcluster.calibration.shapes import (
+    DROPOUT_PROB,
+    TP_DEGREES,
+    LayerShape,
+    calibration_shapes,
+    grid_name,
+    standin_ops,
+)
+from simcluster.config.choices import Recompute
+from simcluster.profiler.bench.command_line import entry_point_parser
+from simcluster.profiler.bench.device_info import describe_device
+from simcluster.profiler.bench.kernels import Benchmark, BuildContext, benchmark_for
+from simcluster.profiler.bench.layer_timing import time_layer
+from simcluster.profiler.bench.progress import Progress, StderrProgress
+from simcluster.profiler.bench.timing import (
+    Timer,
+    TimingPolicy,
+    cpu_threads,
+    device_generator,
+    random_tensor,
+)
+from simcluster.profiler.layer.spec import LayerSpec
+from simcluster.workload.layer import layer_ops
+
+DTYPE = torch.bfloat16
+MAX_SCORE_ELEMENTS = 2**30  # skip attention kernels over b·(a/t)·s² elements (memory)
+LAUNCHES_PER_CALL = 32
+OVERHEAD_SHAPE = LayerShape(64, 8, 8, 1)  # h, a, s, b: kernels of a few µs at most
+
+
+def plan_benchmarks(shapes: Sequence[LayerShape]) -> list[Benchmark]:
+    """Distinct kernels of the op graphs of `shapes` × t × SP, in first-seen order."""
+    seen: dict[tuple[str, tuple[int, ...]], Benchmark] = {}
+    for shape in shapes:
+        for tp in TP_DEGREES:
+            for sp in (False, True):
+                if shape.num_attention_heads % tp or (sp and shape.seq_length % tp):
+                    continue
+                cfg = shape.config(tp, sp)
+                ops = layer_ops(cfg)
+                too_big = cfg.score_elements > MAX_SCORE_ELEMENTS
+                for op in ops.forward + ops.backward:
+                    bench = benchmark_for(op, cfg)
+                    if bench is None or bench.key in seen:
+                        continue
+                    if too_big and _touches_scores(bench):
+                        continue
+                    seen[bench.key] = bench
+    return list(seen.values())
+
+
+def _touches_scores(bench: Benchmark) -> bool:
+    return bench.name.startswith(("bmm", "softmax", "attention_dropout"))
+
+
+def run_calibration(
+    device: str,
+    quick: bool = False,
+    command: str = "",
+    progress: Progress | None = None,
+    num_threads: int | None = 1,
+    seed: int = 0,
+) -> Measurements:
+    """Time every planned kernel and the device constants on `device` (CPU: on
+    `num_threads` intra-op threads, see `timing.cpu_threads`)."""
+    dev = torch.device(device)
+    with cpu_threads(dev, num_threads):
+        return _run_calibration(dev, quick, command, progress, seed)
+
+
+def _run_calibration(
+    dev: torch.device, quick: bool, command: str, progress: Progress | None, seed: int
+) -> Measurements:
+    timer = Timer(dev, TimingPolicy.for_device(dev.type, quick))
+    shapes = calibration_shapes(dev.type, quick)
+    plan = plan_benchmarks(shapes)
+    if progress is not None:
+        progress.start(len(plan) + 5)
+    ctx = BuildContext(dev, DTYPE, device_generator(dev, seed), DROPOUT_PROB)
+    gemms, elementwise = [], []
+    for bench in plan:
+        seconds, spread = _time_benchmark(timer, bench, ctx)
+        if bench.gemm is not None:
+            gemms.append(GemmRecord(bench.name, *bench.gemm, seconds, spread))
+        else:
+            elementwise.append(
+                ElementwiseRecord(bench.name, bench.dims, bench.bytes_moved, seconds, spread, bench.op)
+            )
+        _step(progress, f"{bench.name} {bench.dims}")
+    launch_s = _launch_s(timer, ctx)
+    _step(progress, "empty-kernel launch")
+    copy_bytes, copy_s = _copy(timer, ctx, quick)
+    _step(progress, "device copy")
+    size = _peak_gemm_size(dev.type, quick)
+    peak = _square_gemm(timer, ctx, size, DTYPE)
+    _step(progress, f"square GEMM {size} bf16")
+    peak_fp32 = _square_gemm(timer, ctx, size, torch.float32)
+    _step(progress, f"square GEMM {size} fp32")
+    overhead_s = layer_overhead_s(dev, quick)
+    _step(progress, "tiny-layer overhead")
+    return Measurements(
+        device=describe_device(dev),
+        command=command,
+        grid=grid_name(dev.type, quick),
+        dtype="bf16",
+        dropout_prob=DROPOUT_PROB,
+        shapes=[{**asdict(s), "tokens": s.tokens, "tp": list(TP_DEGREES)} for s in shapes],
+        policy=asdict(timer.policy),
+        launch_s=launch_s,
+        copy_bytes=copy_bytes,
+        copy_s=copy_s,
+        peak_gemm=peak,
+        peak_gemm_fp32=peak_fp32,
+        layer_overhead_s=overhead_s,
+        gemms=gemms,
+        elementwise=elementwise,
+    )
+
+
+def _step(progress: Progress | None, label: str) -> None:
+    if progress is not None:
+        progress.step(label)
+
+
+def _time_benchmark(timer: Timer, bench: Benchmark, ctx: BuildContext) -> tuple[float, float]:
+    calls = [bench.build(ctx) for _ in range(timer.num_buffers(bench.bytes_moved))]
+    times = timer.times_s(calls)
+    del calls
+    return _median_and_spread(times)
+
+
+def _median_and_spread(times: list[float]) -> tuple[float, float]:
+    ordered = sorted(times)
+    n = len(ordered)
+    median = ordered[n // 2] if n % 2 else 0.5 * (ordered[n // 2 - 1] + ordered[n // 2])
+    spread = (ordered[(3 * n) // 4] - ordered[n // 4]) / median if median > 0 else 0.0
+    return median, spread
+
+
+def _launch_s(timer: Timer, ctx: BuildContext) -> float:
+    """Seconds per launch of a one-element kernel, launched back to back as eager code does."""
+
+    def build() -> Any:
+        x = random_tensor((1,), torch.float32, ctx.device, ctx.generator)
+
+        def call() -> None:
+            for _ in range(LAUNCHES_PER_CALL):
+                x.add_(1.0)
+
+        return call
+
+    median, _ = _median_and_spread(timer.times_s([build()]))
+    return median / LAUNCHES_PER_CALL
+
+
+def _copy(timer: Timer, ctx: BuildContext, quick: bool) -> tuple[float, float]:
+    """(bytes read + written, seconds) of one large device-to-device copy."""
+    num_bytes = {"cuda": 2 * 1024**3}.get(ctx.device.type, 32 * 1024**2 if quick else 256 * 1024**2)
+    src = random_tensor((num_bytes // 2,), torch.bfloat16, ctx.device, ctx.generator)
+    dst = torch.empty_like(src)
+    median, _ = _median_and_spread(timer.times_s([lambda: dst.copy_(src)]))
+    return 2.0 * num_bytes, median
+
+
+def layer_overhead_s(dev: torch.device, quick: bool) -> float:
+    """Seconds per op-graph op of real layers too small for their kernels to matter.
+
+    `OVERHEAD_SHAPE` forward + backward (t 1 and 8, SP off / on, every recompute) over the
+    number of ops the simulator prices for it: the eager framework's cost per op (Python
+    autograd functions, graph recording, dispatch, views) on top of the bare launch.
+    """
+    timer = Timer(
+        dev,
+        TimingPolicy(warmup=3, min_repeats=10, max_repeats=10 if quick else 30, budget_s=0.05, max_buffers=1),
+    )
+    shape = OVERHEAD_SHAPE
+    per_op = []
+    for tp, sp, recompute in itertools.product((1, 8), (False, True), Recompute):
+        config = shape.config(tp, sp, recompute)
+        spec = LayerSpec.from_layer_config(config, dropout_prob=DROPOUT_PROB)
+        ops = layer_ops(config)
+        num_ops = sum(len(standin_ops(seq, tp)) for seq in (ops.forward, ops.backward, ops.recompute))
+        per_op.append(time_layer(spec, timer).total_s / num_ops)
+    return statistics.median(per_op)
+
+
+def _peak_gemm_size(device_type: str, quick: bool) -> int:
+    if device_type == "cuda":
+        return 4096 if quick else 8192
+    return 256 if quick else 1024
+
+
+def _square_gemm(timer: Timer, ctx: BuildContext, size: int, dtype: torch.dtype) -> GemmRecord:
+    def build() -> Any:
+        a = random_tensor((size, size), dtype, ctx.device, ctx.generator)
+        b = random_tensor((size, size), dtype, ctx.device, ctx.generator)
+        return lambda: a @ b
+
+    element = torch.finfo(dtype).bits // 8
+    calls = [build() for _ in range(timer.num_buffers(3 * element * size * size))]
+    median, spread = _median_and_spread(timer.times_s(calls))
+    name = "square" if dtype == DTYPE else "square_fp32"
+    return GemmRecord(name, size, size, size, 1, median, spread)
+
+
+def main(argv: Sequence[str] | None = None) -> Measurements:
+    args = entry_point_parser(__doc__.splitlines()[0], Path("out/microbench.json")).parse_args(argv)
+    command = "python -m simcluster.profiler.bench.microbench " + " ".join(argv or sys.argv[1:])
+    with StderrProgress("calibrate") as progress:
+        result = run_calibration(args.device, args.quick, command, progress, args.threads)
+    write_text_atomically(args.out, result.to_json())
+    print(
+        f"wrote {args.out}: {len(result.gemms)} GEMMs, {len(result.elementwise)} "
+        f"memory-bound kernels on {result.device.name}"
+    )
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The real transformer layer in torch, Megatron style, on one tensor-parallel rank."""

@@ -1,0 +1,179 @@
+"""What autograd keeps for backward, measured, against the paper's Table 2.
+
+`measure_saved_bytes` runs one layer forward on one rank (rank 0 shapes, `ShardStandInComm`)
+under torch.autograd.graph.saved_tensors_hooks and adds up every distinct storage that
+autograd saves, once each (keyed on the storage's data pointer), leaving out the parameters.
+Saved views count their whole storage: Q, K and V are views of one QKV output of 6sbh/t
+bytes, and that is what stays alive.
+
+`table2_bytes` is Table 2's formula for the spec's row; `negligible_buffers` names the rest of
+what torch keeps and the paper leaves out, so that measured == table2 + negligible exactly:
+
+- layernorm_stats: mean and rstd of both layer norms, one value per token each:
+  2 LNs × 2 × (s/t with SP, else s)·b × stat bytes, where the stat element is fp32 (4 B) on
+  CUDA (torch's kernel, like Apex's fused LN, accumulates in fp32) and the parameter dtype
+  on CPU (torch's CPU kernel: 2 B in bf16). None under full recompute (inside the checkpoint).
+
+Kept but not visible to the hooks, hence in neither number: torch.utils.checkpoint's copy of
+the RNG state per checkpointed region (torch.get_rng_state(): 5,056 B on CPU; 16 B per CUDA
+device), held by the checkpoint frame, not as a saved tensor. Nothing else is saved: the
+causal mask is rebuilt in forward, dropout masks are the only RNG products kept, and the
+layer input under full recompute is the one saved tensor (2sbh, or 2sbh/t with SP).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from simcluster.config.choices import Dtype, Recompute
+from simcluster.profiler.layer.parallel import ShardStandInComm
+from simcluster.profiler.layer.spec import LayerSpec
+from simcluster.profiler.layer.transformer import layer_input, local_layer
+from simcluster.workload.layer import saved_activation_bytes
+
+
+@dataclass(frozen=True)
+class SavedBytes:
+    """Bytes autograd keeps for backward, by kind; every storage counted once.
+
+    activation_bytes: 16-bit (the run's dtype) tensors; dropout_mask_bytes: bool masks;
+    layernorm_stats_bytes: per-token statistics (saved tensors whose last dim is 1).
+    """
+
+    total_bytes: int
+    activation_bytes: int
+    dropout_mask_bytes: int
+    layernorm_stats_bytes: int
+    num_storages: int
+
+
+class SavedTensorCounter:
+    """Context manager: records each distinct storage autograd saves inside it.
+
+    Storages of `exclude` (the parameters) are skipped. The pack hook returns the tensor
+    itself, so the graph and backward are unchanged.
+    """
+
+    def __init__(self, exclude: nn.Module | list[Tensor]) -> None:
+        params = exclude.parameters() if isinstance(exclude, nn.Module) else exclude
+        self._excluded = {_storage_key(p) for p in params}
+        self._seen: dict[tuple[str, int], tuple[str, int]] = {}
+        self._alive: list[torch.UntypedStorage] = []  # no address reuse while counting
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
+
+    def __enter__(self) -> SavedTensorCounter:
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._hooks.__exit__(*exc_info)
+
+    def _pack(self, tensor: Tensor) -> Tensor:
+        key = _storage_key(tensor)
+        nbytes = tensor.untyped_storage().nbytes()
+        if key not in self._excluded and key not in self._seen and nbytes > 0:
+            self._seen[key] = (_category(tensor), nbytes)
+            self._alive.append(tensor.untyped_storage())
+        return tensor
+
+    def result(self) -> SavedBytes:
+        by_kind = {"activation": 0, "dropout_mask": 0, "layernorm_stats": 0}
+        for kind, nbytes in self._seen.values():
+            by_kind[kind] += nbytes
+        return SavedBytes(
+            total_bytes=sum(by_kind.values()),
+            activation_bytes=by_kind["activation"],
+            dropout_mask_bytes=by_kind["dropout_mask"],
+            layernorm_stats_bytes=by_kind["layernorm_stats"],
+            num_storages=len(self._seen),
+        )
+
+
+def _unpack(tensor: Any) -> Any:
+    return tensor
+
+
+def _storage_key(tensor: Tensor) -> tuple[str, int]:
+    return str(tensor.device), tensor.untyped_storage().data_ptr()
+
+
+def _category(tensor: Tensor) -> str:
+    if tensor.dtype == torch.bool:
+        return "dropout_mask"
+    if tensor.dim() >= 2 and tensor.shape[-1] == 1:
+        return "layernorm_stats"
+    return "activation"
+
+
+def measure_saved_bytes(spec: LayerSpec, device: str = "cpu", seed: int = 0) -> SavedBytes:
+    """Bytes one layer forward keeps for backward on rank 0 of `spec.tp` (stand-in comm)."""
+    layer = local_layer(spec, ShardStandInComm(spec.tp), seed, device)
+    x = layer_input(spec, seed, rank=0, device=device).requires_grad_()
+    with SavedTensorCounter(layer) as counter:
+        out = layer(x)
+    del out
+    return counter.result()
+
+
+def table2_row(spec: LayerSpec) -> str:
+    """The name of Table 2's row that `spec` falls in."""
+    if spec.recompute is Recompute.FULL:
+        return "full recompute" + (" (sequence parallel: 2sbh/t)" if spec.sequence_parallel else "")
+    if spec.tp == 1:
+        name = "no parallelism"
+    elif spec.sequence_parallel:
+        name = "tensor + sequence parallel"
+    else:
+        name = "tensor parallel (baseline)"
+    return name + (" + selective recompute" if spec.recompute is Recompute.SELECTIVE else "")
+
+
+def table2_bytes(spec: LayerSpec) -> int:
+    """Activation bytes per layer per rank as the simulator's op graph counts them
+    (`simcluster.workload.layer`), which equals Table 2 (Korthikanti et al.) in 16 bit:
+    no parallelism sbh(34 + 5as/h); TP baseline sbh(10 + 24/t + 5as/(ht)); TP + SP
+    sbh(34/t + 5as/(ht)); TP + selective sbh(10 + 24/t); TP + SP + selective 34sbh/t; full
+    recompute 2sbh. The table's full-recompute row ignores SP; Megatron keeps the layer
+    input, which with SP is the [s/t, b, h] shard, so this is 2sbh/t there. For another
+    element size e the same terms read sbh((4e + 2)·r + 12e/t) + as²b(2e + 1)/t, r = 1/t
+    under SP, else 1. Using the op graph here is the one-source-of-truth link: measured
+    bytes == op graph + named negligible buffers is tested for every row.
+    """
+    return _exact(Fraction(saved_activation_bytes(spec.config())).limit_denominator(1 << 20))
+
+
+def _exact(value: Fraction) -> int:
+    if value.denominator != 1:
+        raise ValueError(f"byte count {value} is not whole: check divisibility by tp")
+    return int(value)
+
+
+def negligible_buffers(spec: LayerSpec, device_type: str = "cpu") -> dict[str, int]:
+    """Bytes torch keeps that Table 2 neglects, by name (see module docstring)."""
+    if spec.recompute is Recompute.FULL:
+        return {"layernorm_stats": 0}
+    stat_bytes = 4 if device_type == "cuda" or spec.dtype is Dtype.FP32 else spec.dtype.num_bytes
+    tokens = spec.local_seq_length * spec.micro_batch_size
+    return {"layernorm_stats": 2 * 2 * tokens * stat_bytes}
+
+
+def expected_saved_bytes(spec: LayerSpec, device_type: str = "cpu") -> int:
+    """What `measure_saved_bytes` should report: Table 2 plus the negligible buffers.
+
+    With dropout_prob == 0 no masks exist and the dropout output is the softmax output
+    itself, so Table 2's 2sbh of masks (÷t with SP) and (1 + e)as²b/t drop out.
+    """
+    total = table2_bytes(spec) + sum(negligible_buffers(spec, device_type).values())
+    if spec.dropout_prob > 0 or spec.recompute is Recompute.FULL:
+        return total
+    sbh = spec.local_seq_length * spec.micro_batch_size * spec.hidden_size
+    total -= 2 * sbh
+    if spec.recompute is Recompute.NONE:
+        as2b = spec.num_attention_heads * spec.seq_length**2 * spec.micro_batch_size
+        total -= _exact(Fraction(as2b * (1 + spec.dtype.num_bytes), spec.tp))
+    return total

@@ -1,0 +1,105 @@
+"""Results as data: the numbers a run produces, and their JSON form (a public contract).
+
+The core (`simulation`, `memory_plan`) builds them; `report`, `sweep` and the CLI only read them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class StageMemory:
+    """Peak memory of one pipeline stage's most loaded rank (bytes)."""
+
+    stage: int
+    weight_bytes: float
+    gradient_bytes: float
+    optimizer_bytes: float
+    activation_bytes: float  # peak activations stored for backward
+    transient_bytes: float  # recomputed activations alive during one backward
+    peak_memory_bytes: float
+    capacity_bytes: float
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_memory_bytes <= self.capacity_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class LayerTimes:
+    """One transformer layer on one rank, one microbatch (Table 4's quantities)."""
+
+    forward_s: float
+    backward_s: float  # includes recompute
+
+    @property
+    def combined_s(self) -> float:
+        return self.forward_s + self.backward_s
+
+
+@dataclass(frozen=True, slots=True)
+class SimulationResult:
+    scenario: str
+    hardware: str
+    num_gpus: int
+    iteration_time_s: float
+    model_flops: float
+    hardware_flops: float
+    mfu: float
+    hfu: float
+    tflops_per_gpu: float
+    bubble_fraction: float
+    time_breakdown_s: dict[str, float]  # keyed by `engine.plan.TimeCategory` values, in its order
+    stages: tuple[StageMemory, ...]
+    layer: LayerTimes
+    num_events: int = 0
+    extras: dict[str, Any] = field(default_factory=dict)
+    paper_hardware_flops: float = 0.0  # Korthikanti Eq. 8 for selective (Table 5's HFU column)
+    paper_hfu: float = 0.0
+
+    @property
+    def fits_in_memory(self) -> bool:
+        return all(stage.fits for stage in self.stages)
+
+    @property
+    def bubble_to_busy_ratio(self) -> float:
+        """Pipeline idle stage-time over busy stage-time until the last backward ends:
+        Narayanan et al. 2021's "bubble time fraction" t_pb / t_id, (p − 1)/(m·v) for
+        uniform tasks. A ratio, not a share: 7.0 for p = 8, m = 1 (`bubble_fraction` is
+        the same number under its first, misleading name)."""
+        return self.bubble_fraction
+
+    @property
+    def pipeline_idle_fraction(self) -> float:
+        """Share of the stages' time until the last backward spent idle (in [0, 1)):
+        idle / (idle + busy) = r / (1 + r) for r = `bubble_to_busy_ratio`."""
+        ratio = self.bubble_fraction
+        return ratio / (1 + ratio)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The `simcluster run --json` object. Keys are a public contract: add, never rename."""
+        return {
+            "scenario": self.scenario,
+            "hardware": self.hardware,
+            "iteration_time_s": self.iteration_time_s,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "tflops_per_gpu": self.tflops_per_gpu,
+            "model_flops": self.model_flops,
+            "hardware_flops": self.hardware_flops,
+            "bubble_fraction": self.bubble_fraction,
+            "bubble_to_busy_ratio": self.bubble_to_busy_ratio,
+            "pipeline_idle_fraction": self.pipeline_idle_fraction,
+            "num_gpus": self.num_gpus,
+            "fits_in_memory": self.fits_in_memory,
+            "time_breakdown_s": dict(self.time_breakdown_s),
+            "stages": [{**asdict(stage), "fits": stage.fits} for stage in self.stages],
+            "layer_forward_s": self.layer.forward_s,
+            "layer_backward_s": self.layer.backward_s,
+            "num_events": self.num_events,
+            "paper_hardware_flops": self.paper_hardware_flops,
+            "paper_hfu": self.paper_hfu,
+            **self.extras,
+        }

@@ -1,0 +1,89 @@
+"""The one description of a transformer layer on one tensor-parallel rank, torch-free.
+
+Shape (Korthikanti Table 1: b, s, h, a; f the MLP width), parallel setting (t, sequence
+parallelism), recompute and precision, with every fact derived from them (head dim, heads
+and sequence rows per rank, tokens). The simulator's op graph (`workload.layer`) reads it;
+the real torch layer's `profiler.layer.spec.LayerSpec` extends it with what only a run
+needs (dropout probability, layer-norm epsilon). A new layer option is one field here.
+Field names follow Megatron; fields are keyword-ordered as the torch layer takes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simcluster.config.choices import Dtype, Recompute
+from simcluster.config.layer_shape import ffn_hidden_size_or_default, indivisible_sizes
+
+_SIZES = ("hidden_size", "num_attention_heads", "seq_length", "micro_batch_size", "ffn_hidden_size", "tp")
+
+
+@dataclass(frozen=True, slots=True)
+class LayerConfig:
+    """One layer on one rank. `ffn_hidden_size` 0 means Megatron's default 4h.
+
+    Raises ValueError, naming the class and field, for a size below 1 or a size the layout
+    cannot split (`config.layer_shape.indivisible_sizes`)."""
+
+    hidden_size: int
+    num_attention_heads: int
+    seq_length: int
+    micro_batch_size: int
+    ffn_hidden_size: int = 0
+    tp: int = 1
+    sequence_parallel: bool = False
+    recompute: Recompute = Recompute.NONE
+    dtype: Dtype = Dtype.BF16
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "ffn_hidden_size", ffn_hidden_size_or_default(self.hidden_size, self.ffn_hidden_size)
+        )
+        object.__setattr__(self, "recompute", Recompute(self.recompute))
+        object.__setattr__(self, "dtype", Dtype(self.dtype))
+        owner = type(self).__name__
+        for name in _SIZES:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{owner}.{name} must be >= 1, got {getattr(self, name)}")
+        for bad in indivisible_sizes(
+            self.hidden_size, self.num_attention_heads, self.ffn_hidden_size, self.seq_length,
+            self.tp, self.sequence_parallel,
+        ):
+            raise ValueError(
+                f"{owner}.{bad.field}={bad.value} must be divisible by {bad.divisor}={bad.divisor_value}"
+            )
+
+    @property
+    def element_bytes(self) -> int:
+        """Bytes per activation element."""
+        return self.dtype.num_bytes
+
+    @property
+    def tokens(self) -> int:
+        """s·b: rows of every GEMM input."""
+        return self.seq_length * self.micro_batch_size
+
+    @property
+    def region_tokens(self) -> float:
+        """Tokens a rank holds in the layer-norm / dropout regions (s·b/t with SP)."""
+        return self.tokens / self.tp if self.sequence_parallel else float(self.tokens)
+
+    @property
+    def local_seq_length(self) -> int:
+        """Sequence rows held outside the tensor-parallel regions: s/t with SP, else s."""
+        return self.seq_length // self.tp if self.sequence_parallel else self.seq_length
+
+    @property
+    def head_dim(self) -> int:
+        """h / a, the per-head size d of the 1/sqrt(d) scale."""
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def heads_per_rank(self) -> int:
+        """a / t attention heads on each rank."""
+        return self.num_attention_heads // self.tp
+
+    @property
+    def score_elements(self) -> float:
+        """Elements of the attention-score tensor on a rank: a·s²·b / t."""
+        return float(self.micro_batch_size * self.heads_per_rank * self.seq_length**2)
