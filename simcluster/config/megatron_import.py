@@ -51,8 +51,10 @@ _FP8_FORMATS = ("e4m3", "hybrid")
 
 @dataclass(frozen=True, slots=True)
 class MegatronImport:
-    """The scenario mapping (validated) and what happened to every flag. `requested` is the
-    mapping the command line asks for, keys not priced yet included (it may not load)."""
+    """The scenario mapping and what happened to every flag. `requested` is the mapping the
+    command line asks for, keys not priced yet included. `scenario` is `requested` with those
+    keys at their defaults, validated; where the layout needs them (an uneven pipeline split),
+    it is `requested` itself, which `simcluster run` refuses by name (a note says so)."""
 
     scenario: dict[str, Any]
     notes: tuple[str, ...]
@@ -403,8 +405,12 @@ def parse_megatron_args(
             )
         try:
             parse_scenario(scenario, SOURCE)
-        except ConfigError as error:
-            raise ConfigError(SOURCE, error.problems + [f"note: {note}" for note in notes]) from None
+        except ConfigError as error:  # e.g. 126 layers on pp 16 x vpp 8 need the uneven split
+            notes.append(
+                f"the run cannot be simulated without the keys not priced yet ({'; '.join(error.problems)}): "
+                "the scenario keeps them as given, and `simcluster run` refuses it until they are priced"
+            )
+            scenario = copy.deepcopy(requested)
     return MegatronImport(
         scenario=scenario, notes=tuple(notes), requested=requested, **_sort_flags(flags, demoted)
     )
