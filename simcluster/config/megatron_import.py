@@ -53,6 +53,7 @@ class MegatronImport:
     not_modelled: tuple[str, ...]
     unknown: tuple[str, ...]
     requested: dict[str, Any] = field(default_factory=dict)
+    kept: tuple[str, ...] = ()  # not-modelled flags whose keys the scenario keeps (run refuses it)
 
     def validated(self) -> Scenario:
         return parse_scenario(self.scenario, SOURCE)
@@ -63,7 +64,12 @@ class MegatronImport:
         if self.ignored:
             lines.append(f"ignored (no effect on the simulation): {' '.join(self.ignored)}")
         for flag in self.not_modelled:
-            lines.append(f"not modelled (simulated without it): {flag}")
+            if flag.split()[0].removeprefix("--").rstrip(":") in self.kept:
+                lines.append(
+                    f"not modelled (kept as given; `simcluster run` refuses it until priced): {flag}"
+                )
+            else:
+                lines.append(f"not modelled (simulated without it): {flag}")
         if self.unknown:
             lines.append(f"unknown flags (not recognised, not used): {' '.join(self.unknown)}")
         return lines
@@ -152,12 +158,8 @@ def parse_megatron_args(
     }
     full = _checked(requested, notes)
     scenario = _without_unpriced(requested, full, flags, demoted)
+    kept: tuple[str, ...] = ()
     if scenario != requested:
-        if full.parallel.cp > 1 and "cp" not in scenario["parallel"]:
-            notes.append(
-                f"cp {full.parallel.cp} is not simulated yet: {full.num_gpus // full.parallel.cp} "
-                f"of the run's {full.num_gpus} GPUs (tp * pp * dp) are"
-            )
         try:
             parse_scenario(scenario, SOURCE)
         except ConfigError as error:  # e.g. 126 layers on pp 16 x vpp 8 need the uneven split
@@ -166,6 +168,13 @@ def parse_megatron_args(
                 "the scenario keeps them as given, and `simcluster run` refuses it until they are priced"
             )
             scenario = copy.deepcopy(requested)
+            kept = tuple(flag for key in unpriced_keys(full) for flag in KEY_FLAGS[key] if flag in flags)
+        else:
+            if full.parallel.cp > 1 and "cp" not in scenario["parallel"]:
+                notes.append(
+                    f"cp {full.parallel.cp} is not simulated yet: {full.num_gpus // full.parallel.cp} "
+                    f"of the run's {full.num_gpus} GPUs (tp * pp * dp) are"
+                )
     return MegatronImport(
-        scenario=scenario, notes=tuple(notes), requested=requested, **_sort_flags(flags, demoted)
+        scenario=scenario, notes=tuple(notes), requested=requested, kept=kept, **_sort_flags(flags, demoted)
     )

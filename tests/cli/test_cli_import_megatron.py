@@ -303,6 +303,14 @@ def test_uneven_splits_and_virtual_stages():
     )
     par = parse_megatron_args(explicit).requested["parallel"]
     assert (par["first_pipeline_num_layers"], par["last_pipeline_num_layers"]) == (3, 3)
+    kept = parse_megatron_args(f"{base} --num-virtual-stages-per-pipeline-rank 8")
+    assert kept.scenario == kept.requested
+    assert "account-for-loss-in-pipeline-split" in kept.kept
+    lines = kept.comment_lines()
+    assert any(
+        line.startswith("not modelled (kept as given; ") and "--account-for-loss" in line for line in lines
+    )
+    assert any("`simcluster run` refuses it until they are priced" in line for line in lines)
     with pytest.raises(ConfigError, match="--num-layers-per-virtual-pipeline-stage: cannot be combined"):
         parse_megatron_args(f"{explicit} --num-layers-per-virtual-pipeline-stage 1")
 
