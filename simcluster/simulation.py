@@ -223,6 +223,7 @@ def run_simulation(
         num_events=engine.num_events,
         paper_hardware_flops=paper_hardware_flops,
         paper_hfu=flops.utilization(paper_hardware_flops, t, scenario.num_gpus, peak),
+        tokens_per_s_per_gpu=B * s / t / scenario.num_gpus,
     )
     return Simulation(scenario, hw, workload, plan, engine, result)
 
