@@ -31,7 +31,9 @@ class LayerConfig:
     `num_query_groups` 0 (or None) means a key/value head per query head (no GQA).
 
     The modern options (modern.md §3.8) default to the paper's GPT layer: MHA, GeLU,
-    LayerNorm, learned absolute positions, the unfused attention core.
+    LayerNorm, learned absolute positions, the unfused attention core, and Megatron's
+    default dropout 0.1 (`--hidden-dropout`, `--attention-dropout`), whose one-byte masks
+    Table 2 counts; a probability of 0 keeps no mask (ATen's dropout returns its input).
 
     Raises ValueError, naming the class and field, for a size below 1 or a size the layout
     cannot split (`config.layer_shape.indivisible_sizes`; g | a and t | g as Megatron-core's
@@ -51,6 +53,8 @@ class LayerConfig:
     normalization: Normalization = Normalization.LAYERNORM
     position_embedding: PositionEmbedding = PositionEmbedding.LEARNED
     attention_backend: AttentionBackend = AttentionBackend.UNFUSED
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -85,6 +89,18 @@ class LayerConfig:
             )
         if g % self.tp:
             raise ValueError(f"{owner}.num_query_groups={g} must be divisible by tp={self.tp}")
+        for name in ("hidden_dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{owner}.{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.flash and self.element_bytes != 2:
+            raise ValueError(
+                f"{owner}.attention_backend=flash needs 16-bit activations, got dtype={self.dtype.value}"
+            )
+
+    @property
+    def flash(self) -> bool:
+        """The attention core is one fused flash-attention kernel per direction."""
+        return self.attention_backend is AttentionBackend.FLASH
 
     @property
     def element_bytes(self) -> int:

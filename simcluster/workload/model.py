@@ -84,6 +84,8 @@ def layer_config(scenario: Scenario) -> LayerConfig:
         normalization=m.normalization,
         position_embedding=m.position_embedding,
         attention_backend=tr.attention_backend,
+        hidden_dropout=m.hidden_dropout,
+        attention_dropout=m.attention_dropout,
     )
 
 
