@@ -84,3 +84,22 @@ def test_flash_on_a_profile_without_rates_is_a_load_error(tmp_path):
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match="flash_attention"):
         load_scenario_and_hardware(path)
+
+
+def test_flash_in_fp32_is_refused_at_load():
+    data = yaml.safe_load(yaml.safe_dump(LLAMA3_8B))
+    data["training"]["dtype"] = "fp32"
+    with pytest.raises(ConfigError, match="flash attention runs in 16-bit"):
+        parse_scenario(data, "fp32.yaml")
+
+
+def test_gqa_unfused_scenario_runs_and_keeps_s_squared_terms():
+    """The unfused core with GQA (K/V repeated) runs; its layer keeps more than flash's."""
+    data = yaml.safe_load(yaml.safe_dump(LLAMA3_8B))
+    data["training"]["attention_backend"] = "unfused"
+    data["model"]["seq_length"] = 2048
+    unfused = build_workload(parse_scenario(data, "u.yaml"))
+    data["training"]["attention_backend"] = "flash"
+    flash = build_workload(parse_scenario(data, "f.yaml"))
+    assert unfused.layer.saved_bytes > flash.layer.saved_bytes
+    assert run_simulation(unfused.scenario, load_hardware("a100-sxm4-80gb")).result.iteration_time_s > 0
