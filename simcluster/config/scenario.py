@@ -54,6 +54,15 @@ class ModelSpec(StrictModel):
     untie_embeddings_and_output_weights: bool = Field(
         default=False, description="separate output-layer weights (no tied-embedding all-reduce)"
     )
+    hidden_dropout: float = Field(
+        default=0.1, ge=0, lt=1,
+        description="Megatron --hidden-dropout (default 0.1, Table 2's masks); 0 keeps no mask "
+        "(Llama recipes)",
+    )
+    attention_dropout: float = Field(
+        default=0.1, ge=0, lt=1,
+        description="Megatron --attention-dropout (default 0.1); 0 keeps no s² mask in the unfused core",
+    )
 
     @property
     def query_groups(self) -> int:
@@ -191,7 +200,43 @@ def _too_many_tasks(scenario: Scenario, tasks: int) -> str:
     )
 
 
-def cross_field_problems(scenario: Scenario) -> list[str]:
+def pipeline_split_problems(scenario: Scenario) -> list[str]:
+    """How the layers divide over pp stages of vpp chunks, by Megatron-core's rules
+    (`transformer_block.py::get_num_layers_to_build`, modern.md §3.5): evenly (L by pp·vpp);
+    with the embedding and/or loss counted as a layer ((L + e + l) by pp·vpp); or with
+    explicit first / last stage sizes (each a multiple of vpp; the rest split evenly over
+    the middle stages, each a multiple of vpp)."""
+    m, par = scenario.model, scenario.parallel
+    L, p, v = m.num_layers, par.pp, par.vpp
+    first, last = par.first_pipeline_num_layers, par.last_pipeline_num_layers
+    if first is None and last is None:
+        extra = int(par.account_for_embedding_in_pipeline_split) + int(par.account_for_loss_in_pipeline_split)
+        if (L + extra) % (p * v) == 0:
+            return []
+        counted = f" + {extra} (the embedding / loss counted as layers)" if extra else ""
+        return [f"model.num_layers: value {L}{counted}: must be divisible by pp * vpp ({p} * {v} = {p * v})"]
+    problems = [
+        f"parallel.{key}: value {n}: must be divisible by vpp ({v})"
+        for key, n in (("first_pipeline_num_layers", first), ("last_pipeline_num_layers", last))
+        if n is not None and n % v
+    ]
+    middle_stages = p - (first is not None) - (last is not None)
+    middle_layers = L - (first or 0) - (last or 0)
+    if middle_stages < 0 or middle_layers < 0 or (middle_stages == 0 and middle_layers):
+        problems.append(
+            f"parallel.first_pipeline_num_layers / last_pipeline_num_layers: values {first} / {last}: "
+            f"leave {middle_layers} of num_layers ({L}) for {max(middle_stages, 0)} middle stages of pp ({p})"
+        )
+    elif middle_stages and middle_layers % (middle_stages * v):
+        problems.append(
+            f"model.num_layers: value {L}: the {middle_layers} layers between the first and last stage "
+            f"must divide evenly over the {middle_stages} middle stages of vpp ({v}) chunks "
+            "(Megatron-core --decoder-first/last-pipeline-num-layers)"
+        )
+    return problems
+
+
+def cross_field_problems(scenario: Scenario, refuse_unpriced: bool = True) -> list[str]:
     """The rules pydantic's per-field checks cannot see (also used to filter sweeps)."""
     m, par, tr = scenario.model, scenario.parallel, scenario.training
     problems: list[str] = []
@@ -200,11 +245,7 @@ def cross_field_problems(scenario: Scenario) -> list[str]:
     )
     # The sequence rule is reported last, after the rules of the layout around the layer.
     problems += [_shape_problem(bad) for bad in shape if bad.field != "seq_length"]
-    if m.num_layers % (par.pp * par.vpp):
-        problems.append(
-            f"model.num_layers: value {m.num_layers}: must be divisible by pp * vpp "
-            f"({par.pp} * {par.vpp} = {par.pp * par.vpp})"
-        )
+    problems += pipeline_split_problems(scenario)
     per_step = tr.micro_batch_size * par.dp
     if tr.global_batch_size % per_step:
         problems.append(
@@ -223,18 +264,14 @@ def cross_field_problems(scenario: Scenario) -> list[str]:
     if par.sequence_parallel and par.tp == 1:
         problems.append("parallel.sequence_parallel: value True: needs tp > 1")
     problems += [_shape_problem(bad) for bad in shape if bad.field == "seq_length"]
-    problems += modern_layout_problems(scenario)
+    problems += modern_layout_problems(scenario, refuse_unpriced)
     return problems
 
 
 # Keys of the contract that load and are checked, but that the simulator does not price yet:
 # a run with one of them set is refused rather than priced as if it were unset.
+NOT_MODELLED_YET_MESSAGE = "not modelled by this version of the simulator yet"
 NOT_MODELLED_YET: dict[str, Callable[[Scenario], bool]] = {
-    "model.num_query_groups": lambda s: s.model.query_groups != s.model.num_attention_heads,
-    "model.activation": lambda s: s.model.activation is not Activation.GELU,
-    "model.normalization": lambda s: s.model.normalization is not Normalization.LAYERNORM,
-    "model.position_embedding": lambda s: s.model.position_embedding is not PositionEmbedding.LEARNED,
-    "model.untie_embeddings_and_output_weights": lambda s: s.model.untie_embeddings_and_output_weights,
     "parallel.cp": lambda s: s.parallel.cp > 1,
     "parallel.account_for_embedding_in_pipeline_split": (
         lambda s: s.parallel.account_for_embedding_in_pipeline_split
@@ -243,15 +280,20 @@ NOT_MODELLED_YET: dict[str, Callable[[Scenario], bool]] = {
     "parallel.first_pipeline_num_layers": lambda s: s.parallel.first_pipeline_num_layers is not None,
     "parallel.last_pipeline_num_layers": lambda s: s.parallel.last_pipeline_num_layers is not None,
     "training.dtype": lambda s: s.training.dtype is Dtype.FP8,
-    "training.attention_backend": lambda s: s.training.attention_backend is not AttentionBackend.UNFUSED,
     "training.overlap_param_gather": lambda s: s.training.overlap_param_gather,
     "training.tp_comm_overlap": lambda s: s.training.tp_comm_overlap,
 }
 
 
-def modern_layout_problems(scenario: Scenario) -> list[str]:
+def unpriced_keys(scenario: Scenario) -> list[str]:
+    """The keys of NOT_MODELLED_YET this scenario sets away from their defaults."""
+    return [key for key, is_set in NOT_MODELLED_YET.items() if is_set(scenario)]
+
+
+def modern_layout_problems(scenario: Scenario, refuse_unpriced: bool = True) -> list[str]:
     """Megatron-core's rules for GQA, context parallelism, the overlaps and uneven pipeline
-    splits (modern.md §3), then the keys set that are not priced yet."""
+    splits (modern.md §3), then (unless `refuse_unpriced` is off, for tools that only
+    describe a run, never price it: `export-megatron`) the keys set that are not priced yet."""
     m, par, tr = scenario.model, scenario.parallel, scenario.training
     problems: list[str] = []
     g = m.query_groups
@@ -266,6 +308,11 @@ def modern_layout_problems(scenario: Scenario) -> list[str]:
         problems.append(
             f"parallel.tp: value {par.tp}: must divide num_query_groups ({g}); Megatron-core's "
             f"attention asserts num_query_groups % tp == 0; allowed tp: {_divisors(g)}"
+        )
+    if tr.attention_backend is AttentionBackend.FLASH and tr.dtype is Dtype.FP32:
+        problems.append(
+            "training.attention_backend: value flash: flash attention runs in 16-bit "
+            "(fp16 / bf16 / fp8 recipes); dtype fp32 allows only unfused"
         )
     if par.cp > 1 and m.seq_length % (2 * par.cp):
         problems.append(
@@ -285,12 +332,11 @@ def modern_layout_problems(scenario: Scenario) -> list[str]:
             "parallel.first_pipeline_num_layers / last_pipeline_num_layers: cannot be combined with "
             "account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split (Megatron-core)"
         )
-    problems += [
-        f"{key}: value {_shown_value(scenario, key)}: not modelled by this version of the simulator yet; "
-        "leave it at its default"
-        for key, is_set in NOT_MODELLED_YET.items()
-        if is_set(scenario)
-    ]
+    if refuse_unpriced:
+        problems += [
+            f"{key}: value {_shown_value(scenario, key)}: {NOT_MODELLED_YET_MESSAGE}; leave it at its default"
+            for key in unpriced_keys(scenario)
+        ]
     return problems
 
 
@@ -300,8 +346,12 @@ def _shown_value(scenario: Scenario, key: str) -> object:
     return value.value if isinstance(value, enum.Enum) else value
 
 
-def parse_scenario(data: Any, source: str | Path, default_name: str = "scenario") -> Scenario:
-    """Validate a scenario mapping; raise ConfigError naming every problem at once."""
+def parse_scenario(
+    data: Any, source: str | Path, default_name: str = "scenario", refuse_unpriced: bool = True
+) -> Scenario:
+    """Validate a scenario mapping; raise ConfigError naming every problem at once.
+    `refuse_unpriced=False` keeps every rule but accepts keys not priced yet (for tools that
+    describe a run without simulating it)."""
     if not isinstance(data, dict):
         raise ConfigError(source, ["(top level): a scenario must be a mapping of keys"])
     data = {"name": default_name, **data}
@@ -309,18 +359,34 @@ def parse_scenario(data: Any, source: str | Path, default_name: str = "scenario"
         scenario = Scenario.model_validate(data)
     except ValidationError as error:
         raise ConfigError(source, describe_validation_error(error)) from None
-    problems = cross_field_problems(scenario)
+    problems = cross_field_problems(scenario, refuse_unpriced)
     if problems:
         raise ConfigError(source, problems)
     return scenario
 
 
-def load_scenario(path: str | Path) -> Scenario:
+def load_scenario(path: str | Path, refuse_unpriced: bool = True) -> Scenario:
     path = Path(path)
-    return parse_scenario(read_yaml(path), path, default_name=path.stem)
+    return parse_scenario(read_yaml(path), path, default_name=path.stem, refuse_unpriced=refuse_unpriced)
+
+
+def hardware_problems(scenario: Scenario, hw: HardwareProfile) -> list[str]:
+    """What the scenario asks of its hardware profile that the profile cannot price."""
+    problems = []
+    if scenario.training.attention_backend is AttentionBackend.FLASH and not hw.compute.has_flash_attention:
+        problems.append(
+            f"training.attention_backend: value flash: hardware profile {hw.name!r} has no "
+            "compute.flash_attention_* rates (achieved TFLOP/s with sources), so flash attention "
+            "cannot be priced on it; use attention_backend: unfused or a profile with the rates"
+        )
+    return problems
 
 
 def load_scenario_and_hardware(path: str | Path) -> tuple[Scenario, HardwareProfile]:
     path = Path(path)
     scenario = load_scenario(path)
-    return scenario, load_hardware(scenario.hardware, relative_to=path)
+    hw = load_hardware(scenario.hardware, relative_to=path)
+    problems = hardware_problems(scenario, hw)
+    if problems:
+        raise ConfigError(path, problems)
+    return scenario, hw

@@ -37,6 +37,7 @@ def format_result(result: SimulationResult) -> str:
             ["MFU", f"{100 * result.mfu:.1f} %"],
             ["HFU", f"{100 * result.hfu:.1f} %"],
             ["model TFLOP/s per GPU", f"{result.tflops_per_gpu:.1f}"],
+            ["tokens/s per GPU", f"{result.tokens_per_s_per_gpu:,.0f}"],
             ["pipeline idle (bubble share)", f"{100 * result.pipeline_idle_fraction:.1f} %"],
             ["bubble / busy time", f"{result.bubble_to_busy_ratio:.3f}"],
             [
