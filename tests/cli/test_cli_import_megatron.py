@@ -17,7 +17,7 @@ GPT3_175B = (
     "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 8 "
     "--num-layers-per-virtual-pipeline-stage 4 --sequence-parallel "
     "--recompute-granularity selective --bf16 --use-distributed-optimizer --overlap-grad-reduce "
-    "--lr 6.0e-5 --train-iters 500000 --vocab-file gpt2-vocab.json --swiglu --frobnicate 3"
+    "--lr 6.0e-5 --train-iters 500000 --vocab-file gpt2-vocab.json --disable-bias-linear --frobnicate 3"
 )
 MINIMAL = "--num-layers 8 --hidden-size 256 --num-attention-heads 8 --seq-length 128 --micro-batch-size 2"
 
@@ -51,7 +51,7 @@ def test_unknown_ignored_and_unmodelled_flags_are_listed_on_stderr_and_in_the_ya
         assert "unknown flags (not recognised, not used): --frobnicate 3" in text
         assert "ignored (no effect on the simulation):" in text
         assert "--lr 6.0e-5" in text and "--train-iters 500000" in text
-        assert "not modelled (simulated without it): --swiglu" in text
+        assert "not modelled (simulated without it): --disable-bias-linear" in text
         assert "vocab_size = 51200" in text
 
 
@@ -234,7 +234,7 @@ def test_a_flag_whose_key_is_not_priced_yet_is_not_modelled_and_its_key_keeps_th
     [("flash", "flash"), ("fused", "flash"), ("auto", "flash"), ("unfused", "unfused"), ("local", "unfused")],
 )
 def test_attention_backends(backend, expected):
-    imported = parse_megatron_args(f"{MINIMAL} --attention-backend {backend}")
+    imported = parse_megatron_args(f"{MINIMAL} --bf16 --attention-backend {backend}")  # flash needs 16 bits
     assert imported.requested["training"].get("attention_backend", "unfused") == expected
 
 
