@@ -117,12 +117,13 @@ def build_plan(scenario: Scenario, hw: HardwareProfile, workload: Workload) -> P
     tp = tp_group(scenario, hw)
     schedule = build_schedule(scenario.training.schedule, par.pp, scenario.num_microbatches, par.vpp)
     transient = recompute_workspace_bytes(workload)
-    cost_cache: dict[tuple[bool, bool], ChunkCost] = {}
+    # Chunks differ only in their layer count (uneven splits) and the extras they carry.
+    cost_cache: dict[tuple[int, bool, bool], ChunkCost] = {}
     stages = []
     for stage in workload.stages:
         costs = []
         for chunk in stage.chunks:
-            key = (chunk.embedding is not None, chunk.output is not None)
+            key = (chunk.num_layers, chunk.embedding is not None, chunk.output is not None)
             if key not in cost_cache:
                 cost_cache[key] = price_chunk(chunk, hw, tp, dtype)
             costs.append(cost_cache[key])

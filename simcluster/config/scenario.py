@@ -27,6 +27,7 @@ from simcluster.config.errors import ConfigError, describe_validation_error
 from simcluster.config.files import read_yaml
 from simcluster.config.hardware import HardwareProfile, load_hardware
 from simcluster.config.layer_shape import Indivisible, ffn_hidden_size_or_default, indivisible_sizes
+from simcluster.config.pipeline_split import PipelineSplit, SplitRequest, pipeline_split, split_problems
 from simcluster.config.strict import StrictModel
 
 MAX_SIMULATED_TASKS = 1_000_000
@@ -129,7 +130,28 @@ class Scenario(StrictModel):
 
     @property
     def layers_per_chunk(self) -> int:
+        """L/(p·v): the layers of every chunk of the default (even) split; see
+        `pipeline_split` for the layers each chunk builds."""
         return self.model.num_layers // (self.parallel.pp * self.parallel.vpp)
+
+    @property
+    def split_request(self) -> SplitRequest:
+        par = self.parallel
+        return SplitRequest(
+            num_layers=self.model.num_layers,
+            pp=par.pp,
+            vpp=par.vpp,
+            account_for_embedding=par.account_for_embedding_in_pipeline_split,
+            account_for_loss=par.account_for_loss_in_pipeline_split,
+            first_pipeline_num_layers=par.first_pipeline_num_layers,
+            last_pipeline_num_layers=par.last_pipeline_num_layers,
+        )
+
+    @property
+    def pipeline_split(self) -> PipelineSplit:
+        """The transformer layers each (stage, chunk) builds (Megatron-core's
+        get_num_layers_to_build, `config.pipeline_split`)."""
+        return pipeline_split(self.split_request)
 
 
 def divisors(n: int, limit: int | None = None) -> tuple[int, ...]:
@@ -200,11 +222,10 @@ def cross_field_problems(scenario: Scenario) -> list[str]:
     )
     # The sequence rule is reported last, after the rules of the layout around the layer.
     problems += [_shape_problem(bad) for bad in shape if bad.field != "seq_length"]
-    if m.num_layers % (par.pp * par.vpp):
-        problems.append(
-            f"model.num_layers: value {m.num_layers}: must be divisible by pp * vpp "
-            f"({par.pp} * {par.vpp} = {par.pp * par.vpp})"
-        )
+    request = scenario.split_request
+    both_kinds = request.explicit and (request.account_for_embedding or request.account_for_loss)
+    if not both_kinds:  # the exclusion itself is reported with Megatron-core's other rules
+        problems += split_problems(request)
     per_step = tr.micro_batch_size * par.dp
     if tr.global_batch_size % per_step:
         problems.append(
@@ -236,12 +257,6 @@ NOT_MODELLED_YET: dict[str, Callable[[Scenario], bool]] = {
     "model.position_embedding": lambda s: s.model.position_embedding is not PositionEmbedding.LEARNED,
     "model.untie_embeddings_and_output_weights": lambda s: s.model.untie_embeddings_and_output_weights,
     "parallel.cp": lambda s: s.parallel.cp > 1,
-    "parallel.account_for_embedding_in_pipeline_split": (
-        lambda s: s.parallel.account_for_embedding_in_pipeline_split
-    ),
-    "parallel.account_for_loss_in_pipeline_split": lambda s: s.parallel.account_for_loss_in_pipeline_split,
-    "parallel.first_pipeline_num_layers": lambda s: s.parallel.first_pipeline_num_layers is not None,
-    "parallel.last_pipeline_num_layers": lambda s: s.parallel.last_pipeline_num_layers is not None,
     "training.dtype": lambda s: s.training.dtype is Dtype.FP8,
     "training.attention_backend": lambda s: s.training.attention_backend is not AttentionBackend.UNFUSED,
     "training.overlap_param_gather": lambda s: s.training.overlap_param_gather,

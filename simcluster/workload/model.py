@@ -91,8 +91,11 @@ def layer_params_per_rank(h: int, ffn: int, tp: int) -> float:
 
 
 def stage_params_per_rank(scenario: Scenario, stage: int) -> float:
+    """Parameters on one rank of pipeline stage `stage`: its own transformer layers (the
+    split of `Scenario.pipeline_split`), the word and position embeddings on the first
+    stage, the final layer norm and (with pp > 1) the tied output copy on the last."""
     m, par = scenario.model, scenario.parallel
-    layers = m.num_layers // par.pp
+    layers = scenario.pipeline_split.stage_layers[stage]
     params = layers * layer_params_per_rank(m.hidden_size, m.ffn_size, par.tp)
     word_embedding = padded_vocab_size(m.vocab_size, par.tp) * m.hidden_size / par.tp
     if stage == 0:
@@ -109,13 +112,14 @@ def build_workload(scenario: Scenario) -> Workload:
     output = output_ops(cfg, scenario.model.vocab_size)
     par = scenario.parallel
     last_virtual = par.pp * par.vpp - 1
+    split = scenario.pipeline_split
     stages = []
     for stage in range(par.pp):
         chunks = tuple(
             ChunkWork(
                 stage=stage,
                 chunk=chunk,
-                num_layers=scenario.layers_per_chunk,
+                num_layers=split.chunk_layers[stage][chunk],
                 layer=layer,
                 embedding=embedding if chunk * par.pp + stage == 0 else None,
                 output=output if chunk * par.pp + stage == last_virtual else None,
