@@ -14,7 +14,7 @@ from simcluster.config.scenario import Scenario
 from simcluster.costs.chunk import ChunkCost, price_chunk, price_ops
 from simcluster.costs.compute import elementwise_time_s
 from simcluster.costs.network import GroupPlacement, collective_time_s, p2p_time_s
-from simcluster.costs.placement import dp_group, stages_share_node, tp_group
+from simcluster.costs.placement import dp_cp_group, stages_share_node, tp_group
 from simcluster.engine.plan import PipelinePlan, StagePlan, TaskWork, TimeCategory, Transfer
 from simcluster.engine.simulator import EngineResult, simulate
 from simcluster.memory_plan import stage_memory_row
@@ -87,11 +87,12 @@ def p2p_send(scenario: Scenario, hw: HardwareProfile, src: int, dst: int, messag
 
 def grad_reduce_transfer(scenario: Scenario, hw: HardwareProfile, stage: StageWork) -> Transfer | None:
     """DP reduction of fp32 main grads: an all-reduce, or with the distributed optimizer a
-    reduce-scatter plus the all-gather of updated bf16 parameters."""
+    reduce-scatter plus the all-gather of updated bf16 parameters, over the DP × CP group
+    (`costs.placement.dp_cp_group`: CP ranks hold identical weights)."""
     par = scenario.parallel
-    if par.dp == 1:
+    if par.dp * par.cp == 1:
         return None
-    group = dp_group(scenario, hw)
+    group = dp_cp_group(scenario, hw)
     if scenario.training.use_distributed_optimizer:
         seconds = collective_time_s(
             CollectiveKind.REDUCE_SCATTER, stage.dp_gradient_bytes, group, hw

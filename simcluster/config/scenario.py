@@ -287,6 +287,21 @@ def modern_layout_problems(scenario: Scenario) -> list[str]:
             f"model.seq_length: value {m.seq_length}: must be divisible by 2 * cp ({2 * par.cp}); "
             "Megatron-core splits the sequence into 2·cp chunks for causal load balance"
         )
+    elif par.cp > 1 and par.sequence_parallel and (m.seq_length // par.cp) % par.tp:
+        problems.append(
+            f"model.seq_length: value {m.seq_length}: each context-parallel rank's "
+            f"{m.seq_length // par.cp} tokens (seq_length / cp) must be divisible by tp ({par.tp}) "
+            "with sequence_parallel"
+        )
+    if par.cp > 1 and tr.attention_backend is AttentionBackend.UNFUSED:
+        # megatron/core/transformer/dot_product_attention.py: DotProductAttention.__init__
+        # asserts context_parallel_size == 1 ("Context parallelism is only supported by
+        # TEDotProductAttention!"); the ring runs inside TE's fused / flash attention.
+        problems.append(
+            f"parallel.cp: value {par.cp}: needs training.attention_backend flash; Megatron-core's "
+            "unfused DotProductAttention asserts 'Context parallelism is only supported by "
+            "TEDotProductAttention!'"
+        )
     if tr.tp_comm_overlap and not par.sequence_parallel:
         problems.append("training.tp_comm_overlap: value True: needs parallel.sequence_parallel (Megatron)")
     if tr.overlap_param_gather and not tr.use_distributed_optimizer:

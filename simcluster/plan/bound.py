@@ -125,7 +125,7 @@ class StagePricer:
     def stage(self, scenario: Scenario, workload: Workload, stage: StageWork) -> StageSeconds:
         hw, par, r, p = self.hw, scenario.parallel, stage.stage, scenario.parallel.pp
         costs = [self.chunk(scenario, chunk) for chunk in stage.chunks]
-        layout = (par.tp, par.dp, par.pp, par.sequence_parallel)
+        layout = (par.tp, par.cp, par.dp, par.pp, par.sequence_parallel)
 
         def send_s(dst: int) -> float:
             if p == 1:

@@ -68,10 +68,17 @@ class Workload:
 
 
 def layer_config(scenario: Scenario) -> LayerConfig:
+    """The layer one rank runs. With context parallelism every rank holds s/c tokens of the
+    sequence and "all non-attention modules run unchanged on s/c tokens" (Megatron-core
+    `docs/user-guide/features/context_parallel.md`; the batch is cut by
+    `utils.py::get_batch_on_this_cp_rank`), so the layer is described on s/c: its GEMMs,
+    element-wise kernels, SP collectives, saved activations, pipeline messages and the
+    embedding / loss all scale by 1/c. Only the attention core sees the whole sequence,
+    through the KV ring (`workload.context_parallel`)."""
     m, par, tr = scenario.model, scenario.parallel, scenario.training
     return LayerConfig(
         micro_batch_size=tr.micro_batch_size,
-        seq_length=m.seq_length,
+        seq_length=m.seq_length // par.cp,
         hidden_size=m.hidden_size,
         num_attention_heads=m.num_attention_heads,
         ffn_hidden_size=m.ffn_size,
@@ -132,7 +139,9 @@ def build_workload(scenario: Scenario) -> Workload:
             StageWork(
                 stage=stage,
                 num_params=params,
-                static=memory.static_memory(params, par.dp, scenario.training.use_distributed_optimizer),
+                static=memory.static_memory(
+                    params, par.dp * par.cp, scenario.training.use_distributed_optimizer
+                ),
                 chunks=chunks,
                 dp_gradient_bytes=FP32_BYTES * params,
                 optimizer_step_bytes=OPTIMIZER_STEP_BYTES_PER_PARAM * params,
@@ -146,8 +155,9 @@ def build_workload(scenario: Scenario) -> Workload:
                 ),
             )
         )
-    # Per rank, each pipeline message is 1/t of [s, b, h]: the sequence shard with SP, or
-    # Megatron's scatter/gather split without it (reference/megatron.md §4.1).
+    # Per rank, each pipeline message is 1/t of [s/c, b, h]: the sequence shard with SP, or
+    # Megatron's scatter/gather split without it (reference/megatron.md §4.1: the p2p tensor
+    # shape is [s/cp, b, h]); cfg.tokens already holds s/c.
     p2p_bytes = cfg.element_bytes * cfg.tokens * cfg.hidden_size / par.tp
     return Workload(scenario, cfg, layer, tuple(stages), p2p_bytes)
 
