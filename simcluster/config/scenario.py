@@ -260,7 +260,6 @@ def cross_field_problems(scenario: Scenario) -> list[str]:
 # Keys of the contract that load and are checked, but that the simulator does not price yet:
 # a run with one of them set is refused rather than priced as if it were unset.
 NOT_MODELLED_YET: dict[str, Callable[[Scenario], bool]] = {
-    "parallel.cp": lambda s: s.parallel.cp > 1,
     "training.dtype": lambda s: s.training.dtype is Dtype.FP8,
     "training.overlap_param_gather": lambda s: s.training.overlap_param_gather,
     "training.tp_comm_overlap": lambda s: s.training.tp_comm_overlap,

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from simcluster.config.choices import Recompute
 from simcluster.config.scenario import Scenario
 from simcluster.workload import memory
+from simcluster.workload.context_parallel import context_parallel_layer_ops
 from simcluster.workload.embedding import embedding_ops, output_ops, padded_vocab_size
 from simcluster.workload.layer import LayerOps, layer_ops
 from simcluster.workload.layer_config import LayerConfig
@@ -121,7 +122,7 @@ def stage_params_per_rank(scenario: Scenario, stage: int) -> float:
 
 def build_workload(scenario: Scenario) -> Workload:
     cfg = layer_config(scenario)
-    layer = layer_ops(cfg)
+    layer = context_parallel_layer_ops(layer_ops(cfg), cfg, scenario.parallel.cp)
     embedding = embedding_ops(cfg, scenario.model.vocab_size)
     output = output_ops(cfg, scenario.model.vocab_size)
     par = scenario.parallel

@@ -30,8 +30,8 @@ BASE = {
 
 
 def _scenario(**parallel) -> Scenario:
-    """Built field by field: a cp > 1 scenario needs the flash backend, which the loader
-    refuses until flash attention is priced; these tests exercise the layout only."""
+    """Built field by field, skipping the loader: these tests exercise the layout with the
+    paper's layer, whose unfused attention the loader refuses with cp > 1."""
     data = yaml.safe_load(yaml.safe_dump(BASE))
     data["parallel"].update(parallel)
     return Scenario.model_validate(data)
