@@ -16,7 +16,13 @@ from simcluster.results import StageMemory
 from simcluster.schedule import build_schedule
 from simcluster.schedule.tasks import Phase
 from simcluster.workload import memory
-from simcluster.workload.model import StageWork, Workload, build_workload, recompute_workspace_bytes
+from simcluster.workload.model import (
+    StageWork,
+    Workload,
+    build_workload,
+    recompute_workspace_bytes,
+    transient_bytes,
+)
 
 
 def stage_memory_estimate(
@@ -25,7 +31,7 @@ def stage_memory_estimate(
     workload = workload or build_workload(scenario)
     par = scenario.parallel
     schedule = build_schedule(scenario.training.schedule, par.pp, scenario.num_microbatches, par.vpp)
-    transient = recompute_workspace_bytes(workload)
+    transient = transient_bytes(workload)
     rows = []
     for stage, tasks in zip(workload.stages, schedule):
         chunk_saved = [chunk.saved_bytes for chunk in stage.chunks]

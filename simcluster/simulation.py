@@ -26,7 +26,12 @@ from simcluster.schedule import (
     warmup_microbatches,
 )
 from simcluster.workload import flops
-from simcluster.workload.model import StageWork, Workload, build_workload, recompute_workspace_bytes
+from simcluster.workload.model import (
+    StageWork,
+    Workload,
+    build_workload,
+    transient_bytes,
+)
 from simcluster.workload.ops import CollectiveKind
 
 
@@ -117,7 +122,7 @@ def build_plan(scenario: Scenario, hw: HardwareProfile, workload: Workload) -> P
     par, dtype = scenario.parallel, scenario.training.dtype
     tp, cp = tp_group(scenario, hw), cp_group(scenario, hw)
     schedule = build_schedule(scenario.training.schedule, par.pp, scenario.num_microbatches, par.vpp)
-    transient = recompute_workspace_bytes(workload)
+    transient = transient_bytes(workload)
     # Chunks differ only in their layer count (uneven splits) and the extras they carry.
     cost_cache: dict[tuple[int, bool, bool], ChunkCost] = {}
     stages = []

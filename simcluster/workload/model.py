@@ -177,3 +177,17 @@ def recompute_workspace_bytes(workload: Workload) -> float:
     if cfg.recompute is Recompute.NONE:
         return 0.0
     return layer_ops(replace(cfg, recompute=Recompute.NONE)).saved_bytes - workload.layer.saved_bytes
+
+
+def ring_buffer_bytes(workload: Workload) -> float:
+    """The context-parallel ring's transient receive buffers: two K/V chunks (the one being
+    used and the one arriving; TE AttnFuncWithCPAndKVP2P's `p2p_comm_buffers`, modern.md §4
+    "Effect of CP"); 0 without cp."""
+    rings = [op.ring for op in workload.layer.forward if op.ring is not None]
+    return 2 * rings[0].first_message_bytes if rings else 0.0
+
+
+def transient_bytes(workload: Workload) -> float:
+    """Bytes a backward holds beyond the stored activations: the recompute workspace of one
+    layer plus, with cp, the ring's K/V buffers."""
+    return recompute_workspace_bytes(workload) + ring_buffer_bytes(workload)

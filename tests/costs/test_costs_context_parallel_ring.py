@@ -156,3 +156,14 @@ def test_cp_with_the_unfused_core_is_refused():
     with pytest.raises(ConfigError) as caught:
         parse_scenario(data, "s.yaml")
     assert "parallel.cp: value 4: needs training.attention_backend flash" in str(caught.value)
+
+
+def test_ring_buffers_are_transient_memory():
+    """Two K/V chunks of s/c tokens in flight (modern.md §4), on top of the recompute
+    workspace; none without cp."""
+    from simcluster.workload.model import recompute_workspace_bytes, ring_buffer_bytes, transient_bytes
+
+    work = build_workload(_scenario(tp=4))
+    assert ring_buffer_bytes(work) == 2 * (2 * 2048 * 64 * 2)
+    assert transient_bytes(work) == recompute_workspace_bytes(work) + ring_buffer_bytes(work)
+    assert ring_buffer_bytes(build_workload(_scenario(cp=1, tp=4))) == 0.0
