@@ -167,3 +167,13 @@ def test_ring_buffers_are_transient_memory():
     assert ring_buffer_bytes(work) == 2 * (2 * 2048 * 64 * 2)
     assert transient_bytes(work) == recompute_workspace_bytes(work) + ring_buffer_bytes(work)
     assert ring_buffer_bytes(build_workload(_scenario(cp=1, tp=4))) == 0.0
+
+
+def test_cp_ranks_split_the_layers_flops_exactly():
+    """Per rank, GEMMs run on s/c tokens and attention is 1/c of the causal total, so c ranks
+    do exactly the FLOPs of one rank without cp, forward, backward and recompute alike."""
+    one, four = build_workload(_scenario(cp=1, tp=4)).layer, build_workload(_scenario(cp=4, tp=4)).layer
+    for phase in ("forward", "backward"):
+        flops_one = sum(op.flops for op in getattr(one, phase))
+        flops_four = sum(op.flops for op in getattr(four, phase))
+        assert 4 * flops_four == pytest.approx(flops_one)
