@@ -3,7 +3,8 @@
 TE's `AttnFuncWithCPAndKVP2P` (modern.md §3.2) posts the send/recv of the next step's K/V
 before computing the current step, on the same ring: step i's attention and the transfer
 that step i + 1 waits for run together, so a step costs the longer of the two. Step 0 uses
-the rank's own K/V (nothing to wait for); the last step has no transfer beside it, and the
+the rank's own K/V (TE's `p2p_comm_buffers[0]` is the local K/V: nothing to wait for, and a
+send is posted only while i < c − 1); the last step has no transfer beside it, and the
 backward ends with the accumulated dK/dV sent back to its owner:
 
     forward  = Σ_{i < c−1} max(attn_i, send_i) + attn_{c−1}
