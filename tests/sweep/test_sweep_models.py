@@ -118,3 +118,14 @@ def test_todays_single_base_specs_stay_valid():
     """The shipped spec (one base file, no new keys) loads as before."""
     spec = load_sweep_spec("sweeps/gpt3-175b-1024gpus.yaml")
     assert len(spec.bases) == 1 and spec.num_gpus == 1024 and "hardware" not in spec.axes
+
+
+def test_the_shipped_hardware_and_sequence_spec_loads():
+    """sweeps/gpt3-175b-a100-vs-h100.yaml (the README's example): both profiles, both lengths."""
+    spec = load_sweep_spec("sweeps/gpt3-175b-a100-vs-h100.yaml")
+    assert list(spec.profiles) == ["a100-sxm4-80gb", "h100-sxm5-80gb"]
+    assert spec.axes["seq_length"] == (2048, 4096) and spec.axes["hardware"] == tuple(spec.profiles)
+    configs = expand(spec).configs
+    assert {(c.layout["hardware"], c.scenario.model.seq_length) for c in configs} == {
+        (h, s) for h in spec.profiles for s in (2048, 4096)
+    }
