@@ -28,7 +28,9 @@ _LABELS = {
 
 
 def _cell(value: object) -> str:
-    if isinstance(value, bool) or type(value).__name__ == "bool_":
+    import numpy as np
+
+    if isinstance(value, (bool, np.bool_)):
         return "yes" if value else "no"
     return str(value)
 
