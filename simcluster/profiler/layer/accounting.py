@@ -31,7 +31,6 @@ import torch
 from torch import Tensor, nn
 
 from simcluster.config.choices import (
-    Activation,
     AttentionBackend,
     Dtype,
     Normalization,
@@ -163,33 +162,18 @@ def _exact(value: Fraction) -> int:
 
 
 def negligible_buffers(spec: LayerSpec, device_type: str = "cpu") -> dict[str, int]:
-    """Bytes torch keeps that Table 2 neglects, by name (see module docstring).
+    """Bytes torch keeps that Table 2 (and the op graph) neglect, by name (module docstring).
 
-    RMSNorm keeps one fp32 rsigma per token (TE's fused norm; modern.md §4 row 2) on any
-    device. Flash attention keeps an fp32 logsumexp per query row and head, 4sb·a/t
-    (§4 row 5's "+4sbn/t"), gone under selective recompute (inside the checkpoint).
+    RMSNorm keeps one fp32 rsigma per token instead of LayerNorm's mean and rstd (TE's
+    fused norm; modern.md §4 row 2), on any device.
     """
     if spec.recompute is Recompute.FULL:
         return {"layernorm_stats": 0}
     tokens = spec.local_seq_length * spec.micro_batch_size
     if spec.normalization is Normalization.RMSNORM:
-        stats = {"layernorm_stats": 2 * tokens * 4}
-    else:
-        stat_bytes = 4 if device_type == "cuda" or spec.dtype is Dtype.FP32 else spec.dtype.num_bytes
-        stats = {"layernorm_stats": 2 * 2 * tokens * stat_bytes}
-    if spec.attention_backend is AttentionBackend.FLASH:
-        lse = 0 if spec.recompute is Recompute.SELECTIVE else 4 * spec.tokens * spec.heads_per_rank
-        stats["softmax_lse"] = lse
-    return stats
-
-
-def is_modern(spec: LayerSpec) -> bool:
-    """Does `spec` use any option beyond the paper's GPT layer?"""
-    return (spec.num_query_groups != spec.num_attention_heads
-            or spec.activation is not Activation.GELU
-            or spec.normalization is not Normalization.LAYERNORM
-            or spec.position_embedding is not PositionEmbedding.LEARNED
-            or spec.attention_backend is not AttentionBackend.UNFUSED)
+        return {"layernorm_stats": 2 * tokens * 4}
+    stat_bytes = 4 if device_type == "cuda" or spec.dtype is Dtype.FP32 else spec.dtype.num_bytes
+    return {"layernorm_stats": 2 * 2 * tokens * stat_bytes}
 
 
 def section4_terms(spec: LayerSpec) -> dict[str, int]:
@@ -199,58 +183,55 @@ def section4_terms(spec: LayerSpec) -> dict[str, int]:
     (sb/t with SP, else sb), S = sb, q = a·d, k = g·d, f = ffn, t = TP:
 
     - norm inputs 2·eTh (rows 1, 8); QKV and fc1 inputs eTh each (rows 3, 9);
-    - flash core: Q, K, V, O = eS(2q + 2k)/t (row 5; proj's input is O, row 6);
-      unfused core: Q, K, V as one QKV storage eS(q + 2k)/t without GQA, or Q eSq/t and the
-      repeated K and V 2·eSq/t with it, softmax and dropout outputs 2e·as²b/t, the dropout
-      mask as²b/t (Table 2), proj input eSq/t;
+    - flash core: Q, K, V, O = eS(2q + 2k)/t and the fp32 LSE 4S·a/t (row 5; proj's input
+      is O, row 6); unfused core: Q, K, V as one QKV storage eS(q + 2k)/t without GQA, or Q
+      eSq/t and the repeated K and V 2·eSq/t with it, softmax and dropout outputs 2e·as²b/t
+      and the dropout mask as²b/t (Table 2; the softmax output alone at p = 0), proj's
+      input eSq/t;
     - activation input: GeLU / squared ReLU eSf/t, SwiGLU eS·2f/t (row 10); fc2 input eSf/t;
     - bias-dropout-add masks 2T·h (none at p = 0; rows 7, 12).
 
-    Selective recompute keeps the core's inputs (Q, K, V) and drops what the core saved
-    inside; full recompute keeps the layer input eTh only. RoPE's tables are not activations
-    (row 4). The LSE and norm statistics are in `negligible_buffers`.
+    Selective recompute keeps the core's inputs (Q, K, V, before any repeat) and drops what
+    the core saved inside; full recompute keeps the layer input eTh only. RoPE's tables are
+    not activations (row 4). Norm statistics are in `negligible_buffers`.
     """
     e, t, h = spec.dtype.num_bytes, spec.tp, spec.hidden_size
     region, full = spec.local_seq_length * spec.micro_batch_size, spec.tokens
     if spec.recompute is Recompute.FULL:
         return {"layer_input": e * region * h}
-    d = spec.head_dim
-    q, k = spec.num_attention_heads * d, spec.num_query_groups * d
-    f = spec.ffn_hidden_size
-    gqa = k != q
-    terms = {"norm_inputs": 2 * e * region * h, "qkv_input": e * region * h}
+    q, k, f = spec.query_width, spec.kv_width, spec.ffn_hidden_size
     flash = spec.attention_backend is AttentionBackend.FLASH
     selective = spec.recompute is Recompute.SELECTIVE
-    if flash or selective or not gqa:
+    terms = {"norm_inputs": 2 * e * region * h, "qkv_input": e * region * h}
+    if flash or selective or k == q:
         terms["attention_qkv"] = _exact(Fraction(e * full * (q + 2 * k), t))
     else:  # Megatron's unfused path: K and V repeated to a/t heads before the bmms
         terms["attention_q"] = _exact(Fraction(e * full * q, t))
         terms["attention_kv_repeated"] = _exact(Fraction(2 * e * full * q, t))
+    if flash and not selective:
+        terms["attention_lse"] = 4 * full * spec.heads_per_rank
     if not flash and not selective:
         scores = _exact(Fraction(spec.micro_batch_size * spec.num_attention_heads
                                  * spec.seq_length**2, t))
-        if spec.dropout_prob > 0:
-            terms["attention_softmax_dropout"] = 2 * e * scores + scores
-        else:  # the dropout output is the softmax output itself
-            terms["attention_softmax_dropout"] = e * scores
+        dropped = spec.attention_dropout > 0  # else ×V keeps the softmax output itself
+        terms["attention_scores"] = (2 * e + 1) * scores if dropped else e * scores
     terms["attention_output"] = _exact(Fraction(e * full * q, t))  # O, proj's input
     terms["fc1_input"] = e * region * h
-    width = 2 * f if spec.activation.gated else f
-    terms["activation_input"] = _exact(Fraction(e * full * width, t))
+    terms["activation_input"] = _exact(Fraction(e * full * spec.fc1_width, t))
     terms["fc2_input"] = _exact(Fraction(e * full * f, t))
-    if spec.dropout_prob > 0:
+    if spec.hidden_dropout > 0:
         terms["dropout_masks"] = 2 * region * h
     return terms
 
 
 def view_held_terms(spec: LayerSpec) -> dict[str, int]:
-    """Bytes the torch layer keeps beyond `section4_terms`, because a saved tensor is a view
-    that keeps a larger storage alive (modern.md, open question 1).
+    """Bytes the torch layer keeps beyond the op graph and §4, because a saved tensor is a
+    view that keeps a larger storage alive (modern.md, open question 1).
 
     Megatron splits Q, K, V out of the QKV GEMM output as views and passes V to attention as
     is; the flash kernel (and the checkpoint of selective recompute) saves V, so the whole
-    QKV output eS(q + 2k)/t stays alive. §4 counts it once as Q, K, V; it is kept twice when
-    Q and K are new tensors: after RoPE (eS(q + k)/t more), or, without RoPE, when Q alone
+    QKV output eS(q + 2k)/t stays alive. §4 counts it once as Q, K, V; it is kept twice where
+    Q and K are new tensors: after RoPE (eS(q + k)/t more), or, without RoPE, where Q alone
     is a copy — Megatron's `query.reshape` to [s, b, a/t, d] copies when a rank holds more
     than one group of more than one head (eSq/t more). The unfused GQA path keeps the QKV
     output when Q is a view (RoPE off): 2eSk/t beyond Q.
@@ -258,35 +239,20 @@ def view_held_terms(spec: LayerSpec) -> dict[str, int]:
     if spec.recompute is Recompute.FULL:
         return {}
     e, t, full = spec.dtype.num_bytes, spec.tp, spec.tokens
-    d = spec.head_dim
-    q, k = spec.num_attention_heads * d, spec.num_query_groups * d
+    q, k = spec.query_width, spec.kv_width
     rope = spec.position_embedding is PositionEmbedding.ROPE
-    q_view = spec.groups_per_rank == 1 or spec.heads_per_group == 1
+    q_view = spec.kv_heads_per_rank == 1 or spec.heads_per_group == 1
     flash = spec.attention_backend is AttentionBackend.FLASH
     if flash or spec.recompute is Recompute.SELECTIVE or k == q:
         extra = (q + k) if rope else (0 if q_view else q)
-    else:  # unfused GQA: Q view / copy, K and V repeated copies
+    else:  # unfused GQA: Q view or copy, K and V repeated copies
         extra = 2 * k if (q_view and not rope) else 0  # §4 counted Q; its storage has K, V too
     return {"qkv_output_held_by_views": _exact(Fraction(e * full * extra, t))} if extra else {}
 
 
 def expected_saved_bytes(spec: LayerSpec, device_type: str = "cpu") -> int:
-    """What `measure_saved_bytes` should report: Table 2 plus the negligible buffers
-    (the paper's layer), or §4's terms plus the view-held bytes and the negligible buffers
-    (any modern option).
-
-    With dropout_prob == 0 no masks exist and the dropout output is the softmax output
-    itself, so Table 2's 2sbh of masks (÷t with SP) and (1 + e)as²b/t drop out.
-    """
-    negligible = sum(negligible_buffers(spec, device_type).values())
-    if is_modern(spec):
-        return sum(section4_terms(spec).values()) + sum(view_held_terms(spec).values()) + negligible
-    total = table2_bytes(spec) + negligible
-    if spec.dropout_prob > 0 or spec.recompute is Recompute.FULL:
-        return total
-    sbh = spec.local_seq_length * spec.micro_batch_size * spec.hidden_size
-    total -= 2 * sbh
-    if spec.recompute is Recompute.NONE:
-        as2b = spec.num_attention_heads * spec.seq_length**2 * spec.micro_batch_size
-        total -= _exact(Fraction(as2b * (1 + spec.dtype.num_bytes), spec.tp))
-    return total
+    """What `measure_saved_bytes` should report: the op graph's bytes (Table 2 for the
+    paper's layer, §4 for the modern options), the bytes kept by views beyond it, and the
+    negligible buffers."""
+    return (table2_bytes(spec) + sum(view_held_terms(spec).values())
+            + sum(negligible_buffers(spec, device_type).values()))

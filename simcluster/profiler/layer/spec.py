@@ -12,13 +12,7 @@ from typing import Any
 
 import torch
 
-from simcluster.config.choices import (
-    Activation,
-    AttentionBackend,
-    Dtype,
-    Normalization,
-    PositionEmbedding,
-)
+from simcluster.config.choices import AttentionBackend, Dtype, PositionEmbedding
 from simcluster.workload.layer_config import LayerConfig
 
 TORCH_DTYPES: dict[Dtype, torch.dtype] = {
@@ -32,61 +26,35 @@ TORCH_DTYPES: dict[Dtype, torch.dtype] = {
 class LayerSpec(LayerConfig):
     """One GPT layer as run on one tensor-parallel rank (paper, Figures 2-5): the simulator's
     `LayerConfig` (shape, layout, recompute, dtype, and their rules) plus what only a run
-    needs. `dropout_prob` applies to the attention probabilities (unfused attention only:
-    the flash path runs without attention dropout, as Megatron's Llama recipes set
-    --attention-dropout 0) and to both block outputs; Table 2's mask terms assume it is > 0.
-
-    The modern options (modern.md §3.8) carry the scenario's names: `num_query_groups` g
-    (0 means a, i.e. no GQA), `activation`, `normalization`, `position_embedding`,
-    `attention_backend`.
+    needs. `dropout_prob`, when given, sets both `hidden_dropout` (after each block) and
+    `attention_dropout` (on the attention probabilities); Table 2's mask terms assume > 0.
+    The flash path applies no attention dropout (Megatron's Llama recipes set
+    --attention-dropout 0; a flash kernel keeps no mask either way, only an RNG seed).
     """
 
-    dropout_prob: float = 0.1
+    dropout_prob: float | None = None
     layernorm_epsilon: float = field(default=1e-5, repr=False)
-    num_query_groups: int = 0
-    activation: Activation = Activation.GELU
-    normalization: Normalization = Normalization.LAYERNORM
-    position_embedding: PositionEmbedding = PositionEmbedding.LEARNED
-    attention_backend: AttentionBackend = AttentionBackend.UNFUSED
     rotary_base: float = field(default=10000.0, repr=False)
 
     def __post_init__(self) -> None:
+        if self.dropout_prob is not None:  # one knob for both dropout sites
+            object.__setattr__(self, "hidden_dropout", self.dropout_prob)
+            object.__setattr__(self, "attention_dropout", self.dropout_prob)
+        # LayerConfig refuses flash outside 16 bit: the GPU kernels the simulator prices
+        # are fp16/bf16 only. torch's scaled_dot_product_attention also runs fp32 (its CPU
+        # flash kernel), which the fp32 exactness checks against the serial layer need, so
+        # the real layer checks the rest of the rules with the backend set aside.
+        backend = AttentionBackend(self.attention_backend)
+        object.__setattr__(self, "attention_backend", AttentionBackend.UNFUSED)
         LayerConfig.__post_init__(self)
-        if not 0.0 <= self.dropout_prob < 1.0:
-            raise ValueError(f"LayerSpec.dropout_prob must be in [0, 1), got {self.dropout_prob}")
-        object.__setattr__(self, "num_query_groups", self.num_query_groups or self.num_attention_heads)
-        for name, kind in (("activation", Activation), ("normalization", Normalization),
-                           ("position_embedding", PositionEmbedding),
-                           ("attention_backend", AttentionBackend)):
-            object.__setattr__(self, name, kind(getattr(self, name)))
-        g = self.num_query_groups
-        if g < 1 or self.num_attention_heads % g:
-            raise ValueError(f"LayerSpec.num_query_groups={g} must divide "
-                             f"num_attention_heads={self.num_attention_heads}")
-        if g % self.tp:  # Megatron-core's attention.py: divide(num_query_groups, tp) asserts
-            raise ValueError(f"LayerSpec.num_query_groups={g} must be divisible by tp={self.tp}")
+        object.__setattr__(self, "attention_backend", backend)
         if self.position_embedding is PositionEmbedding.ROPE and self.head_dim % 2:
             raise ValueError(f"LayerSpec: RoPE rotates head-dim halves; head_dim={self.head_dim} is odd")
 
     @property
-    def groups_per_rank(self) -> int:
-        """g / t key/value heads on each rank."""
-        return self.num_query_groups // self.tp
-
-    @property
     def heads_per_group(self) -> int:
         """a / g query heads sharing one key/value head."""
-        return self.num_attention_heads // self.num_query_groups
-
-    @property
-    def qkv_width(self) -> int:
-        """q + 2k output features of the serial QKV GEMM, q = a·d, k = g·d."""
-        return (self.num_attention_heads + 2 * self.num_query_groups) * self.head_dim
-
-    @property
-    def fc1_width(self) -> int:
-        """fc1 output features (serial): 2f for SwiGLU (gate and up in one GEMM), else f."""
-        return 2 * self.ffn_hidden_size if self.activation.gated else self.ffn_hidden_size
+        return self.num_attention_heads // self.query_groups
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -101,7 +69,8 @@ class LayerSpec(LayerConfig):
         return cls(**{**fields, **overrides})
 
     def config(self) -> LayerConfig:
-        """The simulator's description of the same layer on the same rank."""
+        """The simulator's description of the same layer on the same rank (raises for a
+        flash layer in fp32, which the simulator does not price)."""
         return LayerConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(LayerConfig)})
 
     def serial(self) -> LayerSpec:

@@ -133,7 +133,7 @@ class ParallelTransformerLayer(nn.Module):
         qkv = column_parallel_linear(x, self.qkv_weight, self.qkv_bias, self.comm,
                                      spec.sequence_parallel)  # [s, b, (q + 2k)/t]
         s, b = qkv.shape[:2]
-        d, groups, per_group = spec.head_dim, spec.groups_per_rank, spec.heads_per_group
+        d, groups, per_group = spec.head_dim, spec.kv_heads_per_rank, spec.heads_per_group
         # Megatron-core's split: each query group holds [its a/g query heads, k, v].
         qkv = qkv.view(s, b, groups, (per_group + 2) * d)
         q, k, v = qkv.split([per_group * d, d, d], dim=-1)  # views of the QKV output
@@ -184,10 +184,10 @@ class ParallelTransformerLayer(nn.Module):
         scores = torch.bmm(q, k).view(b, heads, s, s)
         probs = scale_mask_softmax(scores, 1.0 / math.sqrt(d))
         first_head = self.comm.rank * heads
+        p = self.spec.attention_dropout
         keep = self.masks.keep_mask("attention", (b, self.spec.num_attention_heads, s, s), 1,
-                                    first_head, first_head + heads, self.spec.dropout_prob,
-                                    probs.device)
-        probs = dropout(probs, keep, self.spec.dropout_prob)
+                                    first_head, first_head + heads, p, probs.device)
+        probs = dropout(probs, keep, p)
         context = torch.bmm(probs.view(b * heads, s, s), v)  # [b·a/t, s, d]
         return context.view(b, heads, s, d).permute(2, 0, 1, 3).reshape(s, b, heads * d)
 
@@ -209,8 +209,8 @@ class ParallelTransformerLayer(nn.Module):
         start = self.comm.rank * spec.local_seq_length if spec.sequence_parallel else 0
         keep = self.masks.keep_mask(site, (spec.seq_length, spec.micro_batch_size,
                                            spec.hidden_size), 0, start,
-                                    start + spec.local_seq_length, spec.dropout_prob, x.device)
-        return residual + dropout(x + bias, keep, spec.dropout_prob)
+                                    start + spec.local_seq_length, spec.hidden_dropout, x.device)
+        return residual + dropout(x + bias, keep, spec.hidden_dropout)
 
 
 def sharded_layer(spec: LayerSpec, comm: Comm, seed: int = 0, device: str = "cpu",
