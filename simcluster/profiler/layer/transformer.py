@@ -13,6 +13,11 @@ dropout mask as²b and output 2as²b, proj input 2sbh, two dropout masks 2sbh, f
 2sbh, GeLU input 8sbh, fc2 input 8sbh, plus the layer norms' mean and rstd, which the paper
 neglects (see `accounting`). Q, K and V stay views of the QKV GEMM output (one storage).
 
+Modern options (modern.md §3.8): GQA (QKV (q + 2k)/t wide, per-group layout), RMSNorm,
+RoPE on Q and K after the split, flash attention (scaled_dot_product_attention) in place of
+the unfused core, SwiGLU or squared ReLU in place of GeLU. What they keep is in `accounting`
+(op graph + the QKV output kept alive by V's view + norm statistics).
+
 Recompute: SELECTIVE checkpoints the attention core (its saved inputs are Q, K, V); FULL
 checkpoints the whole layer (only its input is kept), both with torch.utils.checkpoint
 (use_reentrant=False, RNG state preserved).
