@@ -14,7 +14,7 @@ from simcluster.config.scenario import Scenario
 from simcluster.costs.chunk import ChunkCost, price_chunk, price_ops
 from simcluster.costs.compute import elementwise_time_s
 from simcluster.costs.network import GroupPlacement, collective_time_s, p2p_time_s
-from simcluster.costs.placement import dp_group, stages_share_node, tp_group
+from simcluster.costs.placement import cp_group, dp_cp_group, stages_share_node, tp_group
 from simcluster.engine.plan import PipelinePlan, StagePlan, TaskWork, TimeCategory, Transfer
 from simcluster.engine.simulator import EngineResult, simulate
 from simcluster.memory_plan import stage_memory_row
@@ -27,7 +27,12 @@ from simcluster.schedule import (
 )
 from simcluster.steady_state import simulate_steady_state
 from simcluster.workload import flops
-from simcluster.workload.model import StageWork, Workload, build_workload, recompute_workspace_bytes
+from simcluster.workload.model import (
+    StageWork,
+    Workload,
+    build_workload,
+    transient_bytes,
+)
 from simcluster.workload.ops import CollectiveKind
 
 
@@ -88,11 +93,12 @@ def p2p_send(scenario: Scenario, hw: HardwareProfile, src: int, dst: int, messag
 
 def grad_reduce_transfer(scenario: Scenario, hw: HardwareProfile, stage: StageWork) -> Transfer | None:
     """DP reduction of fp32 main grads: an all-reduce, or with the distributed optimizer a
-    reduce-scatter plus the all-gather of updated bf16 parameters."""
+    reduce-scatter plus the all-gather of updated bf16 parameters, over the DP × CP group
+    (`costs.placement.dp_cp_group`: CP ranks hold identical weights)."""
     par = scenario.parallel
-    if par.dp == 1:
+    if par.dp * par.cp == 1:
         return None
-    group = dp_group(scenario, hw)
+    group = dp_cp_group(scenario, hw)
     if scenario.training.use_distributed_optimizer:
         seconds = collective_time_s(
             CollectiveKind.REDUCE_SCATTER, stage.dp_gradient_bytes, group, hw
@@ -123,16 +129,17 @@ def build_plan(
 def priced_stages(scenario: Scenario, hw: HardwareProfile, workload: Workload) -> tuple[StagePlan, ...]:
     """Every stage's task costs, routes and static memory, without tasks: none depends on m."""
     par, dtype = scenario.parallel, scenario.training.dtype
-    tp = tp_group(scenario, hw)
-    transient = recompute_workspace_bytes(workload)
-    cost_cache: dict[tuple[bool, bool], ChunkCost] = {}
+    tp, cp = tp_group(scenario, hw), cp_group(scenario, hw)
+    transient = transient_bytes(workload)
+    # Chunks differ only in their layer count (uneven splits) and the extras they carry.
+    cost_cache: dict[tuple[int, bool, bool], ChunkCost] = {}
     stages = []
     for stage in workload.stages:
         costs = []
         for chunk in stage.chunks:
-            key = (chunk.embedding is not None, chunk.output is not None)
+            key = (chunk.num_layers, chunk.embedding is not None, chunk.output is not None)
             if key not in cost_cache:
-                cost_cache[key] = price_chunk(chunk, hw, tp, dtype)
+                cost_cache[key] = price_chunk(chunk, hw, tp, dtype, cp)
             costs.append(cost_cache[key])
         forward, backward = _task_works(tuple(costs), stage, transient)
         r, p = stage.stage, par.pp
@@ -199,12 +206,13 @@ def _stage_memory(workload: Workload, engine: EngineResult, hw: HardwareProfile)
 
 
 def layer_times(workload: Workload, hw: HardwareProfile, scenario: Scenario) -> LayerTimes:
-    tp = tp_group(scenario, hw)
+    tp, cp = tp_group(scenario, hw), cp_group(scenario, hw)
     dtype: Dtype = scenario.training.dtype
     layer = workload.layer
-    forward = price_ops(layer.forward, hw, tp, dtype).total_s
+    forward = price_ops(layer.forward, hw, tp, dtype, cp).total_s
     backward = (
-        price_ops(layer.backward, hw, tp, dtype).total_s + price_ops(layer.recompute, hw, tp, dtype).total_s
+        price_ops(layer.backward, hw, tp, dtype, cp).total_s
+        + price_ops(layer.recompute, hw, tp, dtype, cp).total_s
     )
     return LayerTimes(forward_s=forward, backward_s=backward)
 

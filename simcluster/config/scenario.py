@@ -27,6 +27,7 @@ from simcluster.config.errors import ConfigError, describe_validation_error
 from simcluster.config.files import read_yaml
 from simcluster.config.hardware import HardwareProfile, load_hardware
 from simcluster.config.layer_shape import Indivisible, ffn_hidden_size_or_default, indivisible_sizes
+from simcluster.config.pipeline_split import PipelineSplit, SplitRequest, pipeline_split, split_problems
 from simcluster.config.strict import StrictModel
 
 MAX_SIMULATED_TASKS = 1_000_000
@@ -138,7 +139,28 @@ class Scenario(StrictModel):
 
     @property
     def layers_per_chunk(self) -> int:
+        """L/(p·v): the layers of every chunk of the default (even) split; see
+        `pipeline_split` for the layers each chunk builds."""
         return self.model.num_layers // (self.parallel.pp * self.parallel.vpp)
+
+    @property
+    def split_request(self) -> SplitRequest:
+        par = self.parallel
+        return SplitRequest(
+            num_layers=self.model.num_layers,
+            pp=par.pp,
+            vpp=par.vpp,
+            account_for_embedding=par.account_for_embedding_in_pipeline_split,
+            account_for_loss=par.account_for_loss_in_pipeline_split,
+            first_pipeline_num_layers=par.first_pipeline_num_layers,
+            last_pipeline_num_layers=par.last_pipeline_num_layers,
+        )
+
+    @property
+    def pipeline_split(self) -> PipelineSplit:
+        """The transformer layers each (stage, chunk) builds (Megatron-core's
+        get_num_layers_to_build, `config.pipeline_split`)."""
+        return pipeline_split(self.split_request)
 
 
 def divisors(n: int, limit: int | None = None) -> tuple[int, ...]:
@@ -200,42 +222,6 @@ def _too_many_tasks(scenario: Scenario, tasks: int) -> str:
     )
 
 
-def pipeline_split_problems(scenario: Scenario) -> list[str]:
-    """How the layers divide over pp stages of vpp chunks, by Megatron-core's rules
-    (`transformer_block.py::get_num_layers_to_build`, modern.md §3.5): evenly (L by pp·vpp);
-    with the embedding and/or loss counted as a layer ((L + e + l) by pp·vpp); or with
-    explicit first / last stage sizes (each a multiple of vpp; the rest split evenly over
-    the middle stages, each a multiple of vpp)."""
-    m, par = scenario.model, scenario.parallel
-    L, p, v = m.num_layers, par.pp, par.vpp
-    first, last = par.first_pipeline_num_layers, par.last_pipeline_num_layers
-    if first is None and last is None:
-        extra = int(par.account_for_embedding_in_pipeline_split) + int(par.account_for_loss_in_pipeline_split)
-        if (L + extra) % (p * v) == 0:
-            return []
-        counted = f" + {extra} (the embedding / loss counted as layers)" if extra else ""
-        return [f"model.num_layers: value {L}{counted}: must be divisible by pp * vpp ({p} * {v} = {p * v})"]
-    problems = [
-        f"parallel.{key}: value {n}: must be divisible by vpp ({v})"
-        for key, n in (("first_pipeline_num_layers", first), ("last_pipeline_num_layers", last))
-        if n is not None and n % v
-    ]
-    middle_stages = p - (first is not None) - (last is not None)
-    middle_layers = L - (first or 0) - (last or 0)
-    if middle_stages < 0 or middle_layers < 0 or (middle_stages == 0 and middle_layers):
-        problems.append(
-            f"parallel.first_pipeline_num_layers / last_pipeline_num_layers: values {first} / {last}: "
-            f"leave {middle_layers} of num_layers ({L}) for {max(middle_stages, 0)} middle stages of pp ({p})"
-        )
-    elif middle_stages and middle_layers % (middle_stages * v):
-        problems.append(
-            f"model.num_layers: value {L}: the {middle_layers} layers between the first and last stage "
-            f"must divide evenly over the {middle_stages} middle stages of vpp ({v}) chunks "
-            "(Megatron-core --decoder-first/last-pipeline-num-layers)"
-        )
-    return problems
-
-
 def cross_field_problems(scenario: Scenario, refuse_unpriced: bool = True) -> list[str]:
     """The rules pydantic's per-field checks cannot see (also used to filter sweeps)."""
     m, par, tr = scenario.model, scenario.parallel, scenario.training
@@ -245,7 +231,10 @@ def cross_field_problems(scenario: Scenario, refuse_unpriced: bool = True) -> li
     )
     # The sequence rule is reported last, after the rules of the layout around the layer.
     problems += [_shape_problem(bad) for bad in shape if bad.field != "seq_length"]
-    problems += pipeline_split_problems(scenario)
+    request = scenario.split_request
+    both_kinds = request.explicit and (request.account_for_embedding or request.account_for_loss)
+    if not both_kinds:  # the exclusion itself is reported with Megatron-core's other rules
+        problems += split_problems(request)
     per_step = tr.micro_batch_size * par.dp
     if tr.global_batch_size % per_step:
         problems.append(
@@ -272,13 +261,6 @@ def cross_field_problems(scenario: Scenario, refuse_unpriced: bool = True) -> li
 # a run with one of them set is refused rather than priced as if it were unset.
 NOT_MODELLED_YET_MESSAGE = "not modelled by this version of the simulator yet"
 NOT_MODELLED_YET: dict[str, Callable[[Scenario], bool]] = {
-    "parallel.cp": lambda s: s.parallel.cp > 1,
-    "parallel.account_for_embedding_in_pipeline_split": (
-        lambda s: s.parallel.account_for_embedding_in_pipeline_split
-    ),
-    "parallel.account_for_loss_in_pipeline_split": lambda s: s.parallel.account_for_loss_in_pipeline_split,
-    "parallel.first_pipeline_num_layers": lambda s: s.parallel.first_pipeline_num_layers is not None,
-    "parallel.last_pipeline_num_layers": lambda s: s.parallel.last_pipeline_num_layers is not None,
     "training.dtype": lambda s: s.training.dtype is Dtype.FP8,
     "training.overlap_param_gather": lambda s: s.training.overlap_param_gather,
     "training.tp_comm_overlap": lambda s: s.training.tp_comm_overlap,
@@ -318,6 +300,21 @@ def modern_layout_problems(scenario: Scenario, refuse_unpriced: bool = True) -> 
         problems.append(
             f"model.seq_length: value {m.seq_length}: must be divisible by 2 * cp ({2 * par.cp}); "
             "Megatron-core splits the sequence into 2·cp chunks for causal load balance"
+        )
+    elif par.cp > 1 and par.sequence_parallel and (m.seq_length // par.cp) % par.tp:
+        problems.append(
+            f"model.seq_length: value {m.seq_length}: each context-parallel rank's "
+            f"{m.seq_length // par.cp} tokens (seq_length / cp) must be divisible by tp ({par.tp}) "
+            "with sequence_parallel"
+        )
+    if par.cp > 1 and tr.attention_backend is AttentionBackend.UNFUSED:
+        # megatron/core/transformer/dot_product_attention.py: DotProductAttention.__init__
+        # asserts context_parallel_size == 1 ("Context parallelism is only supported by
+        # TEDotProductAttention!"); the ring runs inside TE's fused / flash attention.
+        problems.append(
+            f"parallel.cp: value {par.cp}: needs training.attention_backend flash; Megatron-core's "
+            "unfused DotProductAttention asserts 'Context parallelism is only supported by "
+            "TEDotProductAttention!'"
         )
     if tr.tp_comm_overlap and not par.sequence_parallel:
         problems.append("training.tp_comm_overlap: value True: needs parallel.sequence_parallel (Megatron)")

@@ -9,10 +9,14 @@ from dataclasses import dataclass
 from simcluster.config.choices import Dtype
 from simcluster.config.hardware import HardwareProfile
 from simcluster.costs.compute import attention_time_s, elementwise_kind, elementwise_time_s, gemm_time_s
+from simcluster.costs.context_parallel import ring_attention_cost_s
 from simcluster.costs.network import GroupPlacement, collective_time_s
 from simcluster.workload.layer import LayerOps
 from simcluster.workload.model import ChunkWork
 from simcluster.workload.ops import Op, OpKind
+
+NO_CONTEXT_PARALLEL = GroupPlacement(num_ranks=1, ranks_per_node=1)
+"""The context-parallel group when c = 1 (no ring op is built then)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,14 +67,30 @@ def op_time_s(op: Op, hw: HardwareProfile, tp: GroupPlacement, dtype: Dtype) -> 
     return collective_time_s(op.collective, op.message_bytes, tp, hw)
 
 
-def price_ops(ops: tuple[Op, ...], hw: HardwareProfile, tp: GroupPlacement, dtype: Dtype) -> OpsCost:
+def price_ops(
+    ops: tuple[Op, ...],
+    hw: HardwareProfile,
+    tp: GroupPlacement,
+    dtype: Dtype,
+    cp: GroupPlacement = NO_CONTEXT_PARALLEL,
+) -> OpsCost:
     """Sum op times in order. An op marked `overlaps_next` runs beside the next op: a share
     `tp_overlap_fraction` of the shorter of the two is hidden (1 = the pair costs the
-    longer of the two; below 1 the GPU's SMs and HBM are shared and overlap is partial)."""
+    longer of the two; below 1 the GPU's SMs and HBM are shared and overlap is partial).
+    A context-parallel ring (`Op.ring`) adds its attention to compute and the transfers it
+    does not hide to comm, over the ring's placement `cp` (`costs.context_parallel`)."""
     overlap = hw.network.tp_overlap_fraction
     compute_s = comm_s = 0.0
     pending_comm_s = 0.0
     for op in ops:
+        if op.ring is not None:
+            ring_compute_s, ring_comm_s = ring_attention_cost_s(op.ring, hw, cp)
+            compute_s += ring_compute_s
+            comm_s += ring_comm_s
+            seconds = ring_compute_s + ring_comm_s
+            comm_s += pending_comm_s - overlap * min(pending_comm_s, seconds)
+            pending_comm_s = 0.0
+            continue
         seconds = op_time_s(op, hw, tp, dtype)
         if op.kind is OpKind.COLLECTIVE and op.overlaps_next:
             pending_comm_s += seconds
@@ -84,13 +104,19 @@ def price_ops(ops: tuple[Op, ...], hw: HardwareProfile, tp: GroupPlacement, dtyp
     return OpsCost(compute_s, comm_s + pending_comm_s)
 
 
-def price_layer_ops(ops: LayerOps, hw: HardwareProfile, tp: GroupPlacement, dtype: Dtype) -> ChunkCost:
+def price_layer_ops(
+    ops: LayerOps,
+    hw: HardwareProfile,
+    tp: GroupPlacement,
+    dtype: Dtype,
+    cp: GroupPlacement = NO_CONTEXT_PARALLEL,
+) -> ChunkCost:
     """One layer's (or the embedding's, or the output layer's) forward, backward and
     recompute, per microbatch."""
     return ChunkCost(
-        forward=price_ops(ops.forward, hw, tp, dtype),
-        backward=price_ops(ops.backward, hw, tp, dtype),
-        recompute=price_ops(ops.recompute, hw, tp, dtype),
+        forward=price_ops(ops.forward, hw, tp, dtype, cp),
+        backward=price_ops(ops.backward, hw, tp, dtype, cp),
+        recompute=price_ops(ops.recompute, hw, tp, dtype, cp),
     )
 
 
@@ -103,8 +129,14 @@ def compose_chunk(num_layers: int, layer: ChunkCost, extras: Sequence[ChunkCost]
     return ChunkCost(forward=forward, backward=backward, recompute=layer.recompute.scaled(num_layers))
 
 
-def price_chunk(chunk: ChunkWork, hw: HardwareProfile, tp: GroupPlacement, dtype: Dtype) -> ChunkCost:
+def price_chunk(
+    chunk: ChunkWork,
+    hw: HardwareProfile,
+    tp: GroupPlacement,
+    dtype: Dtype,
+    cp: GroupPlacement = NO_CONTEXT_PARALLEL,
+) -> ChunkCost:
     """A chunk's layers, plus the embedding on the first virtual stage and the output layer
     on the last."""
     extras = [price_layer_ops(extra, hw, tp, dtype) for extra in (chunk.embedding, chunk.output) if extra]
-    return compose_chunk(chunk.num_layers, price_layer_ops(chunk.layer, hw, tp, dtype), extras)
+    return compose_chunk(chunk.num_layers, price_layer_ops(chunk.layer, hw, tp, dtype, cp), extras)

@@ -9,6 +9,7 @@ from simcluster.cli import app
 from simcluster.config import ConfigError, Recompute, load_scenario
 from simcluster.config.choices import Dtype
 from simcluster.config.megatron_args import DEFAULT_VOCAB_SIZE, parse_megatron_args, split_command_line
+from simcluster.config.scenario import parse_scenario
 
 GPT3_175B = (
     "torchrun --nproc_per_node 8 --nnodes 8 pretrain_gpt.py "
@@ -285,7 +286,7 @@ def test_swiglu_without_ffn_hidden_size_takes_megatrons_default():
 def test_uneven_splits_and_virtual_stages():
     """126 layers, embedding and loss counted: pp 16 x vpp 8 (1 layer per chunk), given either
     as virtual stages per rank or as layers per virtual stage; the scenario keeps the split
-    (the layout needs it) and says `run` refuses it until the split is priced."""
+    (the layout needs it), and the scenario loads now that the split is priced."""
     base = (
         "--num-layers 126 --hidden-size 1024 --num-attention-heads 8 --seq-length 128 --micro-batch-size 1 "
         "--global-batch-size 64 --pipeline-model-parallel-size 16 --world-size 64 "
@@ -303,14 +304,10 @@ def test_uneven_splits_and_virtual_stages():
     )
     par = parse_megatron_args(explicit).requested["parallel"]
     assert (par["first_pipeline_num_layers"], par["last_pipeline_num_layers"]) == (3, 3)
-    kept = parse_megatron_args(f"{base} --num-virtual-stages-per-pipeline-rank 8")
-    assert kept.scenario == kept.requested
-    assert "account-for-loss-in-pipeline-split" in kept.kept
-    lines = kept.comment_lines()
-    assert any(
-        line.startswith("not modelled (kept as given; ") and "--account-for-loss" in line for line in lines
-    )
-    assert any("`simcluster run` refuses it until they are priced" in line for line in lines)
+    priced = parse_megatron_args(f"{base} --num-virtual-stages-per-pipeline-rank 8")
+    # The split is priced now: nothing is kept aside, and the flags are used.
+    assert priced.scenario == priced.requested and priced.kept == ()
+    assert parse_scenario(priced.scenario, "imported").parallel.account_for_loss_in_pipeline_split
     with pytest.raises(ConfigError, match="--num-layers-per-virtual-pipeline-stage: cannot be combined"):
         parse_megatron_args(f"{explicit} --num-layers-per-virtual-pipeline-stage 1")
 
