@@ -15,7 +15,7 @@ from simcluster.costs.chunk import ChunkCost, price_chunk, price_ops
 from simcluster.costs.compute import elementwise_time_s
 from simcluster.costs.network import GroupPlacement, collective_time_s, p2p_time_s
 from simcluster.costs.placement import dp_group, stages_share_node, tp_group
-from simcluster.engine.plan import PipelinePlan, StagePlan, TaskWork, TimeCategory, Transfer
+from simcluster.engine.plan import ParamGather, PipelinePlan, StagePlan, TaskWork, TimeCategory, Transfer
 from simcluster.engine.simulator import EngineResult, simulate
 from simcluster.memory_plan import stage_memory_row
 from simcluster.results import LayerTimes, SimulationResult, StageMemory
@@ -85,21 +85,78 @@ def p2p_send(scenario: Scenario, hw: HardwareProfile, src: int, dst: int, messag
     return Transfer(f"{'nvlink' if same else 'nic'}:{src}", seconds)
 
 
+MIN_BUCKET_PARAMS = 40_000_000  # Megatron's default DP bucket: max(40M, 1M · |DP×CP|) params
+BUCKET_PARAMS_PER_DP_RANK = 1_000_000  # (training.py::resolve_ddp_bucket_size; modern.md §3.4)
+
+
+def dp_bucket_params(scenario: Scenario) -> float:
+    """Megatron's `ddp_config.bucket_size` in parameters: max(40M, 1M · |DP×CP|)."""
+    par = scenario.parallel
+    return max(MIN_BUCKET_PARAMS, BUCKET_PARAMS_PER_DP_RANK * par.dp * par.cp)
+
+
+def dp_bucket_counts(scenario: Scenario, stage: StageWork) -> tuple[int, ...]:
+    """Buckets per chunk of `stage`. Megatron buckets only with --overlap-grad-reduce, and
+    only on pipeline rank 0's first model chunk (`DistributedDataParallel.__init__` sets
+    bucket_size None on pp rank > 0; training.py::get_model disables bucketing for chunks
+    after the first); everywhere else a chunk's parameters are one bucket. A stage's
+    parameters are split evenly over its chunks, and a bucketed chunk into equal buckets of
+    at most the bucket size (Megatron closes a bucket at a parameter boundary past it)."""
+    chunks = len(stage.chunks)
+    counts = [1] * chunks
+    if scenario.training.overlap_grad_reduce and stage.stage == 0:
+        counts[0] = max(1, math.ceil(stage.num_params / chunks / dp_bucket_params(scenario)))
+    return tuple(counts)
+
+
 def grad_reduce_transfer(scenario: Scenario, hw: HardwareProfile, stage: StageWork) -> Transfer | None:
     """DP reduction of fp32 main grads: an all-reduce, or with the distributed optimizer a
-    reduce-scatter plus the all-gather of updated bf16 parameters."""
+    reduce-scatter (the all-gather of the updated parameters is `param_gather`)."""
     par = scenario.parallel
     if par.dp == 1:
         return None
     group = dp_group(scenario, hw)
     if scenario.training.use_distributed_optimizer:
-        seconds = collective_time_s(
-            CollectiveKind.REDUCE_SCATTER, stage.dp_gradient_bytes, group, hw
-        ) + collective_time_s(CollectiveKind.ALL_GATHER, stage.dp_gradient_bytes / 2, group, hw)
+        seconds = collective_time_s(CollectiveKind.REDUCE_SCATTER, stage.dp_gradient_bytes, group, hw)
     else:
         seconds = collective_time_s(CollectiveKind.ALL_REDUCE, stage.dp_gradient_bytes, group, hw)
     link = "nic" if group.crosses_nodes else "nvlink"
     return Transfer(f"{link}:{stage.stage}", seconds)
+
+
+def grad_buckets(
+    scenario: Scenario, hw: HardwareProfile, stage: StageWork
+) -> tuple[tuple[float, ...], ...] | None:
+    """With the distributed optimizer and --overlap-grad-reduce: per chunk, the seconds of
+    each bucket's reduce-scatter of fp32 main grads (`start_grad_sync` per bucket). Each
+    bucket is its own collective, so each pays the collective's latency."""
+    if scenario.parallel.dp == 1 or not (
+        scenario.training.use_distributed_optimizer and scenario.training.overlap_grad_reduce
+    ):
+        return None
+    group = dp_group(scenario, hw)
+    chunk_bytes = stage.dp_gradient_bytes / len(stage.chunks)
+    return tuple(
+        (collective_time_s(CollectiveKind.REDUCE_SCATTER, chunk_bytes / n, group, hw),) * n
+        for n in dp_bucket_counts(scenario, stage)
+    )
+
+
+def param_gather(scenario: Scenario, hw: HardwareProfile, stage: StageWork) -> ParamGather | None:
+    """Distributed optimizer: all-gather of the updated bf16 parameters over DP (2 bytes per
+    parameter; --fp8-param-gather is not modelled), in the same buckets as the gradients.
+    Overlapped (--overlap-param-gather), it runs on the DP communicator's own link, beside
+    pipeline p2p (their sharing of a NIC is not modelled); otherwise it follows the step."""
+    tr = scenario.training
+    if scenario.parallel.dp == 1 or not tr.use_distributed_optimizer:
+        return None
+    group = dp_group(scenario, hw)
+    chunk_bytes = stage.dp_gradient_bytes / 2 / len(stage.chunks)
+    buckets = tuple(
+        (collective_time_s(CollectiveKind.ALL_GATHER, chunk_bytes / n, group, hw),) * n
+        for n in dp_bucket_counts(scenario, stage)
+    )
+    return ParamGather(link=f"dp:{stage.stage}", buckets=buckets, overlapped=tr.overlap_param_gather)
 
 
 def tied_reduce_transfer(scenario: Scenario, hw: HardwareProfile, stage: StageWork) -> Transfer | None:
@@ -150,6 +207,8 @@ def build_plan(scenario: Scenario, hw: HardwareProfile, workload: Workload) -> P
                 optimizer_s=elementwise_time_s(stage.optimizer_step_bytes, hw),
                 send_after=comm.send_after,
                 extra_waits=comm.extra_waits,
+                grad_buckets=grad_buckets(scenario, hw, stage),
+                param_gather=param_gather(scenario, hw, stage),
             )
         )
     return PipelinePlan(

@@ -244,7 +244,6 @@ NOT_MODELLED_YET: dict[str, Callable[[Scenario], bool]] = {
     "parallel.last_pipeline_num_layers": lambda s: s.parallel.last_pipeline_num_layers is not None,
     "training.dtype": lambda s: s.training.dtype is Dtype.FP8,
     "training.attention_backend": lambda s: s.training.attention_backend is not AttentionBackend.UNFUSED,
-    "training.overlap_param_gather": lambda s: s.training.overlap_param_gather,
     "training.tp_comm_overlap": lambda s: s.training.tp_comm_overlap,
 }
 
@@ -277,6 +276,12 @@ def modern_layout_problems(scenario: Scenario) -> list[str]:
     if tr.overlap_param_gather and not tr.use_distributed_optimizer:
         problems.append(
             "training.overlap_param_gather: value True: needs training.use_distributed_optimizer (Megatron)"
+        )
+    if tr.overlap_param_gather and not tr.overlap_grad_reduce:
+        # megatron/training/arguments.py: '--overlap-grad-reduce should be turned on when
+        # using --overlap-param-gather'
+        problems.append(
+            "training.overlap_param_gather: value True: needs training.overlap_grad_reduce (Megatron)"
         )
     accounts = par.account_for_embedding_in_pipeline_split or par.account_for_loss_in_pipeline_split
     explicit = par.first_pipeline_num_layers is not None or par.last_pipeline_num_layers is not None

@@ -10,9 +10,14 @@ Life cycle of a task on stage r (virtual stage vs = chunk·p + r):
      may defer a send and add waits (`send_after`, `extra_waits`) to mirror Megatron's
      combined p2p calls (see `simcluster.schedule.comm`).
 After its last task a stage reduces its gradients over data parallelism (on its link,
-after the last backward, or overlapped with the backwards of the last microbatch), the
-first and last stages all-reduce the tied embedding gradient, and every stage steps its
-optimizer after the slowest stage is ready (the gradient-norm all-reduce joins them).
+after the last backward, or overlapped with the backwards of the last microbatch: in
+buckets issued as the chunk's last backward makes their gradients final, where the plan
+gives buckets), the first and last stages all-reduce the tied embedding gradient, and every
+stage steps its optimizer after the slowest stage is ready (the gradient-norm all-reduce
+joins them). With the distributed optimizer the updated parameters are all-gathered: after
+the step, exposed, or (overlapped) from the iteration's start, bucket by bucket, gating each
+chunk's first forward (Megatron's forward pre-hooks, `finish_param_sync`); the iteration
+seen is the steady state, where these are the gathers of the previous step's update.
 """
 
 from __future__ import annotations
@@ -113,6 +118,27 @@ class _Run:
         _, end = link.reserve(now, transfer.seconds, str(label) if self.record else "")
         return end - now
 
+    def transfer_at(self, transfer: Transfer, issue_s: float, label: object) -> float:
+        """Issue a transfer at `issue_s` (not later than now, and after everything already
+        issued on its link); return when it is delivered."""
+        link = self.links.get(transfer.link) or self.link(transfer.link)
+        _, end = link.reserve(issue_s, transfer.seconds, str(label) if self.record else "")
+        return end
+
+    def _issue_param_gather(self, stage: StagePlan) -> list[list[float]] | None:
+        """Overlapped parameter all-gather: every bucket issued at the iteration start, in
+        forward order; returns when each bucket of each chunk has arrived."""
+        gather = stage.param_gather
+        if gather is None or not gather.overlapped:
+            return None
+        return [
+            [
+                self.transfer_at(Transfer(gather.link, seconds), self.env.now, f"param gather chunk {c}.{j}")
+                for j, seconds in enumerate(chunk)
+            ]
+            for c, chunk in enumerate(gather.buckets)
+        ]
+
     def _wiring(self, index: int, stage: StagePlan) -> tuple[list[tuple[Key, ...]], list[list[Send]]]:
         """Per task position: the message keys to await before it, the sends after it.
         Keys use 0/1 for forward/backward: hashing ints is much cheaper than enums."""
@@ -149,17 +175,31 @@ class _Run:
         memory, busy, mailbox = outcome.memory, outcome.busy_s, self.mailbox
         waits, sends = self._wiring(index, stage)
         last_backward_of_chunk = _last_backward_positions(stage)
+        gathered = self._issue_param_gather(stage)
+        first_forward_of_chunk = _first_forward_positions(stage) if gathered is not None else set()
         for position, task in enumerate(stage.tasks):
             for key in waits[position]:
                 yield mailbox.receive(key)
             forward = task.phase is Phase.FORWARD
             work = stage.forward[task.chunk] if forward else stage.backward[task.chunk]
+            duration_s = work.busy_s
+            if gathered is not None and position in first_forward_of_chunk:
+                arrived = gathered[task.chunk]
+                if arrived and arrived[0] > env.now:  # the first bucket is exposed
+                    waited_from = env.now
+                    yield env.timeout(arrived[0] - env.now)
+                    waited_s = env.now - waited_from
+                    busy[DP_COMM] += waited_s
+                    if self.record:
+                        self.spans.append((index, "param gather wait", DP_COMM.value, waited_from, waited_s))
+                duration_s = _gated_duration_s(env.now, work.busy_s, arrived)
+                busy[DP_COMM] += duration_s - work.busy_s
             start = env.now
             if forward:
                 memory.store(work.stored_bytes)
             else:
                 memory.hold(work.transient_bytes)
-            yield env.timeout(work.busy_s)
+            yield env.timeout(duration_s)
             if not forward:
                 memory.drop(work.transient_bytes)
                 memory.release(stage.forward[task.chunk].stored_bytes)
@@ -167,15 +207,25 @@ class _Run:
                 busy[category] += seconds
             if self.record:
                 self.spans.append(
-                    (index, str(task), "forward" if forward else "backward", start, work.busy_s)
+                    (index, str(task), "forward" if forward else "backward", start, duration_s)
                 )
             arrivals = [
                 mailbox.deliver(key, self.transfer(route, label)) for route, key, label in sends[position]
             ]
             if plan.overlap_grad_reduce and position in last_backward_of_chunk and stage.grad_reduce:
-                # the chunk's gradients are final: reduce them while later work runs
-                share = Transfer(stage.grad_reduce.link, stage.grad_reduce.seconds / plan.num_chunks)
-                outcome.grads_ready_s = env.now + self.transfer(share, f"dp grads chunk {task.chunk}")
+                if stage.grad_buckets is not None:
+                    # each bucket as its gradients become final (uniform progress through
+                    # the backward; Megatron's backward hooks, start_grad_sync)
+                    buckets, link = stage.grad_buckets[task.chunk], stage.grad_reduce.link
+                    n = len(buckets)
+                    for j, seconds in enumerate(buckets):
+                        issue_s = env.now if j == n - 1 else start + duration_s * (j + 1) / n
+                        label = f"dp grads chunk {task.chunk}.{j}"
+                        outcome.grads_ready_s = self.transfer_at(Transfer(link, seconds), issue_s, label)
+                else:
+                    # the chunk's gradients are final: reduce them while later work runs
+                    share = Transfer(stage.grad_reduce.link, stage.grad_reduce.seconds / plan.num_chunks)
+                    outcome.grads_ready_s = env.now + self.transfer(share, f"dp grads chunk {task.chunk}")
             if plan.blocking_p2p and arrivals:
                 sent_at = env.now
                 yield from arrivals
@@ -229,11 +279,24 @@ class _Run:
                 if self.record:
                     self.spans.append((i, "embedding all-reduce", DP_COMM.value, start, seconds))
         step_start = max(ready)
+        ends = []
         for i, stage in enumerate(self.plan.stages):
             self.outcomes[i].busy_s[OPTIMIZER] += stage.optimizer_s
             if self.record:
                 self.spans.append((i, "optimizer step", OPTIMIZER.value, step_start, stage.optimizer_s))
-        return step_start + max(stage.optimizer_s for stage in self.plan.stages)
+            gather = stage.param_gather
+            if gather is not None and not gather.overlapped:
+                # distributed optimizer without --overlap-param-gather: the updated
+                # parameters are all-gathered after the step, exposed
+                self.outcomes[i].busy_s[DP_COMM] += gather.total_s
+                if self.record:
+                    self.spans.append(
+                        (i, "param all-gather", DP_COMM.value, step_start + stage.optimizer_s, gather.total_s)
+                    )
+                ends.append(stage.optimizer_s + gather.total_s)
+            else:
+                ends.append(stage.optimizer_s)
+        return step_start + max(ends)
 
 
 def _last_backward_positions(stage: StagePlan) -> set[int]:
@@ -242,6 +305,25 @@ def _last_backward_positions(stage: StagePlan) -> set[int]:
         if task.phase is Phase.BACKWARD:
             last[task.chunk] = position
     return set(last.values())
+
+
+def _first_forward_positions(stage: StagePlan) -> set[int]:
+    first: dict[int, int] = {}
+    for position, task in enumerate(stage.tasks):
+        if task.phase is Phase.FORWARD and task.chunk not in first:
+            first[task.chunk] = position
+    return set(first.values())
+
+
+def _gated_duration_s(start_s: float, busy_s: float, arrived_s: list[float]) -> float:
+    """A forward split into one equal slice per parameter bucket: slice j starts when the
+    previous slice ends and bucket j has arrived (the forward pre-hook waits for it)."""
+    if not arrived_s:
+        return busy_s
+    end_s = start_s
+    for arrival_s in arrived_s:
+        end_s = max(end_s, arrival_s) + busy_s / len(arrived_s)
+    return end_s - start_s
 
 
 def simulate(plan: PipelinePlan, record: bool = False) -> EngineResult:
