@@ -10,11 +10,11 @@ from typing import Any
 from simcluster.config.choices import Dtype, ScheduleKind
 from simcluster.config.errors import ConfigError
 from simcluster.config.hardware import HardwareProfile
-from simcluster.config.scenario import Scenario
+from simcluster.config.scenario import Scenario, require_hardware_fits
 from simcluster.costs.chunk import ChunkCost, price_chunk, price_ops
 from simcluster.costs.compute import elementwise_time_s
 from simcluster.costs.network import GroupPlacement, collective_time_s, p2p_time_s
-from simcluster.costs.placement import dp_group, stages_share_node, tp_group
+from simcluster.costs.placement import dp_group, stages_share_node, strided_group, tp_group
 from simcluster.engine.plan import ParamGather, PipelinePlan, StagePlan, TaskWork, TimeCategory, Transfer
 from simcluster.engine.simulator import EngineResult, simulate
 from simcluster.memory_plan import stage_memory_row
@@ -169,9 +169,20 @@ def tied_reduce_transfer(scenario: Scenario, hw: HardwareProfile, stage: StageWo
     return Transfer(f"{'nvlink' if same else 'nic'}:{stage.stage}", seconds)
 
 
+def amax_group(scenario: Scenario, hw: HardwareProfile) -> GroupPlacement | None:
+    """FP8's amax-reduction group, TP × DP × CP (`get_amax_reduction_group(
+    with_context_parallel=True)`): contiguous ranks in Megatron's tp-cp-dp-pp order."""
+    if scenario.training.dtype is not Dtype.FP8:
+        return None
+    par = scenario.parallel
+    return strided_group(par.tp * par.dp * par.cp, 1, hw)
+
+
 def build_plan(scenario: Scenario, hw: HardwareProfile, workload: Workload) -> PipelinePlan:
+    require_hardware_fits(scenario, hw)
     par, dtype = scenario.parallel, scenario.training.dtype
     tp = tp_group(scenario, hw)
+    overlap, amax = scenario.training.tp_comm_overlap, amax_group(scenario, hw)
     schedule = build_schedule(scenario.training.schedule, par.pp, scenario.num_microbatches, par.vpp)
     transient = recompute_workspace_bytes(workload)
     cost_cache: dict[tuple[bool, bool], ChunkCost] = {}
@@ -181,7 +192,7 @@ def build_plan(scenario: Scenario, hw: HardwareProfile, workload: Workload) -> P
         for chunk in stage.chunks:
             key = (chunk.embedding is not None, chunk.output is not None)
             if key not in cost_cache:
-                cost_cache[key] = price_chunk(chunk, hw, tp, dtype)
+                cost_cache[key] = price_chunk(chunk, hw, tp, dtype, overlap, amax)
             costs.append(cost_cache[key])
         forward, backward = _task_works(tuple(costs), stage, transient)
         r, p = stage.stage, par.pp
@@ -243,9 +254,11 @@ def layer_times(workload: Workload, hw: HardwareProfile, scenario: Scenario) -> 
     tp = tp_group(scenario, hw)
     dtype: Dtype = scenario.training.dtype
     layer = workload.layer
-    forward = price_ops(layer.forward, hw, tp, dtype).total_s
+    overlap = scenario.training.tp_comm_overlap
+    forward = price_ops(layer.forward, hw, tp, dtype, overlap).total_s
     backward = (
-        price_ops(layer.backward, hw, tp, dtype).total_s + price_ops(layer.recompute, hw, tp, dtype).total_s
+        price_ops(layer.backward, hw, tp, dtype, overlap).total_s
+        + price_ops(layer.recompute, hw, tp, dtype, overlap).total_s
     )
     return LayerTimes(forward_s=forward, backward_s=backward)
 

@@ -25,7 +25,7 @@ from simcluster.config.choices import (
 )
 from simcluster.config.errors import ConfigError, describe_validation_error
 from simcluster.config.files import read_yaml
-from simcluster.config.hardware import HardwareProfile, load_hardware
+from simcluster.config.hardware import HardwareProfile, known_profiles, load_hardware
 from simcluster.config.layer_shape import Indivisible, ffn_hidden_size_or_default, indivisible_sizes
 from simcluster.config.strict import StrictModel
 
@@ -242,9 +242,7 @@ NOT_MODELLED_YET: dict[str, Callable[[Scenario], bool]] = {
     "parallel.account_for_loss_in_pipeline_split": lambda s: s.parallel.account_for_loss_in_pipeline_split,
     "parallel.first_pipeline_num_layers": lambda s: s.parallel.first_pipeline_num_layers is not None,
     "parallel.last_pipeline_num_layers": lambda s: s.parallel.last_pipeline_num_layers is not None,
-    "training.dtype": lambda s: s.training.dtype is Dtype.FP8,
     "training.attention_backend": lambda s: s.training.attention_backend is not AttentionBackend.UNFUSED,
-    "training.tp_comm_overlap": lambda s: s.training.tp_comm_overlap,
 }
 
 
@@ -325,7 +323,40 @@ def load_scenario(path: str | Path) -> Scenario:
     return parse_scenario(read_yaml(path), path, default_name=path.stem)
 
 
+def fp8_profiles() -> list[str]:
+    """The profiles on the search path that can price FP8 GEMMs (an FP8 tensor-core peak and
+    an FP8 GEMM ceiling)."""
+    names = []
+    for name in known_profiles():
+        try:
+            profile = load_hardware(name)
+        except ConfigError:
+            continue
+        if profile.peak_fp8_flop_per_s is not None and profile.compute.fp8_gemm_max_efficiency is not None:
+            names.append(name)
+    return sorted(names)
+
+
+def require_hardware_fits(scenario: Scenario, hw: HardwareProfile, source: str | Path = "") -> None:
+    """Raise ConfigError where the scenario asks its hardware for what it lacks: FP8 on a GPU
+    without FP8 tensor cores (A100), or on a profile without an FP8 GEMM ceiling."""
+    if scenario.training.dtype is not Dtype.FP8:
+        return
+    if hw.peak_fp8_flop_per_s is not None and hw.compute.fp8_gemm_max_efficiency is not None:
+        return
+    raise ConfigError(
+        source or scenario.name,
+        [
+            f"training.dtype: value fp8: hardware profile {hw.name!r} has no FP8 tensor cores "
+            "(it needs gpu.peak_fp8_tflop_per_s and compute.fp8_gemm_max_efficiency); "
+            f"profiles with FP8: {', '.join(fp8_profiles()) or 'none found'}"
+        ],
+    )
+
+
 def load_scenario_and_hardware(path: str | Path) -> tuple[Scenario, HardwareProfile]:
     path = Path(path)
     scenario = load_scenario(path)
-    return scenario, load_hardware(scenario.hardware, relative_to=path)
+    hw = load_hardware(scenario.hardware, relative_to=path)
+    require_hardware_fits(scenario, hw, path)
+    return scenario, hw

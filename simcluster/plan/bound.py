@@ -38,11 +38,11 @@ from dataclasses import dataclass
 from simcluster.config.choices import ScheduleKind
 from simcluster.config.hardware import HardwareProfile
 from simcluster.config.scenario import Scenario
-from simcluster.costs.chunk import ChunkCost, compose_chunk, price_layer_ops
+from simcluster.costs.chunk import ChunkCost, compose_chunk, fp8_amax_reduction_s, price_layer_ops
 from simcluster.costs.compute import elementwise_time_s
 from simcluster.costs.placement import tp_group
 from simcluster.engine.plan import PipelinePlan, Transfer
-from simcluster.simulation import grad_reduce_transfer, p2p_send, tied_reduce_transfer
+from simcluster.simulation import amax_group, grad_reduce_transfer, p2p_send, tied_reduce_transfer
 from simcluster.workload.layer import LayerOps
 from simcluster.workload.model import ChunkWork, StageWork, Workload
 
@@ -102,19 +102,24 @@ class StagePricer:
         self._keep: list[LayerOps] = []
         self._seconds: dict[tuple[object, ...], float] = {}
 
-    def _priced(self, scenario: Scenario, ops: LayerOps) -> ChunkCost:
-        key = ("ops", id(ops))  # layer_ops / embedding_ops / output_ops are cached: one object each
+    def _priced(self, scenario: Scenario, ops: LayerOps, tp_comm_overlap: bool = False) -> ChunkCost:
+        # layer_ops / embedding_ops / output_ops are cached: one object each
+        key = ("ops", id(ops), tp_comm_overlap)
         cost = self._chunks.get(key)
         if cost is None:
             self._keep.append(ops)  # keeps id(ops) unique while the key lives
             tp = tp_group(scenario, self.hw)
-            cost = self._chunks[key] = price_layer_ops(ops, self.hw, tp, scenario.training.dtype)
+            dtype = scenario.training.dtype
+            cost = self._chunks[key] = price_layer_ops(ops, self.hw, tp, dtype, tp_comm_overlap)
         return cost
 
     def chunk(self, scenario: Scenario, chunk: ChunkWork) -> ChunkCost:
         """`price_chunk(chunk, …)`, from cached per-layer prices."""
         extras = [self._priced(scenario, extra) for extra in (chunk.embedding, chunk.output) if extra]
-        return compose_chunk(chunk.num_layers, self._priced(scenario, chunk.layer), extras)
+        layer = self._priced(scenario, chunk.layer, scenario.training.tp_comm_overlap)
+        group = amax_group(scenario, self.hw)
+        amax_s = 0.0 if group is None else fp8_amax_reduction_s(group, self.hw)
+        return compose_chunk(chunk.num_layers, layer, extras, amax_s)
 
     def _cached(self, key: tuple[object, ...], price: Callable[[], float]) -> float:
         seconds = self._seconds.get(key)
