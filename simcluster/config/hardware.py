@@ -181,7 +181,49 @@ class ComputeModel(_Section):
         "(`costs.compute.elementwise_kind`, e.g. 'softmax.bwd'); a kind not listed uses "
         "`elementwise_points`",
     )
+    flash_attention_fwd_tflop_per_s: list[tuple[float, float]] | None = Field(
+        default=None,
+        description="(sequence length, achieved TFLOP/s) of the fused flash-attention forward, "
+        "not causal, head dim 128, FLOPs counted as flash-attention's benchmarks do "
+        "(4·b·heads·s²·d); absent = flash attention cannot be priced on this profile",
+    )
+    flash_attention_bwd_tflop_per_s: list[tuple[float, float]] | None = Field(
+        default=None,
+        description="(sequence length, achieved TFLOP/s) of the flash-attention backward, not "
+        "causal, FLOPs = 2.5 × the forward's (flash-attention's convention)",
+    )
+    flash_attention_causal_efficiency: list[tuple[float, float]] | None = Field(
+        default=None,
+        description="(sequence length, causal TFLOP/s over non-causal TFLOP/s) at the same "
+        "length: a causal kernel does half the FLOPs but not at the same rate",
+    )
 
+
+    @model_validator(mode="after")
+    def _flash_attention_is_whole(self) -> ComputeModel:
+        tables = {
+            "flash_attention_fwd_tflop_per_s": self.flash_attention_fwd_tflop_per_s,
+            "flash_attention_bwd_tflop_per_s": self.flash_attention_bwd_tflop_per_s,
+            "flash_attention_causal_efficiency": self.flash_attention_causal_efficiency,
+        }
+        given = [name for name, table in tables.items() if table is not None]
+        if given and len(given) != len(tables):
+            missing = [name for name in tables if name not in given]
+            raise ValueError(
+                f"{', '.join(given)} given without {', '.join(missing)}: flash attention needs all three"
+            )
+        if any(ratio > 1 for _, ratio in self.flash_attention_causal_efficiency or []):
+            raise ValueError(
+                "flash_attention_causal_efficiency: value "
+                f"{shorten(self.flash_attention_causal_efficiency)}: a causal kernel is at most as fast "
+                "as the non-causal one (ratio <= 1)"
+            )
+        return self
+
+    @property
+    def has_flash_attention(self) -> bool:
+        """The profile can price a fused flash-attention kernel."""
+        return self.flash_attention_fwd_tflop_per_s is not None
 
     @model_validator(mode="after")
     def _tiles_are_fractions(self) -> ComputeModel:

@@ -54,6 +54,15 @@ class ModelSpec(StrictModel):
     untie_embeddings_and_output_weights: bool = Field(
         default=False, description="separate output-layer weights (no tied-embedding all-reduce)"
     )
+    hidden_dropout: float = Field(
+        default=0.1, ge=0, lt=1,
+        description="Megatron --hidden-dropout (default 0.1, Table 2's masks); 0 keeps no mask "
+        "(Llama recipes)",
+    )
+    attention_dropout: float = Field(
+        default=0.1, ge=0, lt=1,
+        description="Megatron --attention-dropout (default 0.1); 0 keeps no s² mask in the unfused core",
+    )
 
     @property
     def query_groups(self) -> int:
@@ -230,11 +239,6 @@ def cross_field_problems(scenario: Scenario) -> list[str]:
 # Keys of the contract that load and are checked, but that the simulator does not price yet:
 # a run with one of them set is refused rather than priced as if it were unset.
 NOT_MODELLED_YET: dict[str, Callable[[Scenario], bool]] = {
-    "model.num_query_groups": lambda s: s.model.query_groups != s.model.num_attention_heads,
-    "model.activation": lambda s: s.model.activation is not Activation.GELU,
-    "model.normalization": lambda s: s.model.normalization is not Normalization.LAYERNORM,
-    "model.position_embedding": lambda s: s.model.position_embedding is not PositionEmbedding.LEARNED,
-    "model.untie_embeddings_and_output_weights": lambda s: s.model.untie_embeddings_and_output_weights,
     "parallel.cp": lambda s: s.parallel.cp > 1,
     "parallel.account_for_embedding_in_pipeline_split": (
         lambda s: s.parallel.account_for_embedding_in_pipeline_split
@@ -242,7 +246,6 @@ NOT_MODELLED_YET: dict[str, Callable[[Scenario], bool]] = {
     "parallel.account_for_loss_in_pipeline_split": lambda s: s.parallel.account_for_loss_in_pipeline_split,
     "parallel.first_pipeline_num_layers": lambda s: s.parallel.first_pipeline_num_layers is not None,
     "parallel.last_pipeline_num_layers": lambda s: s.parallel.last_pipeline_num_layers is not None,
-    "training.attention_backend": lambda s: s.training.attention_backend is not AttentionBackend.UNFUSED,
 }
 
 
@@ -263,6 +266,11 @@ def modern_layout_problems(scenario: Scenario) -> list[str]:
         problems.append(
             f"parallel.tp: value {par.tp}: must divide num_query_groups ({g}); Megatron-core's "
             f"attention asserts num_query_groups % tp == 0; allowed tp: {_divisors(g)}"
+        )
+    if tr.attention_backend is AttentionBackend.FLASH and tr.dtype is Dtype.FP32:
+        problems.append(
+            "training.attention_backend: value flash: flash attention runs in 16-bit "
+            "(fp16 / bf16 / fp8 recipes); dtype fp32 allows only unfused"
         )
     if par.cp > 1 and m.seq_length % (2 * par.cp):
         problems.append(
@@ -337,21 +345,33 @@ def fp8_profiles() -> list[str]:
     return sorted(names)
 
 
-def require_hardware_fits(scenario: Scenario, hw: HardwareProfile, source: str | Path = "") -> None:
-    """Raise ConfigError where the scenario asks its hardware for what it lacks: FP8 on a GPU
-    without FP8 tensor cores (A100), or on a profile without an FP8 GEMM ceiling."""
-    if scenario.training.dtype is not Dtype.FP8:
-        return
-    if hw.peak_fp8_flop_per_s is not None and hw.compute.fp8_gemm_max_efficiency is not None:
-        return
-    raise ConfigError(
-        source or scenario.name,
-        [
+
+
+def hardware_problems(scenario: Scenario, hw: HardwareProfile) -> list[str]:
+    """What the scenario asks of its hardware profile that the profile cannot price."""
+    problems = []
+    if scenario.training.attention_backend is AttentionBackend.FLASH and not hw.compute.has_flash_attention:
+        problems.append(
+            f"training.attention_backend: value flash: hardware profile {hw.name!r} has no "
+            "compute.flash_attention_* rates (achieved TFLOP/s with sources), so flash attention "
+            "cannot be priced on it; use attention_backend: unfused or a profile with the rates"
+        )
+    fp8_ready = hw.peak_fp8_flop_per_s is not None and hw.compute.fp8_gemm_max_efficiency is not None
+    if scenario.training.dtype is Dtype.FP8 and not fp8_ready:
+        problems.append(
             f"training.dtype: value fp8: hardware profile {hw.name!r} has no FP8 tensor cores "
             "(it needs gpu.peak_fp8_tflop_per_s and compute.fp8_gemm_max_efficiency); "
             f"profiles with FP8: {', '.join(fp8_profiles()) or 'none found'}"
-        ],
-    )
+        )
+    return problems
+
+
+def require_hardware_fits(scenario: Scenario, hw: HardwareProfile, source: str | Path = "") -> None:
+    """Raise ConfigError naming every `hardware_problems` of the pair: where the scenario
+    meets its hardware (loading both, and `simulation.build_plan` for scenarios built in code)."""
+    problems = hardware_problems(scenario, hw)
+    if problems:
+        raise ConfigError(source or scenario.name, problems)
 
 
 def load_scenario_and_hardware(path: str | Path) -> tuple[Scenario, HardwareProfile]:

@@ -35,7 +35,13 @@ from dataclasses import dataclass
 
 from simcluster.config.choices import Dtype
 from simcluster.config.hardware import HardwareProfile
-from simcluster.costs.compute import elementwise_kind, elementwise_time_s, fp8_gemm_time_s, gemm_time_s
+from simcluster.costs.compute import (
+    attention_time_s,
+    elementwise_kind,
+    elementwise_time_s,
+    fp8_gemm_time_s,
+    gemm_time_s,
+)
 from simcluster.costs.network import GroupPlacement, collective_time_s
 from simcluster.units import us_to_s
 from simcluster.workload.fp8 import is_te_linear_gemm
@@ -93,6 +99,9 @@ def op_time_s(op: Op, hw: HardwareProfile, tp: GroupPlacement, dtype: Dtype) -> 
         return gemm_time_s(op.gemm, hw, dtype)
     if op.kind is OpKind.ELEMENTWISE:
         return elementwise_time_s(op.bytes_moved, hw, elementwise_kind(op.name))
+    if op.kind is OpKind.ATTENTION:
+        assert op.attention is not None
+        return attention_time_s(op.attention, hw)
     assert op.collective is not None
     return collective_time_s(op.collective, op.message_bytes, tp, hw)
 

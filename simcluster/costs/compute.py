@@ -19,6 +19,16 @@ profile may also carry one such curve per kernel kind (`elementwise_points_by_op
 by `elementwise_kind` of the op's name: dropout's mask draws or an fp32 softmax backward
 run far from the bandwidth a plain copy of the same bytes gets); an op of a kind with a
 curve uses it, any other op (and the optimizer step) the generic curve.
+
+Fused flash attention is compute-bound (its working set stays on chip) and is priced from
+the achieved TFLOP/s the profile cites for the kernel Megatron-core runs (Transformer
+Engine's cuDNN fused attention on Hopper and Blackwell):
+    t = launch + FLOPs / (rate(s_k) · causal_efficiency(s_k) if causal)
+with FLOPs counted as flash-attention's benchmarks count them (`ops.AttentionShape`: the
+causal half for a causal mask, backward 2.5 × forward) and the rates interpolated in
+log(s_k), the key length each query block walks (clamped to the measured range). The
+measured shapes (batch × s = 16k tokens, 16 heads) fill the GPU, so no wave term is
+applied; head dims other than 128 use the head-dim-128 rates.
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ import numpy as np
 from simcluster import units
 from simcluster.config.choices import Dtype
 from simcluster.config.hardware import GemmPoint, HardwareProfile
-from simcluster.workload.ops import GemmShape
+from simcluster.workload.ops import AttentionShape, GemmShape
 
 NEAREST_GEMM_POINTS = 4  # measured shapes blended per prediction
 
@@ -124,6 +134,38 @@ def fp8_gemm_time_s(shape: GemmShape, hw: HardwareProfile) -> float:
     moved = float(shape.batch * (operands + output_bytes * shape.m * shape.n))
     memory_s = moved / achieved_bandwidth_bytes_per_s(moved, hw)
     return hw.kernel_launch_s + max(compute_s, memory_s)
+
+
+def flash_attention_flop_per_s(shape: AttentionShape, hw: HardwareProfile) -> float:
+    """Achieved FLOP/s of a fused flash-attention call (module docstring). Raises ValueError
+    when the profile has no flash-attention rates."""
+    compute = hw.compute
+    if (
+        compute.flash_attention_fwd_tflop_per_s is None
+        or compute.flash_attention_bwd_tflop_per_s is None
+        or compute.flash_attention_causal_efficiency is None
+    ):
+        raise ValueError(
+            f"hardware profile {hw.name!r} has no compute.flash_attention_* rates: it cannot price "
+            "attention_backend: flash (use attention_backend: unfused, or add measured rates with sources)"
+        )
+    table = (
+        compute.flash_attention_bwd_tflop_per_s if shape.backward else compute.flash_attention_fwd_tflop_per_s
+    )
+    tflop_per_s = _interp_log(shape.seq_k, table)
+    if shape.causal:
+        tflop_per_s *= _interp_log(shape.seq_k, compute.flash_attention_causal_efficiency)
+    return units.tflop_per_s_to_flop_per_s(tflop_per_s)
+
+
+def attention_time_s(shape: AttentionShape, hw: HardwareProfile) -> float:
+    """launch + FLOPs / achieved rate of one fused flash-attention kernel."""
+    return hw.kernel_launch_s + shape.flops / flash_attention_flop_per_s(shape, hw)
+
+
+def _interp_log(x: float, points: list[tuple[float, float]]) -> float:
+    """Piecewise-linear in log x through (x_i, y_i), held flat outside the points."""
+    return float(np.interp(math.log(x), np.log([p[0] for p in points]), [p[1] for p in points]))
 
 
 def measured_gemm_flop_per_s(shape: GemmShape, hw: HardwareProfile, dtype: Dtype = Dtype.BF16) -> float:

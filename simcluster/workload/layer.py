@@ -6,18 +6,38 @@ are per rank: GEMMs split column- / row-wise by t; with sequence parallelism the
 and dropout regions hold s/t of the sequence and the conjugate collectives become
 all-gather / reduce-scatter (Fig. 5). The `saved_bytes` of the forward ops add up to the six
 rows of Table 2 (tested against `simcluster.workload.memory`).
+
+The Llama-style options (modern.md §3.8, §4) change single ops, each as Megatron-core with
+Transformer Engine runs it: GQA narrows the QKV GEMM to (q + 2k)/t; SwiGLU widens fc1 to
+2f/t and gates in one element-wise kernel; squared ReLU is GeLU's place with its own
+kernel; RMSNorm is a norm kernel of the same bytes (its fp32 rsigma, like layer norm's
+mean and rstd, is not counted, as Table 2 does not); RoPE is one element-wise kernel on Q
+and K each way; flash attention is one fused kernel per direction with no s² tensor.
+With dropout probability 0 there is no mask and no dropout kernel. Their closed forms are
+`memory.activation_bytes_per_layer` (tested against this graph).
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from simcluster.config.choices import Recompute
+from simcluster.config.choices import Activation, Dtype, PositionEmbedding, Recompute
+from simcluster.workload.fp8 import fp8_saved_forward
 from simcluster.workload.layer_config import LayerConfig
-from simcluster.workload.ops import CollectiveKind, GemmShape, Op, collective, elementwise, gemm
+from simcluster.workload.ops import (
+    AttentionShape,
+    CollectiveKind,
+    GemmShape,
+    Op,
+    collective,
+    elementwise,
+    flash_attention,
+    gemm,
+)
 
 MASK_BYTES = 1  # dropout masks are stored as one byte per element (Table 2)
+LSE_BYTES = 4  # flash attention keeps the softmax log-sum-exp in fp32, one per query and head
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,17 +55,33 @@ class LayerOps:
 # hundred layer configurations.
 @functools.lru_cache(maxsize=1024)
 def layer_ops(cfg: LayerConfig) -> LayerOps:
-    """The layer's ops in execution order, with the recompute mode applied to saved bytes."""
+    """The layer's ops in execution order, with the recompute mode applied to saved bytes
+    and, with FP8, the TE linears' 1-byte saved inputs (`workload.fp8.fp8_saved_forward`)."""
+    ops = _layer_ops_16bit(cfg)
+    if cfg.dtype is Dtype.FP8:
+        return LayerOps(fp8_saved_forward(ops.forward, cfg), ops.backward, ops.recompute)
+    return ops
+
+
+def _layer_ops_16bit(cfg: LayerConfig) -> LayerOps:
     core = _attention_core_forward(cfg)
     forward = _attention_block_forward(cfg, core) + _mlp_block_forward(cfg)
     backward = _mlp_block_backward(cfg) + _attention_block_backward(cfg)
+    if cfg.recompute is Recompute.SELECTIVE and cfg.flash:
+        # Megatron-core `--recompute-modules core_attn` (the default module): the checkpoint
+        # keeps Q, K, V (the storage the kernel would save) and proj still keeps O, so only
+        # the LSE is freed; the backward re-runs the flash forward (modern.md §3.6, §4).
+        q, k = _slice_bytes(cfg, cfg.query_width), _slice_bytes(cfg, cfg.kv_width)
+        kept = {"attn.flash": q + 2 * k, "attn.proj": q}
+        forward = tuple(_with_saved(op, kept[op.name]) if op.name in kept else op for op in forward)
+        return LayerOps(forward, backward, recompute=tuple(_with_saved(op, 0.0) for op in core))
     if cfg.recompute is Recompute.SELECTIVE:
         # Only the checkpoint's inputs Q, K, V stay (4sbh/t on QKᵀ, 2sbh/t on ×V): Table 2 row 4/5.
-        kept = {"attn.qk": 4, "attn.av": 2}
-        unit = cfg.element_bytes * cfg.tokens * cfg.hidden_size / cfg.tp / 2
+        # With GQA they are K and V before the per-head repeat (k wide each).
+        q, k = _slice_bytes(cfg, cfg.query_width), _slice_bytes(cfg, cfg.kv_width)
+        kept = {"attn.qk": q + k, "attn.av": k}
         forward = tuple(
-            _with_saved(op, kept[op.name] * unit if op.name in kept else 0.0) if op in core else op
-            for op in forward
+            _with_saved(op, kept.get(op.name, 0.0)) if op in core else op for op in forward
         )
         return LayerOps(forward, backward, recompute=tuple(_with_saved(op, 0.0) for op in core))
     if cfg.recompute is Recompute.FULL:
@@ -61,16 +97,12 @@ def saved_activation_bytes(cfg: LayerConfig) -> float:
 
 
 def _with_saved(op: Op, saved_bytes: float) -> Op:
-    return Op(
-        name=op.name,
-        kind=op.kind,
-        gemm=op.gemm,
-        bytes_moved=op.bytes_moved,
-        collective=op.collective,
-        message_bytes=op.message_bytes,
-        saved_bytes=saved_bytes,
-        overlaps_next=op.overlaps_next,
-    )
+    return replace(op, saved_bytes=saved_bytes)
+
+
+def _slice_bytes(cfg: LayerConfig, width: int) -> float:
+    """Bytes of a [s, b, width/t] activation on a rank (the tensor-parallel region)."""
+    return cfg.element_bytes * cfg.tokens * width / cfg.tp
 
 
 def _tp_enter(cfg: LayerConfig, name: str) -> tuple[Op, ...]:
@@ -91,45 +123,130 @@ def _tp_exit(cfg: LayerConfig, name: str) -> tuple[Op, ...]:
 
 
 def _layer_norm(cfg: LayerConfig, name: str) -> Op:
-    """Reads x, writes y (2 bytes each per element); keeps its input, 2sbh (÷t with SP)."""
+    """LayerNorm or RMSNorm: reads x, writes y (2 bytes each per element); keeps its input,
+    2sbh (÷t with SP). Its fp32 statistics (mean and rstd, or RMSNorm's rsigma: 4-8 bytes
+    per token against 2h) are not counted, as in Table 2."""
     elements = cfg.region_tokens * cfg.hidden_size
     return elementwise(name, 2 * cfg.element_bytes * elements, cfg.element_bytes * elements)
 
 
 def _bias_dropout_add(cfg: LayerConfig, name: str) -> Op:
     """Megatron's fused bias-dropout-add: reads branch and residual, writes out and a
-    one-byte mask; keeps the mask, sbh (÷t with SP)."""
+    one-byte mask; keeps the mask, sbh (÷t with SP). With hidden dropout 0 the dropout
+    returns its input: no mask is written or kept (modern.md §4 row 7)."""
     elements = cfg.region_tokens * cfg.hidden_size
-    return elementwise(name, (3 * cfg.element_bytes + MASK_BYTES) * elements, MASK_BYTES * elements)
+    mask = MASK_BYTES if cfg.hidden_dropout > 0 else 0
+    return elementwise(name, (3 * cfg.element_bytes + mask) * elements, mask * elements)
+
+
+def _rope(cfg: LayerConfig, name: str) -> tuple[Op, ...]:
+    """Rotary embedding on Q and K (TE's fused kernel, `FusedRoPEFunc`): reads and writes
+    (q + k)/t per token each way; keeps only its frequency table (≈0). None with learned
+    absolute positions (added in the embedding)."""
+    if cfg.position_embedding is not PositionEmbedding.ROPE:
+        return ()
+    return (elementwise(name, 2 * _slice_bytes(cfg, cfg.query_width + cfg.kv_width)),)
+
+
+def _kv_repeat(cfg: LayerConfig, name: str) -> tuple[Op, ...]:
+    """Megatron-core's unfused core with GQA repeats each of the g/t K and V heads to the
+    a/t query heads (`repeat_interleave` in `DotProductAttention.forward`): reads 2k/t,
+    writes 2q/t per token; its backward sums each group's gradients back. None without GQA."""
+    if cfg.query_groups == cfg.num_attention_heads:
+        return ()
+    return (elementwise(name, 2 * (_slice_bytes(cfg, cfg.kv_width) + _slice_bytes(cfg, cfg.query_width))),)
+
+
+def flash_attention_shape(cfg: LayerConfig, backward: bool = False) -> AttentionShape:
+    """The layer's causal self-attention on a rank: b sequences, a/t query and g/t key/value
+    heads, s queries against s keys. (Context parallelism narrows seq_q / seq_k.)"""
+    return AttentionShape(
+        batch=cfg.micro_batch_size,
+        heads=cfg.heads_per_rank,
+        kv_heads=cfg.kv_heads_per_rank,
+        seq_q=cfg.seq_length,
+        seq_k=cfg.seq_length,
+        head_dim=cfg.kv_channels,
+        causal=True,
+        backward=backward,
+    )
 
 
 def _attention_core_forward(cfg: LayerConfig) -> tuple[Op, ...]:
-    """QKᵀ, fused scale-mask-softmax, dropout, ×V on a/t heads: 5as²b/t + 6sbh/t kept."""
+    """The attention core on a rank. Unfused: QKᵀ, fused scale-mask-softmax, dropout, ×V on
+    a/t heads, 5as²b/t + 6sbh/t kept (K and V repeated to q wide under GQA, so the same).
+    Flash: one kernel keeping Q, K, V, O and the fp32 LSE, 2sb(2q + 2k)/t + 4sba/t
+    (modern.md §4 row 5); proj's input O is the same storage (row 6)."""
+    if cfg.flash:
+        q, k = _slice_bytes(cfg, cfg.query_width), _slice_bytes(cfg, cfg.kv_width)
+        lse = LSE_BYTES * cfg.micro_batch_size * cfg.heads_per_rank * cfg.seq_length
+        return (flash_attention("attn.flash", flash_attention_shape(cfg), saved_bytes=2 * q + 2 * k + lse),)
     e, s, d = cfg.element_bytes, cfg.seq_length, cfg.head_dim
     batch = cfg.micro_batch_size * cfg.heads_per_rank
-    qkv_slice = e * cfg.tokens * cfg.hidden_size / cfg.tp
+    q_slice = _slice_bytes(cfg, cfg.query_width)
+    kv_slice = q_slice  # K and V reach the GEMMs repeated to the a/t query heads: q wide
     scores = cfg.score_elements
+    dropout: tuple[Op, ...] = ()
+    probs_saved = 0.0  # without dropout ×V keeps the softmax output, which the softmax keeps
+    if cfg.attention_dropout > 0:
+        dropout = (
+            elementwise("attn.dropout", (2 * e + MASK_BYTES) * scores, saved_bytes=MASK_BYTES * scores),
+        )
+        probs_saved = e * scores  # ×V keeps the dropout output
     return (
-        gemm("attn.qk", GemmShape(m=s, n=s, k=d, batch=batch), saved_bytes=2 * qkv_slice),
+        *_kv_repeat(cfg, "attn.kv_repeat"),
+        gemm("attn.qk", GemmShape(m=s, n=s, k=d, batch=batch), saved_bytes=q_slice + kv_slice),
         elementwise("attn.softmax", 2 * e * scores, saved_bytes=e * scores),
-        elementwise("attn.dropout", (2 * e + MASK_BYTES) * scores, saved_bytes=MASK_BYTES * scores),
-        gemm("attn.av", GemmShape(m=s, n=d, k=s, batch=batch), saved_bytes=e * scores + qkv_slice),
+        *dropout,
+        gemm("attn.av", GemmShape(m=s, n=d, k=s, batch=batch), saved_bytes=probs_saved + kv_slice),
     )
 
 
 def _attention_block_forward(cfg: LayerConfig, core: tuple[Op, ...]) -> tuple[Op, ...]:
     e, tokens, h, t = cfg.element_bytes, cfg.tokens, cfg.hidden_size, cfg.tp
+    q = cfg.query_width
     region_in = e * cfg.region_tokens * h
+    # the unfused core's context [b, a/t, s, d] is permuted to [s, b, q/t]; flash writes it so
+    context_copy = () if cfg.flash else (elementwise("attn.context_copy", 2 * e * tokens * q / t),)
     return (
         _layer_norm(cfg, "ln1"),
         *_tp_enter(cfg, "attn"),
-        gemm("attn.qkv", GemmShape(m=tokens, n=3 * h // t, k=h), saved_bytes=region_in),
+        gemm("attn.qkv", GemmShape(m=tokens, n=cfg.qkv_width // t, k=h), saved_bytes=region_in),
+        *_rope(cfg, "attn.rope"),
         *core,
-        elementwise("attn.context_copy", 2 * e * tokens * h / t),
-        gemm("attn.proj", GemmShape(m=tokens, n=h, k=h // t), saved_bytes=e * tokens * h / t),
+        *context_copy,
+        gemm(
+            "attn.proj",
+            GemmShape(m=tokens, n=h, k=q // t),
+            saved_bytes=0.0 if cfg.flash else e * tokens * q / t,
+        ),
         *_tp_exit(cfg, "attn"),
         _bias_dropout_add(cfg, "attn.bias_dropout_add"),
     )
+
+
+def _activation_forward(cfg: LayerConfig) -> Op:
+    """The MLP's element-wise kernel on [s, b, fc1 width/t]. GeLU (Megatron's fused
+    bias-GeLU): reads x, writes y, keeps x. SwiGLU (`bias_swiglu_impl`): reads gate and up
+    (2f), writes f, keeps its 2f-wide input (modern.md §4 row 10). Squared ReLU: reads x,
+    writes relu(x)², keeps x."""
+    e, tokens, t, f = cfg.element_bytes, cfg.tokens, cfg.tp, cfg.ffn_hidden_size
+    if cfg.activation is Activation.SWIGLU:
+        return elementwise("mlp.swiglu", 3 * e * tokens * f / t, saved_bytes=2 * e * tokens * f / t)
+    if cfg.activation is Activation.SQUARED_RELU:
+        return elementwise("mlp.squared_relu", 2 * e * tokens * f / t, saved_bytes=e * tokens * f / t)
+    return elementwise("mlp.bias_gelu", 2 * e * tokens * f / t, saved_bytes=e * tokens * f / t)
+
+
+def _activation_backward(cfg: LayerConfig) -> Op:
+    """GeLU: reads x and dy, writes dx, the bias-grad reduction re-reads dx (4). SwiGLU:
+    reads x (2f) and dy (f), writes dx (2f) (5f). Squared ReLU: reads x and dy, writes dx (3)."""
+    e, tokens, t, f = cfg.element_bytes, cfg.tokens, cfg.tp, cfg.ffn_hidden_size
+    if cfg.activation is Activation.SWIGLU:
+        return elementwise("mlp.swiglu.bwd", 5 * e * tokens * f / t)
+    if cfg.activation is Activation.SQUARED_RELU:
+        return elementwise("mlp.squared_relu.bwd", 3 * e * tokens * f / t)
+    return elementwise("mlp.bias_gelu.bwd", 4 * e * tokens * f / t)
 
 
 def _mlp_block_forward(cfg: LayerConfig) -> tuple[Op, ...]:
@@ -138,8 +255,8 @@ def _mlp_block_forward(cfg: LayerConfig) -> tuple[Op, ...]:
     return (
         _layer_norm(cfg, "ln2"),
         *_tp_enter(cfg, "mlp"),
-        gemm("mlp.fc1", GemmShape(m=tokens, n=f // t, k=h), saved_bytes=region_in),
-        elementwise("mlp.bias_gelu", 2 * e * tokens * f / t, saved_bytes=e * tokens * f / t),
+        gemm("mlp.fc1", GemmShape(m=tokens, n=cfg.fc1_width // t, k=h), saved_bytes=region_in),
+        _activation_forward(cfg),
         gemm("mlp.fc2", GemmShape(m=tokens, n=h, k=f // t), saved_bytes=e * tokens * f / t),
         *_tp_exit(cfg, "mlp"),
         _bias_dropout_add(cfg, "mlp.bias_dropout_add"),
@@ -151,9 +268,10 @@ def _row_parallel_backward(cfg: LayerConfig, name: str, n_in: int, n_out: int) -
     Y[tokens, n_out] = X[tokens, n_in] · W."""
     e, tokens = cfg.element_bytes, cfg.tokens
     region = cfg.region_tokens * cfg.hidden_size
+    mask = MASK_BYTES if cfg.hidden_dropout > 0 else 0
     ops: list[Op] = [
         # mask + grad in, grad out, plus the bias-grad reduction re-reading the grad
-        elementwise(f"{name}.bias_dropout_add.bwd", (3 * e + MASK_BYTES) * region),
+        elementwise(f"{name}.bias_dropout_add.bwd", (3 * e + mask) * region),
     ]
     if cfg.sequence_parallel:
         full = e * tokens * cfg.hidden_size
@@ -193,30 +311,45 @@ def _norm_and_residual_backward(cfg: LayerConfig, name: str) -> tuple[Op, ...]:
 
 
 def _mlp_block_backward(cfg: LayerConfig) -> tuple[Op, ...]:
-    e, tokens, t, f = cfg.element_bytes, cfg.tokens, cfg.tp, cfg.ffn_hidden_size
+    t, f = cfg.tp, cfg.ffn_hidden_size
     return (
         *_row_parallel_backward(cfg, "mlp.fc2", n_in=f // t, n_out=cfg.hidden_size),
-        # reads x and dy, writes dx; the bias-grad reduction re-reads dx
-        elementwise("mlp.bias_gelu.bwd", 4 * e * tokens * f / t),
-        *_column_parallel_backward(cfg, "mlp.fc1", n_out=f // t),
+        _activation_backward(cfg),
+        *_column_parallel_backward(cfg, "mlp.fc1", n_out=cfg.fc1_width // t),
         *_norm_and_residual_backward(cfg, "ln2"),
     )
 
 
-def _attention_block_backward(cfg: LayerConfig) -> tuple[Op, ...]:
-    e, tokens, h, t = cfg.element_bytes, cfg.tokens, cfg.hidden_size, cfg.tp
+def _attention_core_backward(cfg: LayerConfig) -> tuple[Op, ...]:
+    """Flash: one backward kernel (2.5 × the forward's FLOPs, modern.md §2). Unfused: the
+    four batched GEMMs and the dropout and softmax backwards, then the GQA group sum."""
+    if cfg.flash:
+        return (flash_attention("attn.flash.bwd", flash_attention_shape(cfg, backward=True)),)
+    e, tokens, q, t = cfg.element_bytes, cfg.tokens, cfg.query_width, cfg.tp
     s, d = cfg.seq_length, cfg.head_dim
     batch = cfg.micro_batch_size * cfg.heads_per_rank
     scores = cfg.score_elements
+    dropout = (
+        (elementwise("attn.dropout.bwd", (2 * e + MASK_BYTES) * scores),) if cfg.attention_dropout > 0 else ()
+    )
     return (
-        *_row_parallel_backward(cfg, "attn.proj", n_in=h // t, n_out=h),
-        elementwise("attn.context_copy.bwd", 2 * e * tokens * h / t),
+        elementwise("attn.context_copy.bwd", 2 * e * tokens * q / t),
         gemm("attn.av.dgrad_probs", GemmShape(m=s, n=s, k=d, batch=batch)),
         gemm("attn.av.dgrad_v", GemmShape(m=s, n=d, k=s, batch=batch)),
-        elementwise("attn.dropout.bwd", (2 * e + MASK_BYTES) * scores),
+        *dropout,
         elementwise("attn.softmax.bwd", 3 * e * scores),
         gemm("attn.qk.dgrad_q", GemmShape(m=s, n=d, k=s, batch=batch)),
         gemm("attn.qk.dgrad_k", GemmShape(m=s, n=d, k=s, batch=batch)),
-        *_column_parallel_backward(cfg, "attn.qkv", n_out=3 * h // t),
+        *_kv_repeat(cfg, "attn.kv_repeat.bwd"),
+    )
+
+
+def _attention_block_backward(cfg: LayerConfig) -> tuple[Op, ...]:
+    h, t = cfg.hidden_size, cfg.tp
+    return (
+        *_row_parallel_backward(cfg, "attn.proj", n_in=cfg.query_width // t, n_out=h),
+        *_attention_core_backward(cfg),
+        *_rope(cfg, "attn.rope.bwd"),
+        *_column_parallel_backward(cfg, "attn.qkv", n_out=cfg.qkv_width // t),
         *_norm_and_residual_backward(cfg, "ln1"),
     )

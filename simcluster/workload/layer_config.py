@@ -12,7 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simcluster.config.choices import Dtype, Recompute
+from simcluster.config.choices import (
+    Activation,
+    AttentionBackend,
+    Dtype,
+    Normalization,
+    PositionEmbedding,
+    Recompute,
+)
 from simcluster.config.layer_shape import ffn_hidden_size_or_default, indivisible_sizes
 
 _SIZES = ("hidden_size", "num_attention_heads", "seq_length", "micro_batch_size", "ffn_hidden_size", "tp")
@@ -20,10 +27,17 @@ _SIZES = ("hidden_size", "num_attention_heads", "seq_length", "micro_batch_size"
 
 @dataclass(frozen=True, slots=True)
 class LayerConfig:
-    """One layer on one rank. `ffn_hidden_size` 0 means Megatron's default 4h.
+    """One layer on one rank. `ffn_hidden_size` 0 means Megatron's default 4h;
+    `num_query_groups` 0 (or None) means a key/value head per query head (no GQA).
+
+    The modern options (modern.md §3.8) default to the paper's GPT layer: MHA, GeLU,
+    LayerNorm, learned absolute positions, the unfused attention core, and Megatron's
+    default dropout 0.1 (`--hidden-dropout`, `--attention-dropout`), whose one-byte masks
+    Table 2 counts; a probability of 0 keeps no mask (ATen's dropout returns its input).
 
     Raises ValueError, naming the class and field, for a size below 1 or a size the layout
-    cannot split (`config.layer_shape.indivisible_sizes`)."""
+    cannot split (`config.layer_shape.indivisible_sizes`; g | a and t | g as Megatron-core's
+    attention.py asserts)."""
 
     hidden_size: int
     num_attention_heads: int
@@ -34,13 +48,25 @@ class LayerConfig:
     sequence_parallel: bool = False
     recompute: Recompute = Recompute.NONE
     dtype: Dtype = Dtype.BF16
+    num_query_groups: int | None = 0
+    activation: Activation = Activation.GELU
+    normalization: Normalization = Normalization.LAYERNORM
+    position_embedding: PositionEmbedding = PositionEmbedding.LEARNED
+    attention_backend: AttentionBackend = AttentionBackend.UNFUSED
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
 
     def __post_init__(self) -> None:
         object.__setattr__(
             self, "ffn_hidden_size", ffn_hidden_size_or_default(self.hidden_size, self.ffn_hidden_size)
         )
+        object.__setattr__(self, "num_query_groups", self.num_query_groups or self.num_attention_heads)
         object.__setattr__(self, "recompute", Recompute(self.recompute))
         object.__setattr__(self, "dtype", Dtype(self.dtype))
+        object.__setattr__(self, "activation", Activation(self.activation))
+        object.__setattr__(self, "normalization", Normalization(self.normalization))
+        object.__setattr__(self, "position_embedding", PositionEmbedding(self.position_embedding))
+        object.__setattr__(self, "attention_backend", AttentionBackend(self.attention_backend))
         owner = type(self).__name__
         for name in _SIZES:
             if getattr(self, name) < 1:
@@ -52,6 +78,29 @@ class LayerConfig:
             raise ValueError(
                 f"{owner}.{bad.field}={bad.value} must be divisible by {bad.divisor}={bad.divisor_value}"
             )
+        # megatron/core/transformer/attention.py: num_attention_heads_per_partition and
+        # num_query_groups_per_partition are divide(..., tp), which asserts; a % g for the
+        # repeat of K/V over each group.
+        g = self.query_groups
+        if self.num_attention_heads % g:
+            raise ValueError(
+                f"{owner}.num_attention_heads={self.num_attention_heads} must be divisible by "
+                f"num_query_groups={g}"
+            )
+        if g % self.tp:
+            raise ValueError(f"{owner}.num_query_groups={g} must be divisible by tp={self.tp}")
+        for name in ("hidden_dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{owner}.{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.flash and self.element_bytes != 2:
+            raise ValueError(
+                f"{owner}.attention_backend=flash needs 16-bit activations, got dtype={self.dtype.value}"
+            )
+
+    @property
+    def flash(self) -> bool:
+        """The attention core is one fused flash-attention kernel per direction."""
+        return self.attention_backend is AttentionBackend.FLASH
 
     @property
     def element_bytes(self) -> int:
@@ -82,6 +131,43 @@ class LayerConfig:
     def heads_per_rank(self) -> int:
         """a / t attention heads on each rank."""
         return self.num_attention_heads // self.tp
+
+    @property
+    def query_groups(self) -> int:
+        """g: key/value heads (Megatron's num_query_groups); a without GQA."""
+        return int(self.num_query_groups or self.num_attention_heads)
+
+    @property
+    def kv_heads_per_rank(self) -> int:
+        """g / t key/value heads on each rank (Megatron-core never replicates KV heads)."""
+        return self.query_groups // self.tp
+
+    @property
+    def kv_channels(self) -> int:
+        """d_h, Megatron's kv_channels: h / a (the scenario has no separate head width)."""
+        return self.head_dim
+
+    @property
+    def query_width(self) -> int:
+        """a·d_h, the query projection's output width (= h here) before the t split."""
+        return self.num_attention_heads * self.kv_channels
+
+    @property
+    def kv_width(self) -> int:
+        """k = g·d_h, the width of K (and of V) before the t split."""
+        return self.query_groups * self.kv_channels
+
+    @property
+    def qkv_width(self) -> int:
+        """q + 2k, the fused QKV GEMM's output width before the t split (3h without GQA;
+        Megatron-core linear_qkv: query_projection_size + 2 * kv_projection_size)."""
+        return self.query_width + 2 * self.kv_width
+
+    @property
+    def fc1_width(self) -> int:
+        """fc1's output width before the t split: 2·ffn when gated (SwiGLU's gate and up in
+        one GEMM, Megatron-core MLP `ffn_hidden_size * 2` if gated_linear_unit), else ffn."""
+        return 2 * self.ffn_hidden_size if self.activation.gated else self.ffn_hidden_size
 
     @property
     def score_elements(self) -> float:

@@ -80,6 +80,13 @@ def layer_config(scenario: Scenario) -> LayerConfig:
         sequence_parallel=par.sequence_parallel,
         recompute=tr.recompute,
         dtype=tr.dtype,
+        num_query_groups=m.query_groups,
+        activation=m.activation,
+        normalization=m.normalization,
+        position_embedding=m.position_embedding,
+        attention_backend=tr.attention_backend,
+        hidden_dropout=m.hidden_dropout,
+        attention_dropout=m.attention_dropout,
     )
 
 

@@ -15,6 +15,7 @@ class OpKind(enum.Enum):
     GEMM = "gemm"
     ELEMENTWISE = "elementwise"
     COLLECTIVE = "collective"
+    ATTENTION = "attention"  # one fused flash-attention kernel (priced from its achieved TFLOP/s)
 
 
 class CollectiveKind(enum.Enum):
@@ -45,6 +46,53 @@ class GemmShape:
         return float(self.batch * (inputs + output))
 
 
+FLASH_BACKWARD_FLOP_RATIO = 2.5
+"""Flash-attention backward FLOPs over forward FLOPs: five GEMMs (QKᵀ recomputed, dV, dP,
+dQ, dK) against two (flash-attention `benchmarks/benchmark_flash_attention.py::flops`;
+modern.md §2). The profile's backward TFLOP/s are measured under this convention."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionShape:
+    """One fused (flash) attention kernel call on one rank, one direction.
+
+    `batch` sequences × `heads` query heads of `head_dim`, each query head reading one of
+    `kv_heads` key/value heads (GQA), `seq_q` queries against `seq_k` keys. Context
+    parallelism calls it with seq_q = s/c (or a 1/(2c) chunk) and seq_k = the keys one ring
+    step brings; without it seq_q = seq_k = s. A causal mask is bottom-right aligned (query i
+    of seq_q sees keys up to seq_k - seq_q + i, flash-attention ≥ 2.1), so a rank-local
+    causal chunk with seq_q = seq_k does half the work (modern.md §2).
+    """
+
+    batch: int
+    heads: int
+    kv_heads: int
+    seq_q: int
+    seq_k: int
+    head_dim: int
+    causal: bool
+    backward: bool = False
+
+    @property
+    def visible_fraction(self) -> float:
+        """Share of the seq_q × seq_k score matrix a causal mask leaves: 1 - seq_q/(2·seq_k)
+        (1/2 at seq_q = seq_k: flash-attention `hopper/benchmark_attn.py` counts s/2), 1 if
+        not causal."""
+        return 1.0 - self.seq_q / (2.0 * self.seq_k) if self.causal else 1.0
+
+    @property
+    def forward_flops(self) -> float:
+        """QKᵀ and P·V over the visible scores: 4·b·heads·s_q·s_k·d·visible (modern.md §2)."""
+        dense = 4.0 * self.batch * self.heads * self.seq_q * self.seq_k * self.head_dim
+        return dense * self.visible_fraction
+
+    @property
+    def flops(self) -> float:
+        """This direction's FLOPs under the flash-attention convention: forward, or
+        2.5 × forward for the backward (`FLASH_BACKWARD_FLOP_RATIO`)."""
+        return self.forward_flops * (FLASH_BACKWARD_FLOP_RATIO if self.backward else 1.0)
+
+
 @dataclass(frozen=True, slots=True)
 class Op:
     """One kernel (or collective) on one tensor-parallel rank.
@@ -63,9 +111,12 @@ class Op:
     message_bytes: float = 0.0
     saved_bytes: float = 0.0
     overlaps_next: bool = False
+    attention: AttentionShape | None = None
 
     @property
     def flops(self) -> float:
+        if self.attention is not None:
+            return self.attention.flops
         return self.gemm.flops if self.gemm is not None else 0.0
 
 
@@ -75,6 +126,10 @@ def gemm(name: str, shape: GemmShape, saved_bytes: float = 0.0) -> Op:
 
 def elementwise(name: str, bytes_moved: float, saved_bytes: float = 0.0) -> Op:
     return Op(name=name, kind=OpKind.ELEMENTWISE, bytes_moved=bytes_moved, saved_bytes=saved_bytes)
+
+
+def flash_attention(name: str, shape: AttentionShape, saved_bytes: float = 0.0) -> Op:
+    return Op(name=name, kind=OpKind.ATTENTION, attention=shape, saved_bytes=saved_bytes)
 
 
 def collective(name: str, kind: CollectiveKind, message_bytes: float, overlaps_next: bool = False) -> Op:

@@ -160,3 +160,45 @@ def test_fp8_on_a100_is_one_clear_error():
     assert "h100-sxm5-80gb" in message and "b200-sxm-180gb" in message
     with pytest.raises(ConfigError, match="no FP8 tensor cores"):
         run_simulation(scenario, a100)
+
+
+def _llama_8b_layer(dtype, recompute="none"):
+    from simcluster.config.choices import Activation, AttentionBackend, Recompute
+    from simcluster.workload.layer_config import LayerConfig
+
+    return LayerConfig(
+        hidden_size=4096,
+        num_attention_heads=32,
+        seq_length=8192,
+        micro_batch_size=1,
+        ffn_hidden_size=14336,
+        tp=8,
+        sequence_parallel=True,
+        num_query_groups=8,
+        activation=Activation.SWIGLU,
+        attention_backend=AttentionBackend.FLASH,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        dtype=dtype,
+        recompute=Recompute(recompute),
+    )
+
+
+def test_fp8_saved_bytes_follow_modern_md_section_4():
+    """(sb/t)(8h + 4q + 4k + 6f) in BF16 → (sb/t)(6h + 5q + 4k + 5f) in FP8: ln_out ×2 and
+    fc2's input drop to 1 byte, proj adds an FP8 copy of O; plus the fp32 LSE 4·sb·n/t."""
+    from simcluster.workload.layer import layer_ops
+
+    s, b, t, h, q, k, f, n = 8192, 1, 8, 4096, 4096, 1024, 14336, 32
+    lse = 4 * s * b * n / t
+    bf16 = layer_ops(_llama_8b_layer(Dtype.BF16)).saved_bytes
+    fp8 = layer_ops(_llama_8b_layer(Dtype.FP8)).saved_bytes
+    assert bf16 == pytest.approx(s * b / t * (8 * h + 4 * q + 4 * k + 6 * f) + lse)
+    assert fp8 == pytest.approx(s * b / t * (6 * h + 5 * q + 4 * k + 5 * f) + lse)
+    assert fp8 / (s * b * h / t) == pytest.approx(29.5 + lse / (s * b * h / t))
+    # core_attn checkpoint: DPA's bf16 O goes, proj keeps only its FP8 copy
+    selective = layer_ops(_llama_8b_layer(Dtype.FP8, "selective")).saved_bytes
+    assert selective == pytest.approx(s * b / t * (6 * h + 3 * q + 4 * k + 5 * f))
+    # full recompute keeps the bf16 layer input only
+    full = layer_ops(_llama_8b_layer(Dtype.FP8, "full")).saved_bytes
+    assert full == pytest.approx(2 * s * b * h / t)

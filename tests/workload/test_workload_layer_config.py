@@ -32,3 +32,26 @@ def test_each_broken_rule_is_named_once_and_rejected(sizes, field):
     assert [bad.field for bad in indivisible_sizes(**rule_args)] == [field]
     with pytest.raises(ValueError, match=f"LayerConfig.{field}="):
         LayerConfig(**shape)
+
+
+def test_modern_options_default_to_the_paper_layer():
+    """No GQA (g = a), GeLU, LayerNorm, learned positions, unfused attention: QKV is 3h, fc1 is f."""
+    cfg = LayerConfig(6144, 64, 2048, 4, tp=8)
+    assert cfg.query_groups == cfg.num_query_groups == 64
+    widths = (cfg.kv_heads_per_rank, cfg.kv_width, cfg.qkv_width, cfg.fc1_width)
+    assert widths == (8, 6144, 3 * 6144, 4 * 6144)
+    assert LayerConfig(6144, 64, 2048, 4, tp=8, num_query_groups=None) == cfg
+
+
+def test_llama3_8b_gqa_and_swiglu_widths():
+    """Llama 3 8B: h 4096, a 32, g 8, f 14336, d_h 128: q 4096 + 2·k 1024 = 6144; fc1 2·14336."""
+    cfg = LayerConfig(4096, 32, 8192, 1, 14336, tp=8, num_query_groups=8, activation="swiglu")
+    assert (cfg.kv_channels, cfg.query_width, cfg.kv_width, cfg.qkv_width) == (128, 4096, 1024, 6144)
+    assert (cfg.kv_heads_per_rank, cfg.fc1_width) == (1, 28672)
+
+
+@pytest.mark.parametrize(("groups", "tp", "message"), [(3, 1, "num_attention_heads=40"), (4, 8, "tp=8")])
+def test_query_groups_rules_of_megatron_core(groups, tp, message):
+    """g must divide a, and t must divide g (Megatron-core asserts; KV heads are never replicated)."""
+    with pytest.raises(ValueError, match=message):
+        LayerConfig(1280, 40 if groups == 3 else 32, 64, 1, tp=tp, num_query_groups=groups)
