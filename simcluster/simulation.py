@@ -272,7 +272,7 @@ def run_simulation(
     engine = simulate(plan, record=record)
     m, tr = scenario.model, scenario.training
     B, s, L, v = tr.global_batch_size, m.seq_length, m.num_layers, m.vocab_size
-    widths = flops.LayerWidths(hidden_size=m.hidden_size, ffn_hidden_size=m.ffn_size)
+    widths = flops.layer_widths(workload.layer_config)
     model_flops = flops.model_flops(B, s, L, v, widths)
     hardware_flops = flops.hardware_flops(B, s, L, v, widths, tr.recompute)
     paper_hardware_flops = flops.paper_hardware_flops(B, s, L, v, widths, tr.recompute)

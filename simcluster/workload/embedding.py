@@ -3,12 +3,15 @@ output layer with vocab-parallel cross-entropy (last virtual stage).
 
 Korthikanti §4.3: the embedding keeps its dropout mask (sbh/t with SP); the output keeps the
 final layer norm's input (2sbh/t), the output layer's input (2sbh/t) and fp32 logits (4sbv/t).
+With RoPE there is no position embedding to add; with hidden dropout 0 no mask is kept. An
+untied output weight (`untie_embeddings_and_output_weights`) runs the same logits GEMM.
 """
 
 from __future__ import annotations
 
 import functools
 
+from simcluster.config.choices import PositionEmbedding
 from simcluster.workload.layer import MASK_BYTES, LayerOps
 from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.ops import CollectiveKind, GemmShape, Op, collective, elementwise, gemm
@@ -30,7 +33,8 @@ def padded_vocab_size(vocab_size: int, tp: int) -> int:
 
 @functools.lru_cache(maxsize=1024)  # pure and immutable: shared by a plan's layouts
 def embedding_ops(cfg: LayerConfig, vocab_size: int) -> LayerOps:
-    """Vocab-parallel word embedding + position embedding, conjugate collective, dropout."""
+    """Vocab-parallel word embedding (+ learned position embedding), conjugate collective,
+    dropout (when hidden dropout > 0)."""
     e, tokens, h = cfg.element_bytes, cfg.tokens, cfg.hidden_size
     region = cfg.region_tokens * h
     full = e * tokens * h
@@ -39,14 +43,15 @@ def embedding_ops(cfg: LayerConfig, vocab_size: int) -> LayerOps:
         if cfg.sequence_parallel
         else collective("embedding.allreduce", CollectiveKind.ALL_REDUCE, full)
     )
-    forward: list[Op] = [
-        # gather rows (read + write), add positions (read 2, write 1)
-        elementwise("embedding.lookup", 5 * e * tokens * h),
-    ]
+    # gather rows (read + write), add learned positions (read 2, write 1); RoPE adds none here
+    lookup_bytes_per_element = 5 if cfg.position_embedding is PositionEmbedding.LEARNED else 2
+    forward: list[Op] = [elementwise("embedding.lookup", lookup_bytes_per_element * e * tokens * h)]
     if cfg.tp > 1:
         forward.append(conj)
-    forward.append(elementwise("embedding.dropout", (2 * e + MASK_BYTES) * region, MASK_BYTES * region))
-    backward: list[Op] = [elementwise("embedding.dropout.bwd", (2 * e + MASK_BYTES) * region)]
+    backward: list[Op] = []
+    if cfg.hidden_dropout > 0:
+        forward.append(elementwise("embedding.dropout", (2 * e + MASK_BYTES) * region, MASK_BYTES * region))
+        backward.append(elementwise("embedding.dropout.bwd", (2 * e + MASK_BYTES) * region))
     if cfg.sequence_parallel:
         backward.append(collective("embedding.allgather.bwd", CollectiveKind.ALL_GATHER, full))
     # scatter-add of the grad rows into fp32 main grads (read dy, read+write fp32 rows)
@@ -56,7 +61,8 @@ def embedding_ops(cfg: LayerConfig, vocab_size: int) -> LayerOps:
 
 @functools.lru_cache(maxsize=1024)
 def output_ops(cfg: LayerConfig, vocab_size: int) -> LayerOps:
-    """Final layer norm, logits GEMM against the tied embedding, vocab-parallel CE loss."""
+    """Final norm, logits GEMM against the tied embedding (or the untied output weight:
+    the same GEMM), vocab-parallel CE loss."""
     e, tokens, h, t = cfg.element_bytes, cfg.tokens, cfg.hidden_size, cfg.tp
     vocab_rank = padded_vocab_size(vocab_size, t) // t
     logits = float(tokens * vocab_rank)

@@ -24,6 +24,14 @@ bit for bit (a test checks): Table 5 does not move.
 
 B is the global batch. The time model prices the op graph's FLOPs instead; these are the
 numbers MFU and HFU are reported with.
+
+GQA and gated MLPs follow Megatron-core's `num_floating_point_operations`
+(megatron/training/training.py; modern.md §3.9): QKV h·(q + 2k), projection q·h, MLP
+glu·h·f with glu = 3 for SwiGLU (fc1 2f wide) and 2 otherwise, attention core width q.
+The attention core is NOT halved for the causal mask: 12·B·s²·L·q per iteration, the
+convention of Megatron-core core_v0.11 and earlier (and of Eq. 7, so Table 5's MFU does
+not move). Megatron-core core_v0.12 onward (commit 8873b55d6a) counts 6·B·s²·L·q; to
+convert, subtract 6·B·s²·L·q from `model_flops` (TFLOP/s and MFU scale by the same ratio).
 """
 
 from __future__ import annotations
@@ -31,26 +39,45 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simcluster.config.choices import Recompute
+from simcluster.workload.layer_config import LayerConfig
 
 
 @dataclass(frozen=True, slots=True)
 class LayerWidths:
     """The widths one transformer layer's FLOPs depend on (all of the full model, not a
-    tensor-parallel shard). A later layer kind (GQA, gated MLP) changes these two sums."""
+    tensor-parallel shard): h, f, and Megatron-core's q = a·d_h and k = g·d_h (0 = h, the
+    paper's layer) and whether the MLP is gated (SwiGLU)."""
 
     hidden_size: int
     ffn_hidden_size: int
+    query_width: int = 0
+    kv_width: int = 0
+    gated: bool = False
 
     @property
     def linear_weights(self) -> int:
-        """Weight elements of the layer's linears: QKV 3h², projection h², MLP 2h·ffn."""
+        """Weight elements of the layer's linears: QKV h·(q + 2k), projection q·h, MLP
+        glu·h·ffn (glu 3 gated, else 2); 4h² + 2h·ffn for the paper's layer."""
         h = self.hidden_size
-        return 4 * h * h + 2 * h * self.ffn_hidden_size
+        q, k = self.query_width or h, self.kv_width or h
+        glu = 3 if self.gated else 2
+        return h * (q + 2 * k) + q * h + glu * h * self.ffn_hidden_size
 
     @property
     def attention_width(self) -> int:
-        """Width of the attention core's GEMMs (QKᵀ contracts over it, A·V produces it)."""
-        return self.hidden_size
+        """Width of the attention core's GEMMs (QKᵀ contracts over it, A·V produces it): q."""
+        return self.query_width or self.hidden_size
+
+
+def layer_widths(cfg: LayerConfig) -> LayerWidths:
+    """The FLOP widths of a layer as configured (full model, before the t split)."""
+    return LayerWidths(
+        hidden_size=cfg.hidden_size,
+        ffn_hidden_size=cfg.ffn_hidden_size,
+        query_width=cfg.query_width,
+        kv_width=cfg.kv_width,
+        gated=cfg.activation.gated,
+    )
 
 
 def layer_forward_flops(B: int, s: int, widths: LayerWidths) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from simcluster.config.choices import Recompute
+from simcluster.config.choices import Activation, Recompute
 
 
 class Table2Row(enum.Enum):
@@ -59,6 +59,60 @@ def table2_bytes_per_layer(
     if row is Table2Row.TENSOR_PARALLEL_SELECTIVE:
         return sbh * (10 + 24 / t)
     return sbh * 34 / t
+
+
+MASK_BYTES = 1  # a dropout mask element (Table 2)
+FLASH_LSE_BYTES = 4  # fp32 log-sum-exp per query and head
+
+
+def layer_activation_bytes(
+    s: int,
+    b: int,
+    h: int,
+    a: int,
+    t: int,
+    sequence_parallel: bool,
+    recompute: Recompute,
+    *,
+    ffn: int = 0,
+    query_groups: int = 0,
+    activation: Activation = Activation.GELU,
+    flash: bool = False,
+    hidden_dropout: bool = True,
+    attention_dropout: bool = True,
+    element_bytes: int = 2,
+) -> float:
+    """Activation bytes per layer per rank for every layer option (README "Activation memory
+    of the modern layer"; modern.md §4): Table 2 generalised, with q = h, k = g·h/a,
+    f = ffn (0 = 4h), e bytes per element, r = 1/t with SP else 1:
+
+        regions (norm inputs, QKV and fc1 inputs, masks) = sb·h·r·(4e + 2·[hidden dropout])
+        attention, unfused    = sb·4e·q/t + a·s²·b·(e + (e + 1)·[attention dropout])/t
+        attention, flash      = sb·e·(2q + 2k)/t + 4·s·b·a/t              (Q, K, V, O, LSE)
+        MLP                   = sb·e·f·(2 if SwiGLU else 1)/t + sb·e·f/t    (activation, fc2 input)
+
+    Selective recompute keeps the core's checkpoint inputs: unfused sb·e·(q + 2k)/t + the
+    projection input sb·e·q/t; flash sb·e·(2q + 2k)/t (only the LSE goes). Full recompute
+    keeps the layer input, sb·e·h·r. At the defaults this is `table2_bytes_per_layer`.
+    The norms' fp32 statistics are not counted (Table 2 does not count layer norm's)."""
+    e = element_bytes
+    f = ffn or 4 * h
+    q, k = h, (query_groups or a) * (h // a)
+    r = 1.0 / t if sequence_parallel else 1.0
+    sb = float(s) * b
+    if recompute is Recompute.FULL:
+        return sb * e * h * r
+    regions = sb * h * r * (4 * e + (2 * MASK_BYTES if hidden_dropout else 0))
+    mlp = sb * e * f * (2 if activation is Activation.SWIGLU else 1) / t + sb * e * f / t
+    if flash:
+        lse = 0.0 if recompute is Recompute.SELECTIVE else FLASH_LSE_BYTES * sb * a / t
+        attention = sb * e * (2 * q + 2 * k) / t + lse
+    elif recompute is Recompute.SELECTIVE:
+        attention = sb * e * (q + 2 * k) / t + sb * e * q / t
+    else:
+        probs = e + (e + MASK_BYTES if attention_dropout else 0)
+        attention = sb * 4 * e * q / t + float(a) * s * s * b * probs / t
+    return regions + attention + mlp
 
 
 def interleave_factor(pp: int, vpp: int) -> float:

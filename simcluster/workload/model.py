@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from simcluster.config.choices import Dtype, Recompute
+from simcluster.config.choices import Dtype, Normalization, PositionEmbedding, Recompute
 from simcluster.config.scenario import Scenario
 from simcluster.workload import memory
 from simcluster.workload.embedding import embedding_ops, output_ops, padded_vocab_size
@@ -52,7 +52,7 @@ class StageWork:
     chunks: tuple[ChunkWork, ...]
     dp_gradient_bytes: float
     optimizer_step_bytes: float
-    embedding_grad_bytes: float  # tied word-embedding grads all-reduced between first and last stage
+    embedding_grad_bytes: float  # tied word-embedding grads all-reduced, first and last stage (0 if untied)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,23 +90,58 @@ def layer_config(scenario: Scenario) -> LayerConfig:
     )
 
 
-def layer_params_per_rank(h: int, ffn: int, tp: int) -> float:
+def norm_params(h: int, normalization: Normalization) -> int:
+    """One norm's parameters: LayerNorm's weight and bias (2h), RMSNorm's weight (h)."""
+    return 2 * h if normalization is Normalization.LAYERNORM else h
+
+
+def layer_params_per_rank(
+    h: int,
+    ffn: int,
+    tp: int,
+    *,
+    query_width: int = 0,
+    kv_width: int = 0,
+    gated: bool = False,
+    normalization: Normalization = Normalization.LAYERNORM,
+) -> float:
     """QKV, projection, fc1, fc2 weights and column biases split by t; row-parallel biases
-    and both layer norms replicated (12h² + 13h per layer when ffn = 4h, t = 1)."""
-    sharded = (3 * h * h + 3 * h) + h * h + (h * ffn + ffn) + ffn * h
-    replicated = h + h + 4 * h
+    and both norms replicated (12h² + 13h per layer when ffn = 4h, t = 1). Megatron-core
+    widths (modern.md §3.8): linear_qkv h × (q + 2k) with q = a·d_h and k = g·d_h (0 = h),
+    linear_proj q × h, linear_fc1 h × 2f when gated (SwiGLU) else h × f, linear_fc2 f × h.
+    Biases follow Megatron's default `add_bias_linear` (the scenario has no
+    `--disable-bias-linear`; Llama's recipes drop them, (q + 2k + fc1)/t + 2h per layer)."""
+    q, k = query_width or h, kv_width or h
+    qkv, fc1 = q + 2 * k, (2 * ffn if gated else ffn)
+    sharded = (h * qkv + qkv) + q * h + (h * fc1 + fc1) + ffn * h
+    replicated = h + h + 2 * norm_params(h, normalization)
     return sharded / tp + replicated
 
 
 def stage_params_per_rank(scenario: Scenario, stage: int) -> float:
+    """Layers, plus the word (and learned position) embedding on the first stage, the final
+    norm and the output weight on the last: Megatron keeps a copy of the tied embedding there
+    when p > 1, and its own output weight with `untie_embeddings_and_output_weights`."""
     m, par = scenario.model, scenario.parallel
+    cfg = layer_config(scenario)
     layers = m.num_layers // par.pp
-    params = layers * layer_params_per_rank(m.hidden_size, m.ffn_size, par.tp)
+    params = layers * layer_params_per_rank(
+        m.hidden_size,
+        m.ffn_size,
+        par.tp,
+        query_width=cfg.query_width,
+        kv_width=cfg.kv_width,
+        gated=cfg.activation.gated,
+        normalization=cfg.normalization,
+    )
     word_embedding = padded_vocab_size(m.vocab_size, par.tp) * m.hidden_size / par.tp
     if stage == 0:
-        params += word_embedding + m.seq_length * m.hidden_size
+        params += word_embedding
+        if m.position_embedding is PositionEmbedding.LEARNED:
+            params += m.seq_length * m.hidden_size
     if stage == par.pp - 1:
-        params += 2 * m.hidden_size + (word_embedding if par.pp > 1 else 0.0)
+        output_weight = par.pp > 1 or m.untie_embeddings_and_output_weights
+        params += norm_params(m.hidden_size, m.normalization) + (word_embedding if output_weight else 0.0)
     return params
 
 
@@ -131,7 +166,8 @@ def build_workload(scenario: Scenario) -> Workload:
             for chunk in range(par.vpp)
         )
         params = stage_params_per_rank(scenario, stage)
-        tied = par.pp > 1 and stage in (0, par.pp - 1)
+        untied = scenario.model.untie_embeddings_and_output_weights
+        tied = par.pp > 1 and stage in (0, par.pp - 1) and not untied
         static = memory.static_memory(params, par.dp, scenario.training.use_distributed_optimizer)
         if cfg.dtype is Dtype.FP8:
             fp8_copies = sum(chunk.num_layers for chunk in chunks) * fp8_weight_bytes_per_layer(layer.forward)

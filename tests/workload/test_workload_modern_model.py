@@ -1,0 +1,105 @@
+"""Parameters, the tied-embedding all-reduce and model FLOPs of Llama-style models, and a
+Llama-style scenario run end to end (modern.md §3.8-3.9)."""
+
+import pytest
+import yaml
+
+from simcluster.config import ConfigError, parse_scenario
+from simcluster.config.hardware import load_hardware
+from simcluster.config.scenario import load_scenario_and_hardware
+from simcluster.simulation import run_simulation
+from simcluster.workload import flops
+from simcluster.workload.embedding import padded_vocab_size
+from simcluster.workload.model import build_workload, layer_config, layer_params_per_rank
+
+LLAMA3_8B = {
+    "hardware": "h100-sxm5-80gb",
+    "model": {
+        "num_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 8192,
+        "vocab_size": 128256, "ffn_hidden_size": 14336, "num_query_groups": 8, "activation": "swiglu",
+        "normalization": "rmsnorm", "position_embedding": "rope",
+        "untie_embeddings_and_output_weights": True, "hidden_dropout": 0.0, "attention_dropout": 0.0,
+    },
+    "parallel": {"tp": 1, "pp": 1, "dp": 8},
+    "training": {"micro_batch_size": 1, "global_batch_size": 16, "attention_backend": "flash"},
+}
+
+
+def _scenario(**parallel):
+    data = yaml.safe_load(yaml.safe_dump(LLAMA3_8B))
+    data["parallel"].update(parallel)
+    return parse_scenario(data, "llama.yaml")
+
+
+def test_llama3_8b_layer_parameters_by_hand():
+    """h(q + 2k) + qh + 3hf weights = 4096·6144 + 4096² + 3·4096·14336 = 218,103,808; plus
+    Megatron's default biases (q + 2k + 2f + 2h) and two RMSNorm weights (2h)."""
+    cfg = layer_config(_scenario())
+    params = layer_params_per_rank(
+        4096, 14336, 1, query_width=cfg.query_width, kv_width=cfg.kv_width, gated=True,
+        normalization=cfg.normalization,
+    )
+    assert params == 218_103_808 + (6144 + 2 * 14336 + 2 * 4096) + 2 * 4096
+
+
+def test_untied_output_weight_lives_on_the_last_stage_without_the_all_reduce():
+    """Untied: the last stage holds its own output weight (even at p = 1) and the tied
+    word-embedding all-reduce between first and last stage disappears."""
+    vocab = padded_vocab_size(128256, 2) * 4096 / 2
+    untied = build_workload(_scenario(tp=2, pp=2, dp=4))
+    tied_data = yaml.safe_load(yaml.safe_dump(LLAMA3_8B))
+    tied_data["model"]["untie_embeddings_and_output_weights"] = False
+    tied_data["parallel"].update(tp=2, pp=2, dp=4)
+    tied = build_workload(parse_scenario(tied_data, "tied.yaml"))
+    assert [stage.embedding_grad_bytes for stage in untied.stages] == [0.0, 0.0]
+    assert [stage.embedding_grad_bytes for stage in tied.stages] == [4 * vocab, 4 * vocab]
+    assert untied.stages[1].num_params == tied.stages[1].num_params  # same weight, own copy
+    single = build_workload(_scenario())
+    no_output = yaml.safe_load(yaml.safe_dump(LLAMA3_8B))
+    no_output["model"]["untie_embeddings_and_output_weights"] = False
+    tied_single = build_workload(parse_scenario(no_output, "t.yaml"))
+    extra = single.stages[0].num_params - tied_single.stages[0].num_params
+    assert extra == padded_vocab_size(128256, 1) * 4096
+
+
+def test_model_flops_follow_megatron_core_v0_11():
+    """6·B·s·[L·(h(q + 2k) + qh + 3hf) + hV] + 12·B·s²·L·q (no causal halving)."""
+    scenario = _scenario()
+    B, s, L, V, h = 16, 8192, 32, 128256, 4096
+    widths = flops.layer_widths(layer_config(scenario))
+    expected = 6 * B * s * (L * (h * 6144 + h * h + 3 * h * 14336) + h * V) + 12 * B * s * s * L * h
+    assert flops.model_flops(B, s, L, V, widths) == pytest.approx(expected, rel=1e-12)
+
+
+def test_llama_scenario_runs_on_h100():
+    """Every layer key priced: the scenario loads and simulates with finite results."""
+    result = run_simulation(_scenario(), load_hardware("h100-sxm5-80gb")).result
+    assert 0 < result.mfu < 1 and result.iteration_time_s > 0
+
+
+def test_flash_on_a_profile_without_rates_is_a_load_error(tmp_path):
+    data = yaml.safe_load(yaml.safe_dump(LLAMA3_8B))
+    data["hardware"] = "a100-sxm4-80gb"
+    path = tmp_path / "llama-a100.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match="flash_attention"):
+        load_scenario_and_hardware(path)
+
+
+def test_flash_in_fp32_is_refused_at_load():
+    data = yaml.safe_load(yaml.safe_dump(LLAMA3_8B))
+    data["training"]["dtype"] = "fp32"
+    with pytest.raises(ConfigError, match="flash attention runs in 16-bit"):
+        parse_scenario(data, "fp32.yaml")
+
+
+def test_gqa_unfused_scenario_runs_and_keeps_s_squared_terms():
+    """The unfused core with GQA (K/V repeated) runs; its layer keeps more than flash's."""
+    data = yaml.safe_load(yaml.safe_dump(LLAMA3_8B))
+    data["training"]["attention_backend"] = "unfused"
+    data["model"]["seq_length"] = 2048
+    unfused = build_workload(parse_scenario(data, "u.yaml"))
+    data["training"]["attention_backend"] = "flash"
+    flash = build_workload(parse_scenario(data, "f.yaml"))
+    assert unfused.layer.saved_bytes > flash.layer.saved_bytes
+    assert run_simulation(unfused.scenario, load_hardware("a100-sxm4-80gb")).result.iteration_time_s > 0
