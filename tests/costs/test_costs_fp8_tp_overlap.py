@@ -202,3 +202,22 @@ def test_fp8_saved_bytes_follow_modern_md_section_4():
     # full recompute keeps the bf16 layer input only
     full = layer_ops(_llama_8b_layer(Dtype.FP8, "full")).saved_bytes
     assert full == pytest.approx(2 * s * b * h / t)
+
+
+def test_amax_reduction_is_paid_once_per_chunk_pass():
+    """price_chunk adds one amax all-reduce to the chunk's forward and one to its backward,
+    whatever its number of layers; BF16 adds none."""
+    from simcluster.costs.chunk import price_chunk
+    from simcluster.costs.placement import tp_group
+    from simcluster.simulation import amax_group
+
+    scenario = _gpt3(dtype="fp8")
+    chunk = build_workload(scenario).stages[3].chunks[0]
+    tp, group = tp_group(scenario, H100), amax_group(scenario, H100)
+    assert group is not None and group.num_ranks == 16
+    with_amax = price_chunk(chunk, H100, tp, Dtype.FP8, amax_group=group)
+    without = price_chunk(chunk, H100, tp, Dtype.FP8)
+    amax_s = fp8_amax_reduction_s(group, H100)
+    assert with_amax.forward.comm_s - without.forward.comm_s == pytest.approx(amax_s)
+    assert with_amax.backward.comm_s - without.backward.comm_s == pytest.approx(amax_s)
+    assert amax_group(_gpt3(), H100) is None

@@ -113,3 +113,17 @@ def test_overlap_param_gather_needs_overlap_grad_reduce_as_megatron_asserts():
 
     with pytest.raises(ConfigError, match="overlap_param_gather: value True: needs training.overlap_grad"):
         _scenario(overlap_param_gather=True)
+
+
+def test_param_gather_and_buckets_appear_in_the_trace(tmp_path):
+    import json
+
+    from simcluster.engine.trace import write_trace
+
+    gather = ParamGather(link="dp:0", buckets=((0.5, 0.5),), overlapped=True)
+    plan = _one_stage(2, gather=gather, grad_buckets=((0.5, 0.5),), grad_reduce_s=1.0, overlap=True)
+    result = simulate(plan, record=True)
+    assert any(span[1] == "param gather wait" for span in result.spans)
+    assert len(result.link_spans["dp:0"]) == 2 and len(result.link_spans["nic:0"]) == 2
+    write_trace(result, tmp_path / "t.json")
+    assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
