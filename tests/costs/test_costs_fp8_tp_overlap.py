@@ -221,3 +221,22 @@ def test_amax_reduction_is_paid_once_per_chunk_pass():
     assert with_amax.forward.comm_s - without.forward.comm_s == pytest.approx(amax_s)
     assert with_amax.backward.comm_s - without.backward.comm_s == pytest.approx(amax_s)
     assert amax_group(_gpt3(), H100) is None
+
+
+def test_cli_fp8_errors_are_clear(tmp_path):
+    """`run` on A100 and `memory --measure` (plain torch layer) refuse FP8 with one line."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from simcluster.cli import app
+
+    data = {**GPT3, "training": {**GPT3["training"], "dtype": "fp8"}}
+    h100 = tmp_path / "fp8.yaml"
+    h100.write_text(yaml.safe_dump(data))
+    a100 = tmp_path / "fp8-a100.yaml"
+    a100.write_text(yaml.safe_dump({**data, "hardware": "a100-sxm4-80gb"}))
+    runner = CliRunner()
+    refused = runner.invoke(app, ["run", str(a100)])
+    assert refused.exit_code == 2 and "no FP8 tensor cores" in refused.output
+    measured = runner.invoke(app, ["memory", str(h100), "--measure"])
+    assert measured.exit_code == 2 and "no Transformer Engine FP8 linears" in measured.output
