@@ -127,3 +127,18 @@ def test_param_gather_and_buckets_appear_in_the_trace(tmp_path):
     assert len(result.link_spans["dp:0"]) == 2 and len(result.link_spans["nic:0"]) == 2
     write_trace(result, tmp_path / "t.json")
     assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+
+
+def test_plan_bound_counts_the_exposed_param_gather_and_stays_below():
+    from simcluster.plan.bound import bound_inputs, lower_bound_s, stage_seconds, stage_seconds_from_plan
+
+    hw = load_hardware("h100-sxm5-80gb")
+    for training in ({}, {"overlap_grad_reduce": True, "overlap_param_gather": True}):
+        scenario = _scenario(**training)
+        workload = build_workload(scenario)
+        plan = build_plan(scenario, hw, workload)
+        assert stage_seconds(scenario, hw, workload) == stage_seconds_from_plan(plan)
+        bound = lower_bound_s(bound_inputs(scenario, hw, workload))
+        assert bound <= simulate(plan).iteration_time_s
+        gathers = [stage.param_gather_s for stage in stage_seconds(scenario, hw, workload)]
+        assert all(g > 0 for g in gathers) if not training else all(g == 0 for g in gathers)
