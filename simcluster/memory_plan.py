@@ -16,7 +16,13 @@ from simcluster.results import StageMemory
 from simcluster.schedule import build_schedule
 from simcluster.schedule.tasks import Phase
 from simcluster.workload import memory
-from simcluster.workload.model import StageWork, Workload, build_workload, recompute_workspace_bytes
+from simcluster.workload.model import (
+    StageWork,
+    Workload,
+    build_workload,
+    recompute_workspace_bytes,
+    transient_bytes,
+)
 
 
 def stage_memory_estimate(
@@ -25,7 +31,7 @@ def stage_memory_estimate(
     workload = workload or build_workload(scenario)
     par = scenario.parallel
     schedule = build_schedule(scenario.training.schedule, par.pp, scenario.num_microbatches, par.vpp)
-    transient = recompute_workspace_bytes(workload)
+    transient = transient_bytes(workload)
     rows = []
     for stage, tasks in zip(workload.stages, schedule):
         chunk_saved = [chunk.saved_bytes for chunk in stage.chunks]
@@ -73,6 +79,7 @@ class MemoryReport:
     output_bytes_per_microbatch: float
     transient_bytes: float
     stages: tuple[StageMemory, ...]
+    stage_num_layers: tuple[int, ...] = ()
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
@@ -85,6 +92,7 @@ class MemoryReport:
             "output_bytes_per_microbatch": self.output_bytes_per_microbatch,
             "transient_bytes": self.transient_bytes,
             "stages": [{**asdict(stage), "fits": stage.fits} for stage in self.stages],
+            "stage_num_layers": list(self.stage_num_layers),
         }
 
 
@@ -92,14 +100,16 @@ def memory_report(scenario: Scenario, hw: HardwareProfile) -> MemoryReport:
     workload = build_workload(scenario)
     par = scenario.parallel
     first, last = workload.stages[0].chunks[0], workload.stages[-1].chunks[-1]
+    split = scenario.pipeline_split
     return MemoryReport(
         scenario=scenario.name,
         table2_row=memory.table2_row(par.tp, par.sequence_parallel, scenario.training.recompute).value,
         predicted_bytes_per_layer=workload.layer.saved_bytes,
-        layers_per_stage=scenario.model.num_layers // par.pp,
+        layers_per_stage=split.stage_layers[0],
         interleave_factor=memory.interleave_factor(par.pp, par.vpp),
         embedding_bytes_per_microbatch=first.embedding.saved_bytes if first.embedding else 0.0,
         output_bytes_per_microbatch=last.output.saved_bytes if last.output else 0.0,
         transient_bytes=recompute_workspace_bytes(workload),
         stages=stage_memory_estimate(scenario, hw, workload),
+        stage_num_layers=split.stage_layers,
     )

@@ -58,6 +58,7 @@ class SimulationResult:
     extras: dict[str, Any] = field(default_factory=dict)
     paper_hardware_flops: float = 0.0  # Korthikanti Eq. 8 for selective (Table 5's HFU column)
     paper_hfu: float = 0.0
+    tokens_per_s_per_gpu: float = 0.0  # global_batch_size · seq_length / iteration time / GPUs
 
     @property
     def fits_in_memory(self) -> bool:
@@ -101,5 +102,6 @@ class SimulationResult:
             "num_events": self.num_events,
             "paper_hardware_flops": self.paper_hardware_flops,
             "paper_hfu": self.paper_hfu,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
             **self.extras,
         }

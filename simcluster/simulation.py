@@ -14,7 +14,7 @@ from simcluster.config.scenario import Scenario, require_hardware_fits
 from simcluster.costs.chunk import ChunkCost, price_chunk, price_ops
 from simcluster.costs.compute import elementwise_time_s
 from simcluster.costs.network import GroupPlacement, collective_time_s, p2p_time_s
-from simcluster.costs.placement import dp_group, stages_share_node, strided_group, tp_group
+from simcluster.costs.placement import cp_group, dp_cp_group, stages_share_node, strided_group, tp_group
 from simcluster.engine.plan import ParamGather, PipelinePlan, StagePlan, TaskWork, TimeCategory, Transfer
 from simcluster.engine.simulator import EngineResult, simulate
 from simcluster.memory_plan import stage_memory_row
@@ -26,7 +26,12 @@ from simcluster.schedule import (
     warmup_microbatches,
 )
 from simcluster.workload import flops
-from simcluster.workload.model import StageWork, Workload, build_workload, recompute_workspace_bytes
+from simcluster.workload.model import (
+    StageWork,
+    Workload,
+    build_workload,
+    transient_bytes,
+)
 from simcluster.workload.ops import CollectiveKind
 
 
@@ -111,11 +116,12 @@ def dp_bucket_counts(scenario: Scenario, stage: StageWork) -> tuple[int, ...]:
 
 def grad_reduce_transfer(scenario: Scenario, hw: HardwareProfile, stage: StageWork) -> Transfer | None:
     """DP reduction of fp32 main grads: an all-reduce, or with the distributed optimizer a
-    reduce-scatter (the all-gather of the updated parameters is `param_gather`)."""
+    reduce-scatter (the all-gather of the updated parameters is `param_gather`), over the
+    DP × CP group (`costs.placement.dp_cp_group`: CP ranks hold identical weights)."""
     par = scenario.parallel
-    if par.dp == 1:
+    if par.dp * par.cp == 1:
         return None
-    group = dp_group(scenario, hw)
+    group = dp_cp_group(scenario, hw)
     if scenario.training.use_distributed_optimizer:
         seconds = collective_time_s(CollectiveKind.REDUCE_SCATTER, stage.dp_gradient_bytes, group, hw)
     else:
@@ -130,11 +136,12 @@ def grad_buckets(
     """With the distributed optimizer and --overlap-grad-reduce: per chunk, the seconds of
     each bucket's reduce-scatter of fp32 main grads (`start_grad_sync` per bucket). Each
     bucket is its own collective, so each pays the collective's latency."""
-    if scenario.parallel.dp == 1 or not (
+    par = scenario.parallel
+    if par.dp * par.cp == 1 or not (
         scenario.training.use_distributed_optimizer and scenario.training.overlap_grad_reduce
     ):
         return None
-    group = dp_group(scenario, hw)
+    group = dp_cp_group(scenario, hw)
     chunk_bytes = stage.dp_gradient_bytes / len(stage.chunks)
     return tuple(
         (collective_time_s(CollectiveKind.REDUCE_SCATTER, chunk_bytes / n, group, hw),) * n
@@ -143,14 +150,15 @@ def grad_buckets(
 
 
 def param_gather(scenario: Scenario, hw: HardwareProfile, stage: StageWork) -> ParamGather | None:
-    """Distributed optimizer: all-gather of the updated bf16 parameters over DP (2 bytes per
-    parameter; --fp8-param-gather is not modelled), in the same buckets as the gradients.
+    """Distributed optimizer: all-gather of the updated bf16 parameters over DP × CP (the
+    optimizer's shard group, `dp_cp_group`; 2 bytes per parameter; --fp8-param-gather is not
+    modelled), in the same buckets as the gradients.
     Overlapped (--overlap-param-gather), it runs on the DP communicator's own link, beside
     pipeline p2p (their sharing of a NIC is not modelled); otherwise it follows the step."""
-    tr = scenario.training
-    if scenario.parallel.dp == 1 or not tr.use_distributed_optimizer:
+    tr, par = scenario.training, scenario.parallel
+    if par.dp * par.cp == 1 or not tr.use_distributed_optimizer:
         return None
-    group = dp_group(scenario, hw)
+    group = dp_cp_group(scenario, hw)
     chunk_bytes = stage.dp_gradient_bytes / 2 / len(stage.chunks)
     buckets = tuple(
         (collective_time_s(CollectiveKind.ALL_GATHER, chunk_bytes / n, group, hw),) * n
@@ -181,18 +189,19 @@ def amax_group(scenario: Scenario, hw: HardwareProfile) -> GroupPlacement | None
 def build_plan(scenario: Scenario, hw: HardwareProfile, workload: Workload) -> PipelinePlan:
     require_hardware_fits(scenario, hw)
     par, dtype = scenario.parallel, scenario.training.dtype
-    tp = tp_group(scenario, hw)
+    tp, cp = tp_group(scenario, hw), cp_group(scenario, hw)
     overlap, amax = scenario.training.tp_comm_overlap, amax_group(scenario, hw)
     schedule = build_schedule(scenario.training.schedule, par.pp, scenario.num_microbatches, par.vpp)
-    transient = recompute_workspace_bytes(workload)
-    cost_cache: dict[tuple[bool, bool], ChunkCost] = {}
+    transient = transient_bytes(workload)
+    # Chunks differ only in their layer count (uneven splits) and the extras they carry.
+    cost_cache: dict[tuple[int, bool, bool], ChunkCost] = {}
     stages = []
     for stage in workload.stages:
         costs = []
         for chunk in stage.chunks:
-            key = (chunk.embedding is not None, chunk.output is not None)
+            key = (chunk.num_layers, chunk.embedding is not None, chunk.output is not None)
             if key not in cost_cache:
-                cost_cache[key] = price_chunk(chunk, hw, tp, dtype, overlap, amax)
+                cost_cache[key] = price_chunk(chunk, hw, tp, dtype, cp, overlap, amax)
             costs.append(cost_cache[key])
         forward, backward = _task_works(tuple(costs), stage, transient)
         r, p = stage.stage, par.pp
@@ -251,14 +260,14 @@ def _stage_memory(workload: Workload, engine: EngineResult, hw: HardwareProfile)
 
 
 def layer_times(workload: Workload, hw: HardwareProfile, scenario: Scenario) -> LayerTimes:
-    tp = tp_group(scenario, hw)
+    tp, cp = tp_group(scenario, hw), cp_group(scenario, hw)
     dtype: Dtype = scenario.training.dtype
     layer = workload.layer
     overlap = scenario.training.tp_comm_overlap
-    forward = price_ops(layer.forward, hw, tp, dtype, overlap).total_s
+    forward = price_ops(layer.forward, hw, tp, dtype, cp, overlap).total_s
     backward = (
-        price_ops(layer.backward, hw, tp, dtype, overlap).total_s
-        + price_ops(layer.recompute, hw, tp, dtype, overlap).total_s
+        price_ops(layer.backward, hw, tp, dtype, cp, overlap).total_s
+        + price_ops(layer.recompute, hw, tp, dtype, cp, overlap).total_s
     )
     return LayerTimes(forward_s=forward, backward_s=backward)
 
@@ -295,6 +304,7 @@ def run_simulation(
         num_events=engine.num_events,
         paper_hardware_flops=paper_hardware_flops,
         paper_hfu=flops.utilization(paper_hardware_flops, t, scenario.num_gpus, peak),
+        tokens_per_s_per_gpu=B * s / t / scenario.num_gpus,
     )
     return Simulation(scenario, hw, workload, plan, engine, result)
 

@@ -31,7 +31,7 @@ def import_megatron(
     hardware: Annotated[str, typer.Option(help="hardware profile stem or path")] = DEFAULT_HARDWARE,
     name: Annotated[str | None, typer.Option(help="scenario name (default: --out's stem)")] = None,
     num_gpus: Annotated[
-        int | None, typer.Option(min=1, help="world size, for dp = num_gpus / (tp * pp)")
+        int | None, typer.Option(min=1, help="world size, for dp = num_gpus / (tp * cp * pp)")
     ] = None,
 ) -> None:
     """Turn Megatron-LM arguments into a scenario; unknown and ignored flags are listed."""

@@ -36,6 +36,38 @@ Out = Annotated[Path, typer.Option("--out", "-o", help="figure file (.png, .svg 
 Hardware = Annotated[
     str | None, typer.Option(help="hardware profile stem or path, instead of the scenario's")
 ]
+Where = Annotated[
+    list[str] | None,
+    typer.Option(help="keep rows whose COLUMN reads VALUE, e.g. model=gpt3-175b (repeatable)"),
+]
+
+
+def _range(option: str, text: str | None, kind: type[int] | type[float]) -> tuple[float, float] | None:
+    """'A:B' as two numbers (exit 2 naming the option otherwise)."""
+    if text is None:
+        return None
+    try:
+        first, last = (kind(part) for part in text.split(":"))
+    except ValueError:
+        fail(f"{option}: value {text!r}: give A:B, e.g. {'8:15' if kind is int else '2.0:3.5'}")
+    if not 0 <= first <= last:
+        fail(f"{option}: value {text!r}: needs 0 <= A <= B")
+    return first, last
+
+
+def _where(sweep: pd.DataFrame, where: list[str] | None) -> pd.DataFrame:
+    from simcluster.report.figure_data import select_rows
+
+    pairs = {}
+    for item in where or []:
+        column, sep, value = item.partition("=")
+        if not sep:
+            fail(f"--where: value {item!r}: give COLUMN=VALUE, e.g. model=gpt3-175b")
+        pairs[column] = value
+    try:
+        return select_rows(sweep, pairs)
+    except ValueError as error:
+        fail(error)
 
 
 def _checked(out: Path) -> Path:
@@ -72,6 +104,17 @@ def _read_sweep(path: Path) -> pd.DataFrame:
     return table
 
 
+def _invalid_cells(path: Path, sweep: pd.DataFrame) -> list[tuple[int, int]]:
+    """The (tp, pp) cells the sweep recorded as rejected outright (Parquet metadata), for
+    the models left in `sweep`; none for a CSV or an older table."""
+    from simcluster.sweep.store import read_metadata
+
+    found = read_metadata(path) if path.suffix.lower() != ".csv" else None
+    cells = (found or {}).get("invalid_cells", [])
+    models = set(sweep["model"]) if "model" in sweep.columns else None
+    return [(int(tp), int(pp)) for model, tp, pp in cells if models is None or model in models]
+
+
 @plot_app.command("memory-ladder")
 def memory_ladder(out: Out = Path("memory-ladder.png")) -> None:
     """Figure 7: per-layer activation memory as % of the tensor-parallel baseline."""
@@ -101,9 +144,16 @@ def timeline(
     scenario: Annotated[Path, typer.Argument(help="a scenario YAML file")],
     out: Out = Path("timeline.png"),
     hardware: Hardware = None,
+    microbatches: Annotated[
+        str | None, typer.Option(help="draw only microbatches A:B (inclusive, from 0), e.g. 8:15")
+    ] = None,
+    window_s: Annotated[
+        str | None, typer.Option("--window-s", help="draw only seconds A:B of the iteration, e.g. 2.0:3.5")
+    ] = None,
     hwprofiles: HwProfiles = None,
 ) -> None:
-    """Pipeline Gantt chart per stage (forward, backward, recompute, comms, idle) of one run."""
+    """Pipeline Gantt chart per stage (forward, backward, recompute hatched, comms, idle) of
+    one run; --microbatches or --window-s zoom in on part of a long one."""
     from simcluster.config.hardware import load_hardware
     from simcluster.config.scenario import load_scenario
     from simcluster.report import plots
@@ -116,9 +166,27 @@ def timeline(
         profile = load_hardware(hardware or spec.hardware, relative_to=scenario)
     except ConfigError as error:
         fail(error)
+    if microbatches is not None and window_s is not None:
+        fail("--microbatches and --window-s: give one of them")
+    chosen = _range("--microbatches", microbatches, int)
+    window = _range("--window-s", window_s, float)
     simulation = run_simulation(spec, profile, record=True)
-    title = f"{spec.name} on {profile.name}: {simulation.result.iteration_time_s:.3f} s per iteration"
-    _save(plots.timeline_figure(plots.timeline_frame(simulation), title), out)
+    frame = plots.timeline_frame(simulation)
+    try:
+        if chosen is not None:
+            window = plots.microbatch_window_s(frame, int(chosen[0]), int(chosen[1]))
+        elif window is not None and window[0] >= simulation.result.iteration_time_s:
+            raise ValueError(f"--window-s: value {window_s!r}: the iteration ends at "
+                             f"{simulation.result.iteration_time_s:.3f} s")  # fmt: skip
+    except ValueError as error:
+        fail(error)
+    title = (
+        f"{spec.name}: {spec.num_gpus} GPUs of {profile.name}, {spec.num_microbatches} microbatches, "
+        f"{simulation.result.iteration_time_s:.3f} s per iteration"
+        + (f"\nmicrobatches {microbatches}" if microbatches else f"\n{window_s} s" if window_s else "")
+    )
+    highlight = (int(chosen[0]), int(chosen[1])) if chosen is not None else None
+    _save(plots.timeline_figure(frame, title, window, highlight), out)
 
 
 @plot_app.command("sweep-heatmap")
@@ -126,12 +194,18 @@ def sweep_heatmap(
     table: Annotated[Path, typer.Argument(help="a sweep's Parquet (or CSV) output")],
     out: Out = Path("sweep-heatmap.png"),
     metric: Annotated[Metric, typer.Option(help="what to colour")] = Metric.MFU,
+    where: Where = None,
 ) -> None:
-    """tp × pp heatmap of the best MFU (or HFU) among configurations that fit."""
+    """tp × pp heatmap of the best MFU (or HFU) among configurations that fit; invalid
+    layouts hatched, layouts that do not fit grey."""
     from simcluster.report import plots
 
     _checked(out)
-    figure = plots.sweep_heatmap_figure(_read_sweep(table), plots.HeatmapMetric(metric.value))
+    sweep = _where(_read_sweep(table), where)
+    if (problem := plots.mixed_subject(sweep)) is not None:
+        fail(f"{table}: {problem}")
+    invalid = _invalid_cells(table, sweep)
+    figure = plots.sweep_heatmap_figure(sweep, plots.HeatmapMetric(metric.value), invalid)
     _save(figure, out)
 
 
@@ -140,6 +214,7 @@ def pareto(
     table: Annotated[Path, typer.Argument(help="a sweep's Parquet (or CSV) output")],
     out: Out = Path("pareto.png"),
     capacity_gb: Annotated[float | None, typer.Option(help="draw the GPU memory line (GB)")] = None,
+    where: Where = None,
 ) -> None:
     """Peak memory vs iteration time of a sweep, with the Pareto front highlighted."""
     from simcluster import units
@@ -147,4 +222,4 @@ def pareto(
 
     _checked(out)
     capacity = units.gb_to_bytes(capacity_gb) if capacity_gb is not None else None
-    _save(plots.pareto_figure(_read_sweep(table), capacity), out)
+    _save(plots.pareto_figure(_where(_read_sweep(table), where), capacity), out)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -10,31 +11,53 @@ import typer
 from simcluster.cli._app import app, fail
 from simcluster.cli._hwprofiles import HwProfiles, use_hwprofiles
 from simcluster.config.errors import ConfigError
+from simcluster.headroom import DEFAULT_HEADROOM_FRACTION
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from simcluster.sweep import SweepOutcome
 
 
-def _top_table(table: pd.DataFrame, count: int) -> str:
+_LABELS = {
+    "micro_batch_size": "mbs",
+    "global_batch_size": "gbs",
+    "sequence_parallel": "sp",
+    "use_distributed_optimizer": "dist-opt",
+    "overlap_grad_reduce": "overlap-grad",
+    "seq_length": "seq",
+}
+
+
+def _cell(value: object) -> str:
+    import numpy as np
+
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def _top_table(outcome: SweepOutcome, count: int) -> str:
+    """The best `count` by MFU that fit, with every swept axis as a column (so two rows that
+    differ only in, say, the distributed optimizer look different)."""
     from simcluster import units
     from simcluster.report.tables import format_table
     from simcluster.sweep import best_by_mfu
+    from simcluster.sweep.summary import swept_columns
 
-    best = best_by_mfu(table, count)
+    columns = swept_columns(outcome)
+    best = best_by_mfu(outcome.table, count)
     rows = [
         [
-            row.tp, row.pp, row.dp, row.vpp, row.micro_batch_size,
-            "yes" if row.sequence_parallel else "no", row.recompute,
+            *(_cell(row[column]) for column in columns),
             f"{100 * row.mfu:.1f}", f"{row.iteration_time_s:.3f}",
             f"{units.bytes_to_gb(row.max_stage_peak_memory_bytes):.1f}",
             f"{units.bytes_to_gb(row.memory_headroom_bytes):.1f}",
         ]
-        for row in best.itertuples()
+        for _, row in best.iterrows()
     ]  # fmt: skip
-    headers = ["tp", "pp", "dp", "vpp", "mbs", "sp", "recompute", "MFU %", "iter s", "peak GB", "headroom GB"]
-    return format_table(headers, rows) if rows else "no simulated configuration fits with memory headroom"
+    headers = [*(_LABELS.get(c, c) for c in columns), "MFU %", "iter s", "peak GB", "headroom GB"]
+    if not rows:
+        return f"no simulated configuration fits with headroom {outcome.headroom_fraction:g}"
+    return format_table(headers, rows)
 
 
 def _summary(outcome: SweepOutcome, out: Path, show_invalid: bool) -> str:
@@ -52,7 +75,7 @@ def _summary(outcome: SweepOutcome, out: Path, show_invalid: bool) -> str:
     )
     lines.append(
         f"ran {outcome.num_run} ({outcome.num_resumed} already in {out}) in {outcome.elapsed_s:.1f} s; "
-        f"table: {counts or 'empty'} -> {out}"
+        f"table: {counts or 'empty'} (fits: headroom {outcome.headroom_fraction:g} of usable memory) -> {out}"
     )
     return "\n".join(lines)
 
@@ -67,7 +90,16 @@ def sweep(
     resume: Annotated[bool, typer.Option("--resume", help="skip configurations already in --out")] = False,
     workers: Annotated[int | None, typer.Option(min=1, help="local processes (default: every core)")] = None,
     dask: Annotated[str | None, typer.Option(help="Dask scheduler address, e.g. tcp://host:8786")] = None,
-    top: Annotated[int | None, typer.Option(min=1, help="print the best N by MFU that fit")] = None,
+    top: Annotated[
+        int | None, typer.Option(min=1, help="print the best N by MFU that fit (--json: default 10)")
+    ] = None,
+    headroom: Annotated[
+        float,
+        typer.Option(help="fraction of usable device memory a configuration must leave free, in [0, 1)"),
+    ] = DEFAULT_HEADROOM_FRACTION,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="print the summary and the best rows as JSON")
+    ] = False,
     show_invalid: Annotated[
         bool, typer.Option("--show-invalid", help="list every filtered-out combination")
     ] = False,
@@ -81,12 +113,18 @@ def sweep(
 
     try:
         outcome = execute_sweep(
-            spec, out, workers=workers, dask=dask, csv=csv, resume=resume, progress=progress
-        )
+            spec, out, workers=workers, dask=dask, csv=csv, resume=resume, progress=progress,
+            headroom_fraction=headroom,
+        )  # fmt: skip
     except (ConfigError, OSError) as error:  # OSError: --out not writable, --dask unreachable
         fail(error)
     except KeyboardInterrupt:
         fail(f"interrupted: the finished rows are in {out}; run again with --resume", code=130)
+    if json_output:
+        from simcluster.sweep.summary import DEFAULT_TOP, sweep_json
+
+        typer.echo(json.dumps(sweep_json(outcome, out, top or DEFAULT_TOP), indent=2, allow_nan=False))
+        return
     typer.echo(_summary(outcome, out, show_invalid))
     if top is not None:
-        typer.echo(_top_table(outcome.table, top))
+        typer.echo(_top_table(outcome, top))

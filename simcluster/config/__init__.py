@@ -1,5 +1,6 @@
 """Files -> frozen, validated models. No logic beyond validation, and the one translation
-into them: a Megatron launch line -> a scenario (`megatron_args`).
+into and out of them: a Megatron launch line <-> a scenario (`megatron_args`, over
+`megatron_flags`, `megatron_cmdline`, `megatron_import` and `megatron_export`).
 
 Re-exports are lazy so that `simcluster.config.choices` (plain enums) imports with the
 standard library alone: the torch profiler runs on machines without pydantic or yaml.

@@ -27,6 +27,7 @@ from simcluster.config.errors import ConfigError, describe_validation_error
 from simcluster.config.files import read_yaml
 from simcluster.config.hardware import HardwareProfile, known_profiles, load_hardware
 from simcluster.config.layer_shape import Indivisible, ffn_hidden_size_or_default, indivisible_sizes
+from simcluster.config.pipeline_split import PipelineSplit, SplitRequest, pipeline_split, split_problems
 from simcluster.config.strict import StrictModel
 
 MAX_SIMULATED_TASKS = 1_000_000
@@ -138,7 +139,28 @@ class Scenario(StrictModel):
 
     @property
     def layers_per_chunk(self) -> int:
+        """L/(p·v): the layers of every chunk of the default (even) split; see
+        `pipeline_split` for the layers each chunk builds."""
         return self.model.num_layers // (self.parallel.pp * self.parallel.vpp)
+
+    @property
+    def split_request(self) -> SplitRequest:
+        par = self.parallel
+        return SplitRequest(
+            num_layers=self.model.num_layers,
+            pp=par.pp,
+            vpp=par.vpp,
+            account_for_embedding=par.account_for_embedding_in_pipeline_split,
+            account_for_loss=par.account_for_loss_in_pipeline_split,
+            first_pipeline_num_layers=par.first_pipeline_num_layers,
+            last_pipeline_num_layers=par.last_pipeline_num_layers,
+        )
+
+    @property
+    def pipeline_split(self) -> PipelineSplit:
+        """The transformer layers each (stage, chunk) builds (Megatron-core's
+        get_num_layers_to_build, `config.pipeline_split`)."""
+        return pipeline_split(self.split_request)
 
 
 def divisors(n: int, limit: int | None = None) -> tuple[int, ...]:
@@ -200,7 +222,7 @@ def _too_many_tasks(scenario: Scenario, tasks: int) -> str:
     )
 
 
-def cross_field_problems(scenario: Scenario) -> list[str]:
+def cross_field_problems(scenario: Scenario, refuse_unpriced: bool = True) -> list[str]:
     """The rules pydantic's per-field checks cannot see (also used to filter sweeps)."""
     m, par, tr = scenario.model, scenario.parallel, scenario.training
     problems: list[str] = []
@@ -209,11 +231,10 @@ def cross_field_problems(scenario: Scenario) -> list[str]:
     )
     # The sequence rule is reported last, after the rules of the layout around the layer.
     problems += [_shape_problem(bad) for bad in shape if bad.field != "seq_length"]
-    if m.num_layers % (par.pp * par.vpp):
-        problems.append(
-            f"model.num_layers: value {m.num_layers}: must be divisible by pp * vpp "
-            f"({par.pp} * {par.vpp} = {par.pp * par.vpp})"
-        )
+    request = scenario.split_request
+    both_kinds = request.explicit and (request.account_for_embedding or request.account_for_loss)
+    if not both_kinds:  # the exclusion itself is reported with Megatron-core's other rules
+        problems += split_problems(request)
     per_step = tr.micro_batch_size * par.dp
     if tr.global_batch_size % per_step:
         problems.append(
@@ -232,26 +253,27 @@ def cross_field_problems(scenario: Scenario) -> list[str]:
     if par.sequence_parallel and par.tp == 1:
         problems.append("parallel.sequence_parallel: value True: needs tp > 1")
     problems += [_shape_problem(bad) for bad in shape if bad.field == "seq_length"]
-    problems += modern_layout_problems(scenario)
+    problems += modern_layout_problems(scenario, refuse_unpriced)
     return problems
 
 
 # Keys of the contract that load and are checked, but that the simulator does not price yet:
-# a run with one of them set is refused rather than priced as if it were unset.
-NOT_MODELLED_YET: dict[str, Callable[[Scenario], bool]] = {
-    "parallel.cp": lambda s: s.parallel.cp > 1,
-    "parallel.account_for_embedding_in_pipeline_split": (
-        lambda s: s.parallel.account_for_embedding_in_pipeline_split
-    ),
-    "parallel.account_for_loss_in_pipeline_split": lambda s: s.parallel.account_for_loss_in_pipeline_split,
-    "parallel.first_pipeline_num_layers": lambda s: s.parallel.first_pipeline_num_layers is not None,
-    "parallel.last_pipeline_num_layers": lambda s: s.parallel.last_pipeline_num_layers is not None,
-}
+# a run with one of them set is refused rather than priced as if it were unset. Empty now
+# (context parallelism, the uneven splits, FP8 and both overlaps are priced); the rule stays
+# for the next key that loads before it is priced.
+NOT_MODELLED_YET_MESSAGE = "not modelled by this version of the simulator yet"
+NOT_MODELLED_YET: dict[str, Callable[[Scenario], bool]] = {}
 
 
-def modern_layout_problems(scenario: Scenario) -> list[str]:
+def unpriced_keys(scenario: Scenario) -> list[str]:
+    """The keys of NOT_MODELLED_YET this scenario sets away from their defaults."""
+    return [key for key, is_set in NOT_MODELLED_YET.items() if is_set(scenario)]
+
+
+def modern_layout_problems(scenario: Scenario, refuse_unpriced: bool = True) -> list[str]:
     """Megatron-core's rules for GQA, context parallelism, the overlaps and uneven pipeline
-    splits (modern.md §3), then the keys set that are not priced yet."""
+    splits (modern.md §3), then (unless `refuse_unpriced` is off, for tools that only
+    describe a run, never price it: `export-megatron`) the keys set that are not priced yet."""
     m, par, tr = scenario.model, scenario.parallel, scenario.training
     problems: list[str] = []
     g = m.query_groups
@@ -277,6 +299,21 @@ def modern_layout_problems(scenario: Scenario) -> list[str]:
             f"model.seq_length: value {m.seq_length}: must be divisible by 2 * cp ({2 * par.cp}); "
             "Megatron-core splits the sequence into 2·cp chunks for causal load balance"
         )
+    elif par.cp > 1 and par.sequence_parallel and (m.seq_length // par.cp) % par.tp:
+        problems.append(
+            f"model.seq_length: value {m.seq_length}: each context-parallel rank's "
+            f"{m.seq_length // par.cp} tokens (seq_length / cp) must be divisible by tp ({par.tp}) "
+            "with sequence_parallel"
+        )
+    if par.cp > 1 and tr.attention_backend is AttentionBackend.UNFUSED:
+        # megatron/core/transformer/dot_product_attention.py: DotProductAttention.__init__
+        # asserts context_parallel_size == 1 ("Context parallelism is only supported by
+        # TEDotProductAttention!"); the ring runs inside TE's fused / flash attention.
+        problems.append(
+            f"parallel.cp: value {par.cp}: needs training.attention_backend flash; Megatron-core's "
+            "unfused DotProductAttention asserts 'Context parallelism is only supported by "
+            "TEDotProductAttention!'"
+        )
     if tr.tp_comm_overlap and not par.sequence_parallel:
         problems.append("training.tp_comm_overlap: value True: needs parallel.sequence_parallel (Megatron)")
     if tr.overlap_param_gather and not tr.use_distributed_optimizer:
@@ -296,12 +333,11 @@ def modern_layout_problems(scenario: Scenario) -> list[str]:
             "parallel.first_pipeline_num_layers / last_pipeline_num_layers: cannot be combined with "
             "account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split (Megatron-core)"
         )
-    problems += [
-        f"{key}: value {_shown_value(scenario, key)}: not modelled by this version of the simulator yet; "
-        "leave it at its default"
-        for key, is_set in NOT_MODELLED_YET.items()
-        if is_set(scenario)
-    ]
+    if refuse_unpriced:
+        problems += [
+            f"{key}: value {_shown_value(scenario, key)}: {NOT_MODELLED_YET_MESSAGE}; leave it at its default"
+            for key in unpriced_keys(scenario)
+        ]
     return problems
 
 
@@ -311,8 +347,12 @@ def _shown_value(scenario: Scenario, key: str) -> object:
     return value.value if isinstance(value, enum.Enum) else value
 
 
-def parse_scenario(data: Any, source: str | Path, default_name: str = "scenario") -> Scenario:
-    """Validate a scenario mapping; raise ConfigError naming every problem at once."""
+def parse_scenario(
+    data: Any, source: str | Path, default_name: str = "scenario", refuse_unpriced: bool = True
+) -> Scenario:
+    """Validate a scenario mapping; raise ConfigError naming every problem at once.
+    `refuse_unpriced=False` keeps every rule but accepts keys not priced yet (for tools that
+    describe a run without simulating it)."""
     if not isinstance(data, dict):
         raise ConfigError(source, ["(top level): a scenario must be a mapping of keys"])
     data = {"name": default_name, **data}
@@ -320,15 +360,15 @@ def parse_scenario(data: Any, source: str | Path, default_name: str = "scenario"
         scenario = Scenario.model_validate(data)
     except ValidationError as error:
         raise ConfigError(source, describe_validation_error(error)) from None
-    problems = cross_field_problems(scenario)
+    problems = cross_field_problems(scenario, refuse_unpriced)
     if problems:
         raise ConfigError(source, problems)
     return scenario
 
 
-def load_scenario(path: str | Path) -> Scenario:
+def load_scenario(path: str | Path, refuse_unpriced: bool = True) -> Scenario:
     path = Path(path)
-    return parse_scenario(read_yaml(path), path, default_name=path.stem)
+    return parse_scenario(read_yaml(path), path, default_name=path.stem, refuse_unpriced=refuse_unpriced)
 
 
 def fp8_profiles() -> list[str]:
@@ -343,8 +383,6 @@ def fp8_profiles() -> list[str]:
         if profile.peak_fp8_flop_per_s is not None and profile.compute.fp8_gemm_max_efficiency is not None:
             names.append(name)
     return sorted(names)
-
-
 
 
 def hardware_problems(scenario: Scenario, hw: HardwareProfile) -> list[str]:

@@ -42,6 +42,7 @@ from simcluster.costs.compute import (
     fp8_gemm_time_s,
     gemm_time_s,
 )
+from simcluster.costs.context_parallel import ring_attention_cost_s
 from simcluster.costs.network import GroupPlacement, collective_time_s
 from simcluster.units import us_to_s
 from simcluster.workload.fp8 import is_te_linear_gemm
@@ -54,6 +55,9 @@ RING_EXCHANGE_SPLITS_PER_RANK = 1  # ring_exchange: num_splits = tp_size
 PIPELINE_SPLITS = 4  # pipeline: num_splits = 4
 PIPELINE_COMM_SMS = 16  # pipeline and bulk: num_sm = 16 with set_sm_margin
 BULK_COMM_SMS = 16
+
+NO_CONTEXT_PARALLEL = GroupPlacement(num_ranks=1, ranks_per_node=1)
+"""The context-parallel group when c = 1 (no ring op is built then)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,19 +153,34 @@ def _op_seconds(
 
 
 def price_ops(
-    ops: tuple[Op, ...], hw: HardwareProfile, tp: GroupPlacement, dtype: Dtype, tp_comm_overlap: bool = False
+    ops: tuple[Op, ...],
+    hw: HardwareProfile,
+    tp: GroupPlacement,
+    dtype: Dtype,
+    cp: GroupPlacement = NO_CONTEXT_PARALLEL,
+    tp_comm_overlap: bool = False,
 ) -> OpsCost:
     """Sum op times in order. An op marked `overlaps_next` runs beside the next op: a share
     `tp_overlap_fraction` of the shorter of the two is hidden (1 = the pair costs the
     longer of the two; below 1 the GPU's SMs and HBM are shared and overlap is partial).
+    A context-parallel ring (`Op.ring`) adds its attention to compute and the transfers it
+    does not hide to comm, over the ring's placement `cp` (`costs.context_parallel`).
     With `tp_comm_overlap` the TE linears' collectives are priced as TE userbuffers
-    pipeline them (module docstring)."""
+    pipeline them (module docstring); the ring is priced the same way there."""
     if tp_comm_overlap:
-        return _price_ops_userbuffers(ops, hw, tp, dtype)
+        return _price_ops_userbuffers(ops, hw, tp, dtype, cp)
     overlap = hw.network.tp_overlap_fraction
     compute_s = comm_s = 0.0
     pending_comm_s = 0.0
     for index, op in enumerate(ops):
+        if op.ring is not None:
+            ring_compute_s, ring_comm_s = ring_attention_cost_s(op.ring, hw, cp)
+            compute_s += ring_compute_s
+            comm_s += ring_comm_s
+            seconds = ring_compute_s + ring_comm_s
+            comm_s += pending_comm_s - overlap * min(pending_comm_s, seconds)
+            pending_comm_s = 0.0
+            continue
         if dtype is Dtype.FP8:
             seconds = _op_seconds(ops, index, hw, tp, dtype)
         else:
@@ -199,15 +218,26 @@ def pipelined_s(gemm_s: float, comm_s: float, splits: int) -> float:
 
 
 def _price_ops_userbuffers(
-    ops: tuple[Op, ...], hw: HardwareProfile, tp: GroupPlacement, dtype: Dtype
+    ops: tuple[Op, ...],
+    hw: HardwareProfile,
+    tp: GroupPlacement,
+    dtype: Dtype,
+    cp: GroupPlacement = NO_CONTEXT_PARALLEL,
 ) -> OpsCost:
     """`price_ops` with TE userbuffers (module docstring). The overlapped pair's time beyond
-    its GEMM is exposed communication; ops outside the pairs are priced as usual."""
+    its GEMM is exposed communication; ops outside the pairs are priced as usual, the
+    context-parallel ring (`Op.ring`, on its own P2P streams, not userbuffers) included."""
     compute_s = comm_s = 0.0
     n = len(ops)
     index = 0
     while index < n:
         op = ops[index]
+        if op.ring is not None:
+            ring_compute_s, ring_comm_s = ring_attention_cost_s(op.ring, hw, cp)
+            compute_s += ring_compute_s
+            comm_s += ring_comm_s
+            index += 1
+            continue
         after = ops[index + 1] if index + 1 < n else None
         if op.kind is OpKind.COLLECTIVE and after is not None and is_te_linear_gemm(after):
             gather_or_comm_s = _op_seconds(ops, index, hw, tp, dtype)
@@ -261,14 +291,19 @@ def fp8_amax_reduction_s(group: GroupPlacement, hw: HardwareProfile) -> float:
 
 
 def price_layer_ops(
-    ops: LayerOps, hw: HardwareProfile, tp: GroupPlacement, dtype: Dtype, tp_comm_overlap: bool = False
+    ops: LayerOps,
+    hw: HardwareProfile,
+    tp: GroupPlacement,
+    dtype: Dtype,
+    cp: GroupPlacement = NO_CONTEXT_PARALLEL,
+    tp_comm_overlap: bool = False,
 ) -> ChunkCost:
     """One layer's (or the embedding's, or the output layer's) forward, backward and
     recompute, per microbatch."""
     return ChunkCost(
-        forward=price_ops(ops.forward, hw, tp, dtype, tp_comm_overlap),
-        backward=price_ops(ops.backward, hw, tp, dtype, tp_comm_overlap),
-        recompute=price_ops(ops.recompute, hw, tp, dtype, tp_comm_overlap),
+        forward=price_ops(ops.forward, hw, tp, dtype, cp, tp_comm_overlap),
+        backward=price_ops(ops.backward, hw, tp, dtype, cp, tp_comm_overlap),
+        recompute=price_ops(ops.recompute, hw, tp, dtype, cp, tp_comm_overlap),
     )
 
 
@@ -292,6 +327,7 @@ def price_chunk(
     hw: HardwareProfile,
     tp: GroupPlacement,
     dtype: Dtype,
+    cp: GroupPlacement = NO_CONTEXT_PARALLEL,
     tp_comm_overlap: bool = False,
     amax_group: GroupPlacement | None = None,
 ) -> ChunkCost:
@@ -300,5 +336,5 @@ def price_chunk(
     the layers' TE linears only."""
     extras = [price_layer_ops(extra, hw, tp, dtype) for extra in (chunk.embedding, chunk.output) if extra]
     amax_s = fp8_amax_reduction_s(amax_group, hw) if dtype is Dtype.FP8 and amax_group is not None else 0.0
-    layer = price_layer_ops(chunk.layer, hw, tp, dtype, tp_comm_overlap)
+    layer = price_layer_ops(chunk.layer, hw, tp, dtype, cp, tp_comm_overlap)
     return compose_chunk(chunk.num_layers, layer, extras, amax_s)

@@ -1,4 +1,5 @@
-"""Where ranks sit: Megatron's rank order (tensor fastest, then data, then pipeline) on
+"""Where ranks sit: Megatron's rank order (tensor fastest, then context, then data, then
+pipeline: `tp-cp-ep-dp-pp` with ep = 1 for dense layers, modern.md §3.1) on
 NVLink domains of `HardwareProfile.nvlink_domain_size` GPUs (a node of `gpus_per_node`
 GPUs, or a larger fabric of several nodes such as GB200 NVL72's 72 GPUs in 4-GPU trays), and
 the communicators that follow from it. A group whose ranks stay in one domain uses NVLink,
@@ -11,9 +12,13 @@ from simcluster.config.scenario import Scenario
 from simcluster.costs.network import GroupPlacement
 
 
-def global_rank(scenario: Scenario, stage: int, dp_rank: int = 0, tp_rank: int = 0) -> int:
+def global_rank(scenario: Scenario, stage: int, dp_rank: int = 0, tp_rank: int = 0, cp_rank: int = 0) -> int:
+    """tp_rank + t·(cp_rank + c·(dp_rank + d·stage)): Megatron-core's order `tp-cp-ep-dp-pp`
+    (`megatron/training/initialize.py` → `parallel_state.initialize_model_parallel`,
+    `RankGenerator`: the first token varies fastest). CP groups have stride t, DP groups
+    stride t·c, pipeline neighbours t·c·d."""
     par = scenario.parallel
-    return tp_rank + par.tp * (dp_rank + par.dp * stage)
+    return tp_rank + par.tp * (cp_rank + par.cp * (dp_rank + par.dp * stage))
 
 
 def node_of(rank: int, hw: HardwareProfile) -> int:
@@ -37,8 +42,27 @@ def tp_group(scenario: Scenario, hw: HardwareProfile) -> GroupPlacement:
     return strided_group(scenario.parallel.tp, 1, hw)
 
 
+def cp_group(scenario: Scenario, hw: HardwareProfile) -> GroupPlacement:
+    """The context-parallel ring: c ranks t apart (with t = 8 on 8-GPU nodes every member
+    sits on another node; on a 72-GPU NVLink domain they stay on NVLink)."""
+    return strided_group(scenario.parallel.cp, scenario.parallel.tp, hw)
+
+
 def dp_group(scenario: Scenario, hw: HardwareProfile) -> GroupPlacement:
-    return strided_group(scenario.parallel.dp, scenario.parallel.tp, hw)
+    """The pure data-parallel group: d ranks t·c apart."""
+    par = scenario.parallel
+    return strided_group(par.dp, par.tp * par.cp, hw)
+
+
+def dp_cp_group(scenario: Scenario, hw: HardwareProfile) -> GroupPlacement:
+    """The gradient-reduction and distributed-optimizer group, d·c ranks t apart: CP ranks
+    hold identical weights, so Megatron-core reduces gradients over DP × CP
+    (`distributed_data_parallel.py`, `intra_dp_cp_group`) and `get_megatron_optimizer`
+    shards the distributed optimizer over the same `intra_dp_cp_group`. cp and dp are
+    adjacent in the rank order, so the d·c ranks form one strided run. Equals `dp_group`
+    when c = 1."""
+    par = scenario.parallel
+    return strided_group(par.dp * par.cp, par.tp, hw)
 
 
 def stages_share_node(scenario: Scenario, hw: HardwareProfile, stage_a: int, stage_b: int) -> bool:

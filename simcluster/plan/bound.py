@@ -40,7 +40,7 @@ from simcluster.config.hardware import HardwareProfile
 from simcluster.config.scenario import Scenario
 from simcluster.costs.chunk import ChunkCost, compose_chunk, fp8_amax_reduction_s, price_layer_ops
 from simcluster.costs.compute import elementwise_time_s
-from simcluster.costs.placement import tp_group
+from simcluster.costs.placement import cp_group, tp_group
 from simcluster.engine.plan import ParamGather, PipelinePlan, Transfer
 from simcluster.simulation import (
     amax_group,
@@ -117,14 +117,14 @@ class StagePricer:
         self._seconds: dict[tuple[object, ...], float] = {}
 
     def _priced(self, scenario: Scenario, ops: LayerOps, tp_comm_overlap: bool = False) -> ChunkCost:
-        # layer_ops / embedding_ops / output_ops are cached: one object each
-        key = ("ops", id(ops), tp_comm_overlap)
+        # layer_ops / embedding_ops / output_ops are cached: one object each; cp places the ring
+        key = ("ops", id(ops), scenario.parallel.cp, tp_comm_overlap)
         cost = self._chunks.get(key)
         if cost is None:
             self._keep.append(ops)  # keeps id(ops) unique while the key lives
-            tp = tp_group(scenario, self.hw)
+            tp, cp = tp_group(scenario, self.hw), cp_group(scenario, self.hw)
             dtype = scenario.training.dtype
-            cost = self._chunks[key] = price_layer_ops(ops, self.hw, tp, dtype, tp_comm_overlap)
+            cost = self._chunks[key] = price_layer_ops(ops, self.hw, tp, dtype, cp, tp_comm_overlap)
         return cost
 
     def chunk(self, scenario: Scenario, chunk: ChunkWork) -> ChunkCost:
@@ -144,7 +144,7 @@ class StagePricer:
     def stage(self, scenario: Scenario, workload: Workload, stage: StageWork) -> StageSeconds:
         hw, par, r, p = self.hw, scenario.parallel, stage.stage, scenario.parallel.pp
         costs = [self.chunk(scenario, chunk) for chunk in stage.chunks]
-        layout = (par.tp, par.dp, par.pp, par.sequence_parallel)
+        layout = (par.tp, par.cp, par.dp, par.pp, par.sequence_parallel)
 
         def send_s(dst: int) -> float:
             if p == 1:

@@ -36,6 +36,12 @@ from simcluster.config.hardware import HardwareProfile
 from simcluster.config.megatron_args import to_megatron_args
 from simcluster.config.scenario import Scenario
 from simcluster.engine.gc_tuning import GC_THRESHOLDS
+from simcluster.headroom import (
+    DEFAULT_HEADROOM_FRACTION,
+    capacity_bytes,
+    headroom_problem,
+    memory_limit_bytes,
+)
 from simcluster.plan.bound import StagePricer, bound_inputs, lower_bound_s
 from simcluster.plan.space import (
     PLAN_AXES,
@@ -50,14 +56,7 @@ from simcluster.simulation import run_simulation
 from simcluster.sweep.axes import AXES
 from simcluster.workload.model import build_workload
 
-DEFAULT_HEADROOM_FRACTION = 0.1
 DEFAULT_TOP = 10
-
-
-def capacity_bytes(hardware: HardwareProfile) -> float:
-    """The device memory a layout may fill: the driver-reported capacity minus the CUDA
-    context and NCCL buffers, each with its source in the profile (issue 9)."""
-    return hardware.usable_memory_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,11 +142,9 @@ class PlanResult:
 
 
 def check_headroom(headroom_fraction: float) -> None:
-    if not 0.0 <= headroom_fraction < 1.0 or math.isnan(headroom_fraction):
-        raise PlanError(
-            f"--headroom: value {headroom_fraction}: must be at least 0 and below 1 "
-            "(the fraction of device memory left free, e.g. 0.1)"
-        )
+    problem = headroom_problem(headroom_fraction)
+    if problem is not None:
+        raise PlanError(problem)
 
 
 def prepare(space: SearchSpace, limit_bytes: float, progress: bool = False) -> list[Candidate]:
@@ -363,7 +360,7 @@ def plan_layouts(
     if num_gpus < 1 or top < 1:
         raise PlanError(f"--gpus {num_gpus} / --top {top}: both must be positive integers")
     space = search_space(base, hardware, num_gpus)
-    limit = (1 - headroom_fraction) * capacity_bytes(hardware)
+    limit = memory_limit_bytes(hardware, headroom_fraction)
     prepared = prepare(space, limit, progress)
     if not prepared:
         raise PlanError(explain_no_layout(space))

@@ -8,8 +8,12 @@ fitting rows and Pareto front.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import enum
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 
 from simcluster import units
@@ -180,13 +184,23 @@ def table5_frame(comparisons: Sequence[Comparison]) -> pd.DataFrame:
     return frame
 
 
+_TASK = re.compile(r"\b[FB](\d+)\.(\d+)\b")  # F3.0, B3.0 recompute, send after F3.0
+
+
+def _microbatch_of(span_name: str) -> int:
+    """The microbatch a span works on (-1 for the optimizer, idle and all-reduces)."""
+    found = _TASK.search(span_name)
+    return int(found.group(1)) if found else -1
+
+
 def _chunk_of(task_name: str) -> int:
     """Task names are `{F|B}{microbatch}.{chunk}` (`simcluster.schedule.tasks.Task`)."""
     return int(task_name.rsplit(".", 1)[1])
 
 
 def timeline_frame(simulation: Simulation) -> pd.DataFrame:
-    """A recorded run as Gantt rows (stage, name, category, start_s, duration_s).
+    """A recorded run as Gantt rows (stage, name, category, start_s, duration_s, microbatch;
+    microbatch -1 where a span belongs to none).
 
     Categories: forward, backward, recompute (the first part of a backward task: Megatron
     re-runs the forward before the gradients), comms (blocking pipeline sends, data-parallel
@@ -206,7 +220,31 @@ def timeline_frame(simulation: Simulation) -> pd.DataFrame:
         else:
             rows.append((stage, name, "comms" if category in _COMMS else category, start, duration))
     frame = pd.DataFrame(rows, columns=["stage", "name", "category", "start_s", "duration_s"])
-    return pd.concat([frame, _idle_rows(frame, simulation.engine.iteration_time_s)], ignore_index=True)
+    frame = pd.concat([frame, _idle_rows(frame, simulation.engine.iteration_time_s)], ignore_index=True)
+    frame["microbatch"] = frame["name"].map(_microbatch_of).astype(int)
+    return frame
+
+
+def microbatch_window_s(frame: pd.DataFrame, first: int, last: int) -> tuple[float, float]:
+    """The time span from the first task of microbatch `first` to the end of the last task
+    of microbatch `last` (inclusive), on any stage. ValueError if the run has none of them."""
+    chosen = frame[(frame["microbatch"] >= first) & (frame["microbatch"] <= last)]
+    if chosen.empty:
+        count = int(frame["microbatch"].max()) + 1
+        raise ValueError(f"--microbatches: value {first}:{last}: the run has microbatches 0 to {count - 1}")
+    return float(chosen["start_s"].min()), float((chosen["start_s"] + chosen["duration_s"]).max())
+
+
+def clip_timeline(frame: pd.DataFrame, start_s: float, end_s: float) -> pd.DataFrame:
+    """The rows that overlap [start_s, end_s], cut to it (a window of a long timeline)."""
+    if not start_s < end_s:
+        raise ValueError(f"window: {start_s} to {end_s} s: the start must be before the end")
+    ends = frame["start_s"] + frame["duration_s"]
+    inside = frame[(ends > start_s) & (frame["start_s"] < end_s)].copy()
+    clipped_start = inside["start_s"].clip(lower=start_s)
+    inside["duration_s"] = (inside["start_s"] + inside["duration_s"]).clip(upper=end_s) - clipped_start
+    inside["start_s"] = clipped_start
+    return inside.reset_index(drop=True)
 
 
 def _idle_rows(frame: pd.DataFrame, end_s: float) -> pd.DataFrame:
@@ -220,6 +258,91 @@ def _idle_rows(frame: pd.DataFrame, end_s: float) -> pd.DataFrame:
         if end_s > cursor + 1e-12:
             rows.append((stage, "idle", TimeCategory.IDLE.value, cursor, end_s - cursor))
     return pd.DataFrame(rows, columns=frame.columns)
+
+
+SUBJECT_COLUMNS = ("model", "hardware", "seq_length")
+"""Columns that change the problem, not the layout: one heatmap shows one value of each."""
+
+
+def select_rows(sweep: pd.DataFrame, where: Mapping[str, str]) -> pd.DataFrame:
+    """The rows whose `column` reads `value` (compared as text; true/false for booleans)
+    for every item of `where`. ValueError naming the column or value and what is allowed."""
+    for column, value in where.items():
+        if column not in sweep.columns:
+            allowed = ", ".join(map(str, sweep.columns))
+            raise ValueError(f"--where: {column}: no such column; allowed: {allowed}")
+        text = sweep[column].map(lambda v: str(v).lower() if isinstance(v, (bool, np.bool_)) else str(v))
+        if not (text == value).any():
+            allowed = ", ".join(sorted(set(text)))
+            raise ValueError(f"--where: {column}={value}: no row has it; allowed: {allowed}")
+        sweep = sweep[text == value]
+    return sweep
+
+
+def mixed_subject(sweep: pd.DataFrame) -> str | None:
+    """Why one tp × pp heatmap cannot show `sweep` (it mixes models, profiles or sequence
+    lengths, so a best per cell would compare unlike runs), or None."""
+    for column in SUBJECT_COLUMNS:
+        if column in sweep.columns and sweep[column].nunique() > 1:
+            values = ", ".join(map(str, sorted(sweep[column].unique())))
+            return (
+                f"the table holds several {column} values ({values}); choose one with --where {column}=VALUE"
+            )
+    return None
+
+
+def sweep_subject(sweep: pd.DataFrame) -> str:
+    """'model, N GPUs, hardware' from the table's own columns (what a title must name)."""
+    parts = []
+    formats = (("model", "{}"), ("num_gpus", "{} GPUs"), ("hardware", "{}"), ("seq_length", "s = {}"))
+    for column, fmt in formats:
+        if column in sweep.columns and len(sweep):
+            values = list(dict.fromkeys(sweep[column]))
+            parts.append(fmt.format("/".join(map(str, values))))
+    return ", ".join(parts)
+
+
+class CellState(str, enum.Enum):
+    """What a tp × pp heatmap cell shows."""
+
+    FITS = "fits"  # the best fitting configuration's metric
+    NO_FIT = "no fit"  # valid configurations, none fits in memory (with the headroom)
+    ERROR = "error"  # valid configurations, each raised
+    INVALID = "invalid"  # the loader rejected every combination of this tp and pp
+
+
+def heatmap_frame(
+    sweep: pd.DataFrame, metric: str = "mfu", invalid_cells: Iterable[tuple[int, int]] = ()
+) -> pd.DataFrame:
+    """One row per (pp, tp) cell over every tp and pp of the table and of `invalid_cells`
+    ((tp, pp) pairs the loader rejected outright, from the sweep's metadata): its state,
+    the best fitting `metric` (NaN if none), the index of that row in `sweep`, and the
+    smallest peak any of its configurations needs. A cell without rows is invalid."""
+    invalid = {(int(tp), int(pp)) for tp, pp in invalid_cells}
+    tps = sorted({int(t) for t in sweep["tp"]} | {tp for tp, _ in invalid})
+    pps = sorted({int(p) for p in sweep["pp"]} | {pp for _, pp in invalid})
+    fitting = fitting_rows(sweep)
+    rows = []
+    for pp in pps:
+        for tp in tps:
+            cell = sweep[(sweep["tp"] == tp) & (sweep["pp"] == pp)]
+            fits = fitting[(fitting["tp"] == tp) & (fitting["pp"] == pp)]
+            measured = cell[cell["status"].isin(["ok", "oom"])]
+            state = (
+                CellState.INVALID if cell.empty
+                else CellState.FITS if len(fits)
+                else CellState.NO_FIT if len(measured)
+                else CellState.ERROR
+            )  # fmt: skip
+            best = fits[metric].idxmax() if len(fits) else None
+            rows.append({
+                "pp": pp, "tp": tp, "state": state.value,
+                "value": float(fits.loc[best, metric]) if best is not None else math.nan,
+                "best_index": best,
+                "min_peak_memory_bytes": float(measured["max_stage_peak_memory_bytes"].min())
+                if len(measured) else math.nan,
+            })  # fmt: skip
+    return pd.DataFrame(rows)
 
 
 def fitting_rows(sweep: pd.DataFrame) -> pd.DataFrame:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch, Rectangle
 
 from simcluster import units
 from simcluster.output_files import write_atomically
@@ -27,12 +28,19 @@ from simcluster.report.figure_data import (  # noqa: F401  (re-exported for call
     LADDER,
     PRESENT_WORK,
     TABLE2,
+    CellState,
+    clip_timeline,
     comparisons_frame,
     fitting_rows,
+    heatmap_frame,
     memory_budget_frame,
     memory_ladder_frame,
+    microbatch_window_s,
+    mixed_subject,
     paper_scenarios,
     pareto_front,
+    select_rows,
+    sweep_subject,
     table2_frame,
     table5_frame,
     timeline_frame,
@@ -50,6 +58,9 @@ TIMELINE_COLORS = {
     "optimizer": "#8172B3",
     "idle": "#E5E5E5",
 }
+
+TIMELINE_HATCHES = {"recompute": "////"}  # the recompute part of a backward, visible at any width
+MIN_LABEL_FRACTION = 0.02  # a task bar this share of the window wide, or more, shows its name
 
 
 class HeatmapMetric(str, enum.Enum):
@@ -87,26 +98,61 @@ def save_figure(figure: Figure, path: Path) -> Path:
 # --- timeline ------------------------------------------------------------------------------
 
 
-def timeline_figure(frame: pd.DataFrame, title: str = "pipeline timeline") -> Figure:
-    """Gantt chart: one row per pipeline stage (stage 0 on top), one colour per category."""
+def timeline_figure(
+    frame: pd.DataFrame,
+    title: str = "pipeline timeline",
+    window_s: tuple[float, float] | None = None,
+    highlight: tuple[int, int] | None = None,
+) -> Figure:
+    """Gantt chart: one row per pipeline stage (stage 0 on top), one colour per category,
+    the recompute part of each backward hatched. `window_s` (start, end) draws only that
+    span of the run, so tasks stay wide enough to read at 64+ microbatches; `highlight`
+    (first, last microbatch) fades the other microbatches' tasks. Bars wide enough are
+    labelled with their task (F3.1 = forward of microbatch 3, model chunk 1)."""
     num_stages = int(frame["stage"].max()) + 1
-    figure = new_figure(10.0, max(2.5, 0.35 * num_stages + 1.5))
+    if window_s is not None:
+        frame = clip_timeline(frame, *window_s)
+    start_s, end_s = window_s or (0.0, float((frame["start_s"] + frame["duration_s"]).max()))
+    figure = new_figure(12.0 if window_s else 10.0, max(2.5, 0.35 * num_stages + 1.5))
     axes = figure.add_subplot()
+    faded = (
+        (frame["microbatch"] >= 0) & ~frame["microbatch"].between(*highlight)
+        if highlight is not None
+        else pd.Series(False, index=frame.index)
+    )
     for category, color in TIMELINE_COLORS.items():
         rows = frame[frame["category"] == category]
         for stage, spans in rows.groupby("stage"):
-            axes.broken_barh(
-                list(zip(spans["start_s"], spans["duration_s"])),
-                (stage - 0.4, 0.8),
-                facecolors=color,
-                label=category if stage == rows["stage"].min() else None,
-            )
+            for dim in (False, True):
+                part = spans[faded[spans.index] == dim]
+                axes.broken_barh(
+                    list(zip(part["start_s"], part["duration_s"])),
+                    (stage - 0.4, 0.8),
+                    facecolors=color,
+                    alpha=0.3 if dim else 1.0,
+                    edgecolors="white" if category != "idle" else "none",
+                    linewidth=0.3,
+                    hatch=TIMELINE_HATCHES.get(category),
+                    label=category if stage == rows["stage"].min() and not dim else None,
+                )
+    _label_microbatches(axes, frame[~faded], (end_s - start_s) * MIN_LABEL_FRACTION)
+    axes.set_xlim(start_s, end_s)
     axes.set_ylim(num_stages - 0.5, -0.5)
     axes.set_yticks(range(num_stages), [f"stage {s}" for s in range(num_stages)])
     axes.set_xlabel("time (s)")
     axes.set_title(title)
     axes.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
     return figure
+
+
+def _label_microbatches(axes, frame: pd.DataFrame, min_width_s: float) -> None:
+    """Write the task (F<microbatch>.<chunk>) inside forward and backward bars at least
+    `min_width_s` wide."""
+    tasks = frame[frame["category"].isin(["forward", "backward"]) & (frame["duration_s"] >= min_width_s)]
+    columns = (tasks["stage"], tasks["start_s"], tasks["duration_s"], tasks["name"])
+    for stage, start, duration, name in zip(*columns):
+        axes.text(start + duration / 2, stage, name, ha="center", va="center", fontsize=5, color="white",
+                  clip_on=True)  # fmt: skip
 
 
 # --- paper figures -------------------------------------------------------------------------
@@ -229,38 +275,66 @@ def _text(value: object) -> str:
     return str(value.value) if isinstance(value, enum.Enum) else str(value)
 
 
-def _cell_label(row: pd.Series | None, key: str) -> str:
+HEATMAP_STATES = {
+    CellState.NO_FIT: ("#B0B0B0", None, "does not fit in memory"),
+    CellState.ERROR: ("#F2B8B8", None, "every configuration raised"),
+    CellState.INVALID: ("#FFFFFF", "xx", "invalid layout (the scenario rules reject it)"),
+}
+"""Cells without a fitting configuration: face colour, hatch, legend text."""
+
+
+def _cell_label(cell: pd.Series, row: pd.Series | None, key: str) -> str:
+    if cell["state"] == CellState.NO_FIT.value:
+        return f"no fit\nneeds {units.bytes_to_gb(cell['min_peak_memory_bytes']):.0f} GB"
     if row is None:
-        return "no fit"
+        return str(cell["state"])
     sp = "SP " if row["sequence_parallel"] else ""
     return (
         f"{100 * row[key]:.1f}%\nvpp {row['vpp']} b {row['micro_batch_size']}\n{sp}{_text(row['recompute'])}"
     )
 
 
-def sweep_heatmap_figure(sweep: pd.DataFrame, metric: HeatmapMetric = HeatmapMetric.MFU) -> Figure:
+def sweep_heatmap_figure(
+    sweep: pd.DataFrame,
+    metric: HeatmapMetric = HeatmapMetric.MFU,
+    invalid_cells: Sequence[tuple[int, int]] = (),
+) -> Figure:
     """tp × pp heatmap of the best `metric` over fitting configurations; each cell names
-    its best configuration (vpp, micro batch, SP, recompute). Grey: nothing fits."""
+    its best configuration (vpp, micro batch, SP, recompute). A cell with valid layouts
+    none of which fits is grey with the smallest peak they need; a tp × pp the scenario
+    rules reject (no valid configuration, or listed in `invalid_cells`) is hatched
+    "invalid". The title names the model, GPU count and hardware from the table."""
     key = HeatmapMetric(metric).value
-    ok = fitting_rows(sweep)
-    tps, pps = sorted(sweep["tp"].unique()), sorted(sweep["pp"].unique())
-    best = ok.loc[ok.groupby(["pp", "tp"])[key].idxmax()].set_index(["pp", "tp"]) if len(ok) else ok
-    grid = [[100 * best[key].get((pp, tp), float("nan")) for tp in tps] for pp in pps]
-    figure = new_figure(1.6 * len(tps) + 3.0, 0.9 * len(pps) + 1.8)
+    cells = heatmap_frame(sweep, key, invalid_cells)
+    tps, pps = sorted(cells["tp"].unique()), sorted(cells["pp"].unique())
+    by_cell = cells.set_index(["pp", "tp"])
+    grid = [[100 * by_cell.loc[(pp, tp), "value"] for tp in tps] for pp in pps]
+    figure = new_figure(1.6 * len(tps) + 3.0, 0.9 * len(pps) + 2.2)
     axes = figure.add_subplot()
-    axes.set_facecolor("#D0D0D0")
     image = axes.imshow(grid, cmap="viridis", aspect="auto")
     for i, pp in enumerate(pps):
         for j, tp in enumerate(tps):
-            row = best.loc[(pp, tp)] if (pp, tp) in best.index else None
+            cell = by_cell.loc[(pp, tp)]
+            state = CellState(cell["state"])
+            row = sweep.loc[cell["best_index"]] if state is CellState.FITS else None
+            if state in HEATMAP_STATES:
+                face, hatch, _ = HEATMAP_STATES[state]
+                axes.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=face, hatch=hatch,
+                                         edgecolor="#808080", linewidth=0))  # fmt: skip
             dark = row is not None and float(image.norm(100 * float(row[key]))) <= 0.6  # type: ignore[arg-type]
-            axes.text(j, i, _cell_label(row, key), ha="center", va="center", fontsize="x-small",
+            axes.text(j, i, _cell_label(cell, row, key), ha="center", va="center", fontsize="x-small",
                       color="white" if dark else "black")  # fmt: skip
     axes.set_xticks(range(len(tps)), [str(t) for t in tps])
     axes.set_yticks(range(len(pps)), [str(p) for p in pps])
     axes.set_xlabel("tensor parallel (tp)")
     axes.set_ylabel("pipeline parallel (pp)")
-    axes.set_title(f"best {key.upper()} of fitting configurations")
+    subject = sweep_subject(sweep)
+    axes.set_title(f"best {key.upper()} of fitting configurations" + (f"\n{subject}" if subject else ""))
+    shown = [state for state in HEATMAP_STATES if (cells["state"] == state.value).any()]
+    if shown:
+        handles = [Patch(facecolor=HEATMAP_STATES[s][0], hatch=HEATMAP_STATES[s][1], edgecolor="#808080",
+                         label=HEATMAP_STATES[s][2]) for s in shown]  # fmt: skip
+        figure.legend(handles=handles, loc="outside lower center", fontsize="x-small", ncols=len(handles))
     figure.colorbar(image, ax=axes, label=f"{key.upper()} (%)")
     return figure
 
@@ -299,6 +373,7 @@ def pareto_figure(sweep: pd.DataFrame, capacity_bytes: float | None = None) -> F
         axes.axvline(units.bytes_to_gb(capacity_bytes), color="red", linestyle="--", label="GPU memory")
     axes.set_xlabel("peak memory of the most loaded stage (GB)")
     axes.set_ylabel("iteration time (s)")
-    axes.set_title("memory vs iteration time")
+    subject = sweep_subject(sweep)
+    axes.set_title("memory vs iteration time" + (f": {subject}" if subject else ""))
     axes.legend(fontsize="small")
     return figure

@@ -37,6 +37,7 @@ def format_result(result: SimulationResult) -> str:
             ["MFU", f"{100 * result.mfu:.1f} %"],
             ["HFU", f"{100 * result.hfu:.1f} %"],
             ["model TFLOP/s per GPU", f"{result.tflops_per_gpu:.1f}"],
+            ["tokens/s per GPU", f"{result.tokens_per_s_per_gpu:,.0f}"],
             ["pipeline idle (bubble share)", f"{100 * result.pipeline_idle_fraction:.1f} %"],
             ["bubble / busy time", f"{result.bubble_to_busy_ratio:.3f}"],
             [
@@ -83,6 +84,12 @@ def format_summary(results: Sequence[SimulationResult]) -> str:
     )
 
 
+def _layers_per_stage(report) -> object:
+    """The layer count when every stage has the same; else each stage's (uneven splits)."""
+    counts = tuple(report.stage_num_layers) or (report.layers_per_stage,)
+    return counts[0] if len(set(counts)) == 1 else " ".join(str(n) for n in counts)
+
+
 def format_memory_report(report) -> str:
     """`simcluster memory`: the per-layer model, then every stage's peak."""
     head = format_table(
@@ -91,7 +98,7 @@ def format_memory_report(report) -> str:
             ["scenario", report.scenario],
             ["Table 2 row", report.table2_row],
             ["activations per layer (rank)", f"{report.predicted_bytes_per_layer / 1e6:,.1f} MB"],
-            ["layers per stage", report.layers_per_stage],
+            ["layers per stage", _layers_per_stage(report)],
             ["interleave factor 1 + (p-1)/(p·m)", f"{report.interleave_factor:.4f}"],
             ["embedding dropout mask / microbatch", f"{report.embedding_bytes_per_microbatch / 1e6:,.1f} MB"],
             [

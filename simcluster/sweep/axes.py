@@ -39,17 +39,20 @@ class Axis:
     """One sweepable scenario field. `kind` is int (positive), bool, or an Enum of choices."""
 
     name: str
-    section: Literal["parallel", "training"]
+    section: Literal["parallel", "training", "model", "scenario"]  # scenario: a top-level key
     kind: type
     auto: Callable[[AutoContext], tuple[AxisValue, ...]] | None
 
     def base_value(self, base: Scenario) -> AxisValue:
-        value = getattr(getattr(base, self.section), self.name)
+        owner = base if self.section == "scenario" else getattr(base, self.section)
+        value = getattr(owner, self.name)
         return value.value if isinstance(value, enum.Enum) else value
 
     def allowed(self) -> str:
         if self.kind is bool:
             return "true, false"
+        if self.kind is str:
+            return "a hardware profile name (e.g. h100-sxm5-80gb) or a path ending in .yaml"
         if issubclass(self.kind, enum.Enum):
             return ", ".join(member.value for member in self.kind)
         return f"positive integers up to {MAX_INT:,}"
@@ -58,6 +61,9 @@ class Axis:
         """The canonical value (enum members as their file spelling); ValueError if not allowed."""
         if self.kind is bool:
             if isinstance(value, bool):
+                return value
+        elif self.kind is str:
+            if isinstance(value, str) and value.strip():
                 return value
         elif issubclass(self.kind, enum.Enum):
             if isinstance(value, str) and value in {member.value for member in self.kind}:
@@ -110,12 +116,19 @@ AXES: dict[str, Axis] = {
         Axis("dtype", "training", Dtype, _members(Dtype)),
         Axis("overlap_grad_reduce", "training", bool, _both),
         Axis("use_distributed_optimizer", "training", bool, _both),
+        Axis("seq_length", "model", int, None),
+        Axis("hardware", "scenario", str, None),
     )
 }
 """Every sweepable axis, in the order of a configuration id and of the result columns."""
 
-LAYOUT_COLUMNS: tuple[str, ...] = ("tp", "pp", "dp", *(name for name in AXES if name not in ("tp", "pp")))
-"""A configuration's full layout: the axes plus the derived dp, in table order."""
+MODEL_COLUMN = "model"
+"""The base scenario's `name`: which of the spec's base files (models) a row comes from."""
+
+LAYOUT_COLUMNS: tuple[str, ...] = (
+    "tp", "pp", "dp", *(name for name in AXES if name not in ("tp", "pp")), MODEL_COLUMN
+)  # fmt: skip
+"""A configuration's full layout: the axes, the derived dp and the model, in table order."""
 
 
 def choice_order(column: str) -> dict[str, int] | None:

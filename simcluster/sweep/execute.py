@@ -12,9 +12,8 @@ from collections.abc import Generator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
-from simcluster.config.hardware import HardwareProfile
 from simcluster.engine.gc_tuning import GC_THRESHOLDS, simulation_gc
-from simcluster.sweep.evaluate import Row, evaluate_batch
+from simcluster.sweep.evaluate import Row, SweepInputs, evaluate_batch
 from simcluster.sweep.expand import SweepConfig
 
 if TYPE_CHECKING:
@@ -57,33 +56,33 @@ def batches(configs: Sequence[SweepConfig], num_workers: int) -> list[list[Sweep
 sweep_gc = simulation_gc
 
 
-def run_serial(configs: Sequence[SweepConfig], hw: HardwareProfile) -> Generator[list[Row], None, None]:
+def run_serial(configs: Sequence[SweepConfig], inputs: SweepInputs) -> Generator[list[Row], None, None]:
     """In this process, one configuration at a time (no messages to amortise)."""
     with sweep_gc():
         for config in configs:
-            yield evaluate_batch([config], hw)
+            yield evaluate_batch([config], inputs)
 
 
-_WORKER_HARDWARE: HardwareProfile | None = None
+_WORKER_INPUTS: SweepInputs | None = None
 
 
-def _init_worker(hw: HardwareProfile) -> None:
-    """Pool worker start: keep the profile; leave Ctrl-C to the parent, which flushes."""
-    global _WORKER_HARDWARE
-    _WORKER_HARDWARE = hw
+def _init_worker(inputs: SweepInputs) -> None:
+    """Pool worker start: keep the profiles; leave Ctrl-C to the parent, which flushes."""
+    global _WORKER_INPUTS
+    _WORKER_INPUTS = inputs
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     gc.set_threshold(*GC_THRESHOLDS)
 
 
 def _pool_task(batch: list[SweepConfig]) -> list[Row]:
-    assert _WORKER_HARDWARE is not None
-    return evaluate_batch(batch, _WORKER_HARDWARE)
+    assert _WORKER_INPUTS is not None
+    return evaluate_batch(batch, _WORKER_INPUTS)
 
 
 def run_pool(
-    configs: Sequence[SweepConfig], hw: HardwareProfile, num_workers: int
+    configs: Sequence[SweepConfig], inputs: SweepInputs, num_workers: int
 ) -> Generator[list[Row], None, None]:
-    pool = ProcessPoolExecutor(max_workers=num_workers, initializer=_init_worker, initargs=(hw,))
+    pool = ProcessPoolExecutor(max_workers=num_workers, initializer=_init_worker, initargs=(inputs,))
     try:
         # Workers fork at the first submit. Frozen objects are never scanned by the workers'
         # garbage collector, so the pages they share with this process stay shared (about
@@ -104,7 +103,7 @@ def run_pool(
 
 
 def run_dask(
-    configs: Sequence[SweepConfig], hw: HardwareProfile, dask: str | Client
+    configs: Sequence[SweepConfig], inputs: SweepInputs, dask: str | Client
 ) -> Generator[list[Row], None, None]:
     """Run on a Dask cluster at `dask` (a scheduler address) or through an open Client."""
     from distributed import Client, as_completed
@@ -113,8 +112,8 @@ def run_dask(
     futures: list[Any] = []
     try:
         num_workers = max(1, sum(client.nthreads().values()))
-        hw_future = client.scatter(hw, broadcast=True)
-        futures = client.map(evaluate_batch, batches(configs, num_workers), hw=hw_future, pure=False)
+        inputs_future = client.scatter(inputs, broadcast=True)
+        futures = client.map(evaluate_batch, batches(configs, num_workers), inputs=inputs_future, pure=False)
         for future in as_completed(futures):
             yield future.result()
     finally:

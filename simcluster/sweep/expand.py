@@ -1,5 +1,5 @@
-"""Expansion: `itertools.product` over the spec's axes, then the scenario loader's own rules
-as the filter. A combination the loader would reject (`parse_scenario` raises
+"""Expansion: `itertools.product` over the spec's axes for each base scenario (model), then
+the scenario loader's own rules as the filter. A combination the loader would reject (`parse_scenario` raises
 `ConfigError`) is counted as invalid with its reasons, never simulated."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 from simcluster.config.errors import ConfigError
 from simcluster.config.scenario import Scenario, parse_scenario
-from simcluster.sweep.axes import AXES, LAYOUT_COLUMNS, AxisValue
+from simcluster.sweep.axes import AXES, LAYOUT_COLUMNS, MODEL_COLUMN, AxisValue
 from simcluster.sweep.spec import SweepSpec
 
 
@@ -64,10 +64,11 @@ def config_id(layout: dict[str, AxisValue | None]) -> str:
     return ",".join(f"{name}={text(layout[name])}" for name in LAYOUT_COLUMNS)
 
 
-def _layout(spec: SweepSpec, chosen: dict[str, AxisValue]) -> dict[str, AxisValue | None]:
+def _layout(spec: SweepSpec, base: Scenario, chosen: dict[str, AxisValue]) -> dict[str, AxisValue | None]:
     layout: dict[str, AxisValue | None] = {
-        name: chosen.get(name, axis.base_value(spec.base)) for name, axis in AXES.items()
+        name: chosen.get(name, axis.base_value(base)) for name, axis in AXES.items()
     }
+    layout[MODEL_COLUMN] = base.name
     tp, pp = layout["tp"], layout["pp"]
     assert isinstance(tp, int) and isinstance(pp, int)
     layout["dp"] = spec.num_gpus // (tp * pp) if spec.num_gpus % (tp * pp) == 0 else None
@@ -78,27 +79,39 @@ def _scenario_data(base_data: dict[str, Any], layout: dict[str, AxisValue | None
     data = copy.deepcopy(base_data)
     data["parallel"]["dp"] = layout["dp"]
     for name, axis in AXES.items():
-        data[axis.section][name] = layout[name]
+        (data if axis.section == "scenario" else data[axis.section])[name] = layout[name]
     return data
 
 
 def expand(spec: SweepSpec) -> Expansion:
-    """Every combination of the spec's axes, split into valid configurations and rejects."""
-    base_data = spec.base.model_dump(mode="json")
+    """Every combination of the spec's axes for each base, split into valid configurations
+    and rejects."""
     configs: list[SweepConfig] = []
     invalid: list[tuple[str, tuple[str, ...]]] = []
     names = tuple(spec.axes)
+    for base in spec.bases:
+        _expand_base(spec, base, names, configs, invalid)
+    return Expansion(configs=tuple(configs), invalid=tuple(invalid))
+
+
+def _expand_base(
+    spec: SweepSpec,
+    base: Scenario,
+    names: tuple[str, ...],
+    configs: list[SweepConfig],
+    invalid: list[tuple[str, tuple[str, ...]]],
+) -> None:
+    base_data = base.model_dump(mode="json")
     for combination in product(*spec.axes.values()):
-        layout = _layout(spec, dict(zip(names, combination)))
+        layout = _layout(spec, base, dict(zip(names, combination)))
         key = config_id(layout)
         if layout["dp"] is None:
             total = int(layout["tp"]) * int(layout["pp"])  # type: ignore[arg-type]
             invalid.append((key, (f"num_gpus: value {spec.num_gpus}: not divisible by tp * pp ({total})",)))
             continue
         try:
-            scenario = parse_scenario(_scenario_data(base_data, layout), spec.source, spec.base.name)
+            scenario = parse_scenario(_scenario_data(base_data, layout), spec.source, base.name)
         except ConfigError as error:
             invalid.append((key, tuple(error.problems)))
             continue
         configs.append(SweepConfig(key, layout, scenario))  # type: ignore[arg-type]
-    return Expansion(configs=tuple(configs), invalid=tuple(invalid))

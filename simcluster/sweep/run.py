@@ -18,7 +18,8 @@ import pandas as pd
 from tqdm import tqdm
 
 from simcluster.config.errors import ConfigError
-from simcluster.sweep.evaluate import Row
+from simcluster.headroom import DEFAULT_HEADROOM_FRACTION, headroom_problem
+from simcluster.sweep.evaluate import Row, SweepInputs
 from simcluster.sweep.execute import available_cores, run_dask, run_pool, run_serial
 from simcluster.sweep.expand import Expansion, SweepConfig, expand
 from simcluster.sweep.lock import SweepLock
@@ -39,6 +40,7 @@ class SweepOutcome:
     num_resumed: int  # valid configurations already in the output, not run again
     num_run: int  # configurations evaluated by this call
     elapsed_s: float
+    headroom_fraction: float = DEFAULT_HEADROOM_FRACTION
 
     @property
     def status_counts(self) -> dict[str, int]:
@@ -46,13 +48,26 @@ class SweepOutcome:
 
 
 def _rows(
-    todo: list[SweepConfig], spec: SweepSpec, workers: int, dask: str | Client | None
+    todo: list[SweepConfig], inputs: SweepInputs, workers: int, dask: str | Client | None
 ) -> Generator[list[Row], None, None]:
     if dask is not None:
-        return run_dask(todo, spec.hardware, dask)
+        return run_dask(todo, inputs, dask)
     if workers <= 1:
-        return run_serial(todo, spec.hardware)
-    return run_pool(todo, spec.hardware, workers)
+        return run_serial(todo, inputs)
+    return run_pool(todo, inputs, workers)
+
+
+def invalid_cells(expansion: Expansion) -> list[list[object]]:
+    """The (model, tp, pp) cells where the loader rejected every combination: a heatmap
+    draws them as invalid, not as "does not fit"."""
+    valid = {(c.layout["model"], c.layout["tp"], c.layout["pp"]) for c in expansion.configs}
+    cells: dict[tuple[object, ...], None] = {}
+    for key, _ in expansion.invalid:
+        fields = dict(part.split("=", 1) for part in key.split(","))
+        cell = (fields["model"], int(fields["tp"]), int(fields["pp"]))
+        if cell not in valid:
+            cells[cell] = None
+    return [list(cell) for cell in cells]
 
 
 def execute_sweep(
@@ -66,13 +81,17 @@ def execute_sweep(
     progress: bool = True,
     flush_every_s: float = 2.0,
     on_row: Callable[[Row], None] | None = None,
+    headroom_fraction: float = DEFAULT_HEADROOM_FRACTION,
 ) -> SweepOutcome:
     """Run the sweep in `spec_path`, writing `out_path` (Parquet) and, with `csv`, its .csv twin.
+    A configuration fits only if it leaves `headroom_fraction` of the usable memory free.
 
     `on_row` is called with each finished row after it is stored (a hook for tests and
     front-ends; if it raises, the sweep stops after flushing what finished)."""
     start_s = time.perf_counter()
     spec = load_sweep_spec(spec_path)
+    if (problem := headroom_problem(headroom_fraction)) is not None:
+        raise ConfigError(spec.source, [problem])
     expansion = expand(spec)
     if not expansion.configs:
         raise ConfigError(spec.source, _nothing_to_run(spec, expansion))
@@ -80,10 +99,14 @@ def execute_sweep(
     csv_path = out.with_suffix(".csv") if csv else None
     check_targets(out, csv_path, spec, resume)
     with SweepLock(out):
-        store = ResultStore(out, spec, csv=csv_path, flush_every_s=flush_every_s)
+        store = ResultStore(
+            out, spec, csv=csv_path, flush_every_s=flush_every_s, headroom_fraction=headroom_fraction,
+            extra_metadata={"invalid_cells": invalid_cells(expansion)},
+        )  # fmt: skip
         done = store.resume() if resume else set()
         todo = [config for config in expansion.configs if config.config_id not in done]
-        _stream(todo, spec, store, workers or available_cores(), dask, progress, on_row)
+        inputs = SweepInputs(spec.profiles, headroom_fraction)
+        _stream(todo, inputs, store, workers or available_cores(), dask, progress, on_row)
     return SweepOutcome(
         table=store.table(),
         spec=spec,
@@ -91,6 +114,7 @@ def execute_sweep(
         num_resumed=len(expansion.configs) - len(todo),
         num_run=len(todo),
         elapsed_s=time.perf_counter() - start_s,
+        headroom_fraction=headroom_fraction,
     )
 
 
@@ -104,7 +128,7 @@ def _nothing_to_run(spec: SweepSpec, expansion: Expansion) -> list[str]:
 
 def _stream(
     todo: list[SweepConfig],
-    spec: SweepSpec,
+    inputs: SweepInputs,
     store: ResultStore,
     workers: int,
     dask: str | Client | None,
@@ -117,7 +141,7 @@ def _stream(
     try:
         # closing(): whatever stops the loop stops the executor at once, not when the
         # traceback that holds this frame is freed
-        with closing(_rows(todo, spec, workers, dask)) as rows:
+        with closing(_rows(todo, inputs, workers, dask)) as rows:
             for batch in rows:
                 store.add(batch)
                 counts.update(row["status"] for row in batch)
@@ -140,15 +164,18 @@ def run_sweep(
     csv: bool = False,
     resume: bool = False,
     progress: bool = True,
+    headroom_fraction: float = DEFAULT_HEADROOM_FRACTION,
 ) -> pd.DataFrame:
     """The sweep's table, one row per valid configuration (see `execute_sweep`)."""
     outcome = execute_sweep(
-        spec_path, out_path, workers=workers, dask=dask, csv=csv, resume=resume, progress=progress
-    )
+        spec_path, out_path, workers=workers, dask=dask, csv=csv, resume=resume, progress=progress,
+        headroom_fraction=headroom_fraction,
+    )  # fmt: skip
     return outcome.table
 
 
 def best_by_mfu(table: pd.DataFrame, count: int) -> pd.DataFrame:
-    """The `count` simulated configurations with the highest MFU that fit with memory headroom."""
-    fitting = table[(table["status"] == "ok") & (table["memory_headroom_bytes"] > 0)]
+    """The `count` simulated configurations with the highest MFU that fit (leave the
+    sweep's headroom free)."""
+    fitting = table[(table["status"] == "ok") & table["fits"].fillna(False).astype(bool)]
     return fitting.sort_values("mfu", ascending=False, kind="stable").head(count)

@@ -1,21 +1,26 @@
 """Sweep spec files (a public contract):
 
 ```yaml
-base: ../scenarios/paper/gpt3-175b.yaml   # a scenario file, relative to the spec
+base: ../scenarios/paper/gpt3-175b.yaml   # a scenario file, relative to the spec,
+                                           # or a list of them (one model each)
 num_gpus: 1024                             # dp = num_gpus / (tp * pp)
 axes:                                      # each a list, or auto = every valid value
   tp: [1, 2, 4, 8]
   pp: auto
   recompute: [none, selective, full]
+  hardware: [a100-sxm4-80gb, h100-sxm5-80gb]   # profile names or .yaml paths
+  seq_length: [2048, 4096]
 ```
 
-Axes not named keep the base scenario's value. Errors name the spec file, the field, the
-value and what is allowed, like the scenario loader's.
+Axes not named keep each base scenario's value. With several bases, `auto` lists every
+value any of them allows (the loader then drops what a model does not allow) and the
+`model` column (each base's `name`, so names must differ) tells their rows apart. Errors
+name the spec file, the field, the value and what is allowed, like the scenario loader's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +31,7 @@ from simcluster.config.files import read_yaml
 from simcluster.config.hardware import HardwareProfile, load_hardware
 from simcluster.config.scenario import Scenario, load_scenario
 from simcluster.config.strict import StrictModel
-from simcluster.sweep.axes import AXES, AutoContext, AxisValue
+from simcluster.sweep.axes import AXES, AutoContext, Axis, AxisValue
 
 AUTO = "auto"
 MAX_COMBINATIONS = 1_000_000  # each is validated (and most simulated): ~1.5 h at 200/s per worker
@@ -35,21 +40,31 @@ MAX_COMBINATIONS = 1_000_000  # each is validated (and most simulated): ~1.5 h a
 class _SpecFile(StrictModel):
     """The file's shape; axis values are checked against `AXES` afterwards."""
 
-    base: str
-    num_gpus: int | None = Field(default=None, gt=0, description="default: the base scenario's tp·pp·dp")
+    base: str | list[str] = Field(description="a scenario file, or a list of them (one model each)")
+    num_gpus: int | None = Field(default=None, gt=0, description="default: the base scenarios' tp·pp·dp")
     axes: dict[str, Any] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class SweepSpec:
-    """A loaded spec: the base scenario and hardware, the GPU count, each axis's values
-    (only the named axes, in `AXES` order; `auto` already expanded)."""
+    """A loaded spec: the base scenarios (`base` is the first, `hardware` its profile), the
+    GPU count, each axis's values (only the named axes, in `AXES` order; `auto` already
+    expanded), and every hardware profile a configuration names, keyed by its reference
+    (`Scenario.hardware`: the base's, or the `hardware` axis's values)."""
 
     source: Path
     base: Scenario
     hardware: HardwareProfile
     num_gpus: int
     axes: dict[str, tuple[AxisValue, ...]]
+    bases: tuple[Scenario, ...] = ()
+    profiles: dict[str, HardwareProfile] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.bases:
+            object.__setattr__(self, "bases", (self.base,))
+        if not self.profiles:
+            object.__setattr__(self, "profiles", {self.base.hardware: self.hardware})
 
     @property
     def num_combinations(self) -> int:
@@ -62,7 +77,8 @@ class SweepSpec:
 def _axis_values(name: str, raw: list[Any], problems: list[str]) -> tuple[AxisValue, ...]:
     axis, values = AXES[name], []
     if not raw:
-        problems.append(f"axes.{name}: empty list; give at least one value or `auto`")
+        auto = " or `auto`" if axis.auto else ""
+        problems.append(f"axes.{name}: empty list; give at least one value{auto}")
     for item in raw:
         try:
             value = axis.parse(item)
@@ -75,8 +91,15 @@ def _axis_values(name: str, raw: list[Any], problems: list[str]) -> tuple[AxisVa
     return tuple(values)
 
 
+def _auto_values(axis: Axis, contexts: list[AutoContext]) -> tuple[AxisValue, ...]:
+    """Every value `auto` gives for any base (numbers sorted, choices in declaration order)."""
+    assert axis.auto is not None
+    found = tuple(dict.fromkeys(value for context in contexts for value in axis.auto(context)))
+    return tuple(sorted(found)) if axis.kind is int else found
+
+
 def _resolve_axes(
-    raw: dict[str, Any], base: Scenario, num_gpus: int, problems: list[str]
+    raw: dict[str, Any], bases: tuple[Scenario, ...], num_gpus: int, problems: list[str]
 ) -> dict[str, tuple[AxisValue, ...]]:
     unknown = [name for name in raw if name not in AXES]
     for name in unknown:
@@ -90,8 +113,10 @@ def _resolve_axes(
         for name, values in raw.items()
         if name in AXES and isinstance(values, list)
     }
-    batches = tuple(int(b) for b in listed.get("global_batch_size", ())) or (base.training.global_batch_size,)
-    context = AutoContext(base=base, num_gpus=num_gpus, global_batch_sizes=batches)
+    listed_batches = tuple(int(b) for b in listed.get("global_batch_size", ()))
+    contexts = [
+        AutoContext(base, num_gpus, listed_batches or (base.training.global_batch_size,)) for base in bases
+    ]
     resolved: dict[str, tuple[AxisValue, ...]] = {}
     for name, axis in AXES.items():
         if name in listed:
@@ -100,7 +125,7 @@ def _resolve_axes(
             if axis.auto is None:
                 problems.append(f"axes.{name}: value 'auto': not available for this axis; list the values")
             else:
-                resolved[name] = axis.auto(context)
+                resolved[name] = _auto_values(axis, contexts)
     return resolved
 
 
@@ -113,17 +138,23 @@ def parse_sweep_spec(data: Any, source: str | Path) -> SweepSpec:
         raw = _SpecFile.model_validate(data)
     except ValidationError as error:
         raise ConfigError(source, describe_validation_error(error)) from None
-    base_path = source.parent / raw.base
-    if not base_path.is_file():
-        raise ConfigError(source, [f"base: value {raw.base!r}: no scenario file at {base_path}"])
-    base = load_scenario(base_path)
-    hardware = load_hardware(base.hardware, relative_to=base_path)
-    num_gpus = raw.num_gpus or base.num_gpus
-    problems: list[str] = []
-    axes = _resolve_axes(dict(raw.axes), base, num_gpus, problems)
+    paths = _base_paths(raw.base, source)
+    bases = tuple(load_scenario(path) for path in paths)
+    problems = _name_clashes(bases, raw.base)
+    num_gpus = raw.num_gpus or _common_num_gpus(bases, paths, problems)
+    axes = _resolve_axes(dict(raw.axes), bases, num_gpus, problems)
+    profiles = _profiles(bases, paths, axes.get("hardware"), source, problems)
     if problems:
         raise ConfigError(source, problems)
-    spec = SweepSpec(source=source, base=base, hardware=hardware, num_gpus=num_gpus, axes=axes)
+    spec = SweepSpec(
+        source=source,
+        base=bases[0],
+        hardware=profiles[str(axes["hardware"][0]) if "hardware" in axes else bases[0].hardware],
+        num_gpus=num_gpus,
+        axes=axes,
+        bases=bases,
+        profiles=profiles,
+    )
     if spec.num_combinations > MAX_COMBINATIONS:
         sizes = " * ".join(f"{name} {len(values)}" for name, values in axes.items())
         raise ConfigError(
@@ -134,6 +165,70 @@ def parse_sweep_spec(data: Any, source: str | Path) -> SweepSpec:
             ],
         )
     return spec
+
+
+def _base_paths(raw: str | list[str], source: Path) -> list[Path]:
+    """The base scenario files, relative to the spec's folder; ConfigError if one is missing."""
+    names = [raw] if isinstance(raw, str) else raw
+    problems = [] if names else ["base: empty list; give a scenario file, or a list of them"]
+    for index, name in enumerate(names):
+        where = "base" if isinstance(raw, str) else f"base[{index}]"
+        if not (source.parent / name).is_file():
+            problems.append(f"{where}: value {name!r}: no scenario file at {source.parent / name}")
+        elif names.index(name) != index:
+            problems.append(f"{where}: value {name!r}: listed twice")
+    if problems:
+        raise ConfigError(source, problems)
+    return [source.parent / name for name in names]
+
+
+def _name_clashes(bases: tuple[Scenario, ...], raw: str | list[str]) -> list[str]:
+    """Rows tell models apart by the base's `name`: two bases may not share one."""
+    names = [base.name for base in bases]
+    return [
+        f"base[{index}]: value {raw[index]!r}: its scenario name {name!r} is also "
+        f"base[{names.index(name)}]'s; the model column tells rows apart by name: "
+        "give each base a distinct `name`"
+        for index, name in enumerate(names)
+        if names.index(name) != index and isinstance(raw, list)
+    ]
+
+
+def _common_num_gpus(bases: tuple[Scenario, ...], paths: list[Path], problems: list[str]) -> int:
+    counts = {base.num_gpus for base in bases}
+    if len(counts) > 1:
+        found = ", ".join(f"{path.name} {base.num_gpus}" for path, base in zip(paths, bases))
+        problems.append(f"num_gpus: missing, and the bases use different GPU counts ({found}); give num_gpus")
+    return bases[0].num_gpus
+
+
+def _profiles(
+    bases: tuple[Scenario, ...],
+    paths: list[Path],
+    axis: tuple[AxisValue, ...] | None,
+    source: Path,
+    problems: list[str],
+) -> dict[str, HardwareProfile]:
+    """Every profile a configuration names, by reference: the `hardware` axis's values
+    (relative to the spec), else each base's own (relative to that base)."""
+    wanted = (
+        [(str(value), source, f"axes.hardware: value {value!r}") for value in axis]
+        if axis is not None
+        else [(base.hardware, path, f"base {path.name}: hardware") for base, path in zip(bases, paths)]
+    )
+    profiles: dict[str, HardwareProfile] = {}
+    for reference, relative_to, where in wanted:
+        try:
+            profile = load_hardware(reference, relative_to=relative_to)
+        except ConfigError as error:
+            problems.extend(f"{where}: {problem}" for problem in error.problems)
+            continue
+        if profiles.setdefault(reference, profile) != profile:
+            problems.append(
+                f"{where}: {reference!r} names another profile file than an earlier base's "
+                "reference of the same spelling; spell the profile the same way for the same file"
+            )
+    return profiles
 
 
 def load_sweep_spec(path: str | Path) -> SweepSpec:

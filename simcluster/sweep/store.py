@@ -1,9 +1,11 @@
 """Sweep results on disk: one Parquet file (and optionally a CSV twin) rewritten atomically
 (write a temporary file, then rename) every few seconds as rows arrive, so the output is
 always one complete, readable table and an interrupted sweep loses only rows that had not
-been flushed. The file's metadata records a fingerprint of the sweep's inputs (the whole
-base scenario, the GPU count, the hardware profile's content): `--resume` refuses a file
-from other inputs, and a fresh sweep overwrites only a file that is a sweep table.
+been flushed. The file's metadata records a fingerprint of the sweep's inputs (each whole
+base scenario, the GPU count, each hardware profile's content, the memory headroom):
+`--resume` refuses a file from other inputs, and a fresh sweep overwrites only a file that
+is a sweep table. It also records the (tp, pp) cells the loader rejected outright, so a
+heatmap can tell "invalid" from "does not fit".
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from simcluster.config.errors import ConfigError
+from simcluster.headroom import DEFAULT_HEADROOM_FRACTION
 from simcluster.output_files import OutputPathError, check_output_file, write_atomically
-from simcluster.sweep.axes import AXES, LAYOUT_COLUMNS, choice_order
+from simcluster.sweep.axes import AXES, LAYOUT_COLUMNS, MODEL_COLUMN, choice_order
 from simcluster.sweep.evaluate import Row
 from simcluster.sweep.spec import SweepSpec
 
@@ -30,7 +33,7 @@ METADATA_KEY = b"simcluster.sweep"
 def _arrow_type(column: str) -> pa.DataType:
     axis = AXES.get(column)
     if axis is None:
-        return pa.int64()  # dp
+        return pa.string() if column == MODEL_COLUMN else pa.int64()  # dp
     return pa.bool_() if axis.kind is bool else pa.int64() if axis.kind is int else pa.string()
 
 
@@ -53,6 +56,8 @@ SCHEMA = pa.schema(
         pa.field("stage_peak_memory_bytes", pa.list_(pa.float64())),
         pa.field("num_events", pa.int64(), nullable=False),
         pa.field("message", pa.string(), nullable=False),
+        pa.field("capacity_bytes", pa.float64()),  # usable: driver capacity less CUDA/NCCL reserve
+        pa.field("headroom_fraction", pa.float64()),  # fits: peak <= (1 - headroom) * capacity
     ]
 )
 """Result columns (a public contract: add, never rename). NaN/null where not measured."""
@@ -65,22 +70,38 @@ def _digest(data: object) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def input_digests(spec: SweepSpec) -> dict[str, str]:
-    """A hash of each input every row depends on besides its layout: the whole resolved base
-    scenario (not only the model: a base field that is not an axis, say dtype, changes
-    every row's id, and resuming would keep the old rows beside the new), the GPU count and
-    the hardware profile's content (not its name). The axes are not inputs: resuming with
-    more axis values extends the table."""
+SHARED_INPUTS = ("num_gpus", "headroom_fraction")
+"""Inputs every row of a table shares: a resumed table must have been written with them."""
+
+
+def input_digests(spec: SweepSpec, headroom_fraction: float = DEFAULT_HEADROOM_FRACTION) -> dict[str, str]:
+    """A hash of each input rows depend on besides their layout: each whole resolved base
+    scenario by name (not only the model: a base field that is not an axis, say dtype,
+    changes every row's id, and resuming would keep the old rows beside the new), the GPU
+    count, each hardware profile's content by reference (not only its name), and the
+    memory headroom (it decides `fits`). The axes are not inputs: resuming with more axis
+    values, another base or another profile extends the table."""
     return {
-        "base scenario": _digest(spec.base.model_dump(mode="json")),
+        **{f"base scenario {base.name}": _digest(base.model_dump(mode="json")) for base in spec.bases},
         "num_gpus": _digest(spec.num_gpus),
-        "hardware profile": _digest(spec.hardware.model_dump(mode="json")),
+        **{f"hardware profile {ref}": _digest(p.model_dump(mode="json")) for ref, p in spec.profiles.items()},
+        "headroom_fraction": _digest(headroom_fraction),
     }
 
 
-def fingerprint(spec: SweepSpec) -> str:
-    """One hash of `input_digests`: equal for two sweeps whose rows can share a table."""
-    return _digest(input_digests(spec))
+def fingerprint(spec: SweepSpec, headroom_fraction: float = DEFAULT_HEADROOM_FRACTION) -> str:
+    """One hash of `input_digests`: equal for two sweeps of the same inputs."""
+    return _digest(input_digests(spec, headroom_fraction))
+
+
+def differing_inputs(found: dict[str, Any], digests: dict[str, str]) -> list[str] | None:
+    """The inputs a table's metadata `found` records otherwise than `digests` (a base, a
+    profile, the GPU count, the headroom); None if it predates per-input digests or lacks
+    one every row shares. Inputs only one side has (a new base or profile) do not differ."""
+    parts = found.get("inputs")
+    if not isinstance(parts, dict) or any(name not in parts for name in SHARED_INPUTS):
+        return None
+    return [name for name, digest in digests.items() if name in parts and parts[name] != digest]
 
 
 def read_metadata(path: Path) -> dict[str, Any] | None:
@@ -94,11 +115,9 @@ def read_metadata(path: Path) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
-def _differing(found: dict[str, Any], spec: SweepSpec) -> str:
-    parts = found.get("inputs")
-    if not isinstance(parts, dict):
-        return "written before simcluster recorded each input"
-    names = [name for name, digest in input_digests(spec).items() if parts.get(name) != digest]
+def _differing(names: list[str] | None) -> str:
+    if names is None:
+        return "written before simcluster recorded each input with the headroom"
     return f"the {' and the '.join(names)} {'differs' if len(names) == 1 else 'differ'}"
 
 
@@ -141,7 +160,8 @@ def rows_to_frame(rows: list[Row]) -> pd.DataFrame:
 
 
 def sort_rows(table: pd.DataFrame) -> pd.DataFrame:
-    """Deterministic order: by layout (tp, pp, dp, vpp, ...; enums in declaration order)."""
+    """Deterministic order: by model, then layout (tp, pp, dp, vpp, ...; enums in
+    declaration order)."""
     if table.empty:
         return table.reset_index(drop=True)
 
@@ -149,7 +169,8 @@ def sort_rows(table: pd.DataFrame) -> pd.DataFrame:
         order = choice_order(str(column.name))
         return column if order is None else column.map(order)
 
-    ordered = table.sort_values(list(LAYOUT_COLUMNS), key=rank, kind="stable")
+    columns = [MODEL_COLUMN, *(column for column in LAYOUT_COLUMNS if column != MODEL_COLUMN)]
+    ordered = table.sort_values(columns, key=rank, kind="stable")
     return ordered.reset_index(drop=True)
 
 
@@ -159,11 +180,19 @@ class ResultStore:
     the sweep by more than about a tenth); `flush_every_s = 0` flushes every batch."""
 
     def __init__(
-        self, out: Path, spec: SweepSpec, csv: Path | None = None, flush_every_s: float = 2.0
+        self,
+        out: Path,
+        spec: SweepSpec,
+        csv: Path | None = None,
+        flush_every_s: float = 2.0,
+        headroom_fraction: float = DEFAULT_HEADROOM_FRACTION,
+        extra_metadata: dict[str, Any] | None = None,
     ) -> None:
         self.out, self.csv, self.flush_every_s = Path(out), csv, flush_every_s
         self.spec = spec
-        self.fingerprint = fingerprint(spec)
+        self.inputs = input_digests(spec, headroom_fraction)
+        self.fingerprint = fingerprint(spec, headroom_fraction)
+        self.extra_metadata = extra_metadata or {}
         self.frame = rows_to_frame([])
         self.pending: list[Row] = []
         self._last_flush_s = time.monotonic()
@@ -180,11 +209,12 @@ class ResultStore:
                 ["--resume: not a simcluster sweep table (not Parquet, or no sweep metadata); "
                  "resume needs the --out of an earlier sweep, or give a new --out"],
             )  # fmt: skip
-        if found.get("fingerprint") != self.fingerprint:
+        differing = differing_inputs(found, self.inputs)
+        if differing != []:
             raise ConfigError(
                 self.out,
                 [
-                    f"--resume: written by a sweep with other inputs ({_differing(found, self.spec)}; "
+                    f"--resume: written by a sweep with other inputs ({_differing(differing)}; "
                     f"fingerprint {found.get('fingerprint')}, this sweep {self.fingerprint}): its rows "
                     "would mix with this sweep's; write to a new --out, or drop --resume to start over"
                 ],
@@ -229,7 +259,9 @@ class ResultStore:
         table = pa.Table.from_pandas(frame, schema=SCHEMA, preserve_index=False)
         metadata = {
             **(table.schema.metadata or {}),
-            METADATA_KEY: json.dumps({"fingerprint": self.fingerprint, "inputs": input_digests(self.spec)}),
+            METADATA_KEY: json.dumps(
+                {"fingerprint": self.fingerprint, "inputs": self.inputs, **self.extra_metadata}
+            ),
         }
         table = table.replace_schema_metadata(metadata)
         write_atomically(self.out, lambda path: pq.write_table(table, path))

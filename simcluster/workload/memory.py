@@ -149,7 +149,9 @@ class StaticMemory:
 
 
 def static_memory(num_params: float, dp: int, distributed_optimizer: bool) -> StaticMemory:
-    """18 bytes per parameter, or 6 + 12/d with the distributed optimizer."""
+    """18 bytes per parameter, or 6 + 12/d with the distributed optimizer, where d is the
+    group the optimizer state is sharded over: d·c with context parallelism (Megatron-core's
+    `get_megatron_optimizer` passes `intra_dp_cp_group`)."""
     optimizer_share = 1.0 / dp if distributed_optimizer else 1.0
     return StaticMemory(
         weight_bytes=WEIGHT_BYTES_PER_PARAM * num_params,

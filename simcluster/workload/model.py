@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from simcluster.config.choices import Dtype, Normalization, PositionEmbedding, Recompute
 from simcluster.config.scenario import Scenario
 from simcluster.workload import memory
+from simcluster.workload.context_parallel import context_parallel_layer_ops
 from simcluster.workload.embedding import embedding_ops, output_ops, padded_vocab_size
 from simcluster.workload.fp8 import fp8_weight_bytes_per_layer
 from simcluster.workload.layer import LayerOps, layer_ops
@@ -69,10 +70,17 @@ class Workload:
 
 
 def layer_config(scenario: Scenario) -> LayerConfig:
+    """The layer one rank runs. With context parallelism every rank holds s/c tokens of the
+    sequence and "all non-attention modules run unchanged on s/c tokens" (Megatron-core
+    `docs/user-guide/features/context_parallel.md`; the batch is cut by
+    `utils.py::get_batch_on_this_cp_rank`), so the layer is described on s/c: its GEMMs,
+    element-wise kernels, SP collectives, saved activations, pipeline messages and the
+    embedding / loss all scale by 1/c. Only the attention core sees the whole sequence,
+    through the KV ring (`workload.context_parallel`)."""
     m, par, tr = scenario.model, scenario.parallel, scenario.training
     return LayerConfig(
         micro_batch_size=tr.micro_batch_size,
-        seq_length=m.seq_length,
+        seq_length=m.seq_length // par.cp,
         hidden_size=m.hidden_size,
         num_attention_heads=m.num_attention_heads,
         ffn_hidden_size=m.ffn_size,
@@ -119,12 +127,13 @@ def layer_params_per_rank(
 
 
 def stage_params_per_rank(scenario: Scenario, stage: int) -> float:
-    """Layers, plus the word (and learned position) embedding on the first stage, the final
-    norm and the output weight on the last: Megatron keeps a copy of the tied embedding there
-    when p > 1, and its own output weight with `untie_embeddings_and_output_weights`."""
+    """Layers (this stage's own count under `Scenario.pipeline_split`), plus the word (and
+    learned position) embedding on the first stage, the final norm and the output weight on
+    the last: Megatron keeps a copy of the tied embedding there when p > 1, and its own
+    output weight with `untie_embeddings_and_output_weights`."""
     m, par = scenario.model, scenario.parallel
     cfg = layer_config(scenario)
-    layers = m.num_layers // par.pp
+    layers = scenario.pipeline_split.stage_layers[stage]
     params = layers * layer_params_per_rank(
         m.hidden_size,
         m.ffn_size,
@@ -147,18 +156,19 @@ def stage_params_per_rank(scenario: Scenario, stage: int) -> float:
 
 def build_workload(scenario: Scenario) -> Workload:
     cfg = layer_config(scenario)
-    layer = layer_ops(cfg)
+    layer = context_parallel_layer_ops(layer_ops(cfg), cfg, scenario.parallel.cp)
     embedding = embedding_ops(cfg, scenario.model.vocab_size)
     output = output_ops(cfg, scenario.model.vocab_size)
     par = scenario.parallel
     last_virtual = par.pp * par.vpp - 1
+    split = scenario.pipeline_split
     stages = []
     for stage in range(par.pp):
         chunks = tuple(
             ChunkWork(
                 stage=stage,
                 chunk=chunk,
-                num_layers=scenario.layers_per_chunk,
+                num_layers=split.chunk_layers[stage][chunk],
                 layer=layer,
                 embedding=embedding if chunk * par.pp + stage == 0 else None,
                 output=output if chunk * par.pp + stage == last_virtual else None,
@@ -168,7 +178,8 @@ def build_workload(scenario: Scenario) -> Workload:
         params = stage_params_per_rank(scenario, stage)
         untied = scenario.model.untie_embeddings_and_output_weights
         tied = par.pp > 1 and stage in (0, par.pp - 1) and not untied
-        static = memory.static_memory(params, par.dp, scenario.training.use_distributed_optimizer)
+        # the distributed optimizer shards over DP × CP (CP ranks hold identical weights)
+        static = memory.static_memory(params, par.dp * par.cp, scenario.training.use_distributed_optimizer)
         if cfg.dtype is Dtype.FP8:
             fp8_copies = sum(chunk.num_layers for chunk in chunks) * fp8_weight_bytes_per_layer(layer.forward)
             static = replace(static, weight_bytes=static.weight_bytes + fp8_copies)
@@ -190,8 +201,9 @@ def build_workload(scenario: Scenario) -> Workload:
                 ),
             )
         )
-    # Per rank, each pipeline message is 1/t of [s, b, h]: the sequence shard with SP, or
-    # Megatron's scatter/gather split without it (reference/megatron.md §4.1).
+    # Per rank, each pipeline message is 1/t of [s/c, b, h]: the sequence shard with SP, or
+    # Megatron's scatter/gather split without it (reference/megatron.md §4.1: the p2p tensor
+    # shape is [s/cp, b, h]); cfg.tokens already holds s/c.
     p2p_bytes = cfg.element_bytes * cfg.tokens * cfg.hidden_size / par.tp
     return Workload(scenario, cfg, layer, tuple(stages), p2p_bytes)
 
@@ -203,3 +215,17 @@ def recompute_workspace_bytes(workload: Workload) -> float:
     if cfg.recompute is Recompute.NONE:
         return 0.0
     return layer_ops(replace(cfg, recompute=Recompute.NONE)).saved_bytes - workload.layer.saved_bytes
+
+
+def ring_buffer_bytes(workload: Workload) -> float:
+    """The context-parallel ring's transient receive buffers: two K/V chunks (the one being
+    used and the one arriving; TE AttnFuncWithCPAndKVP2P's `p2p_comm_buffers`, modern.md §4
+    "Effect of CP"); 0 without cp."""
+    rings = [op.ring for op in workload.layer.forward if op.ring is not None]
+    return 2 * rings[0].first_message_bytes if rings else 0.0
+
+
+def transient_bytes(workload: Workload) -> float:
+    """Bytes a backward holds beyond the stored activations: the recompute workspace of one
+    layer plus, with cp, the ring's K/V buffers."""
+    return recompute_workspace_bytes(workload) + ring_buffer_bytes(workload)

@@ -94,6 +94,34 @@ class AttentionShape:
 
 
 @dataclass(frozen=True, slots=True)
+class RingAttention:
+    """Context-parallel attention, Megatron-core's default `--cp-comm-type p2p` (TE
+    `AttnFuncWithCPAndKVP2P`, modern.md §3.2), one direction on one rank of a ring of
+    `cp_size`. The local K/V chunk circulates in `cp_size` steps; the transfer bringing step
+    i + 1's K/V runs beside step i's attention. With the 2·c-chunk causal load balance
+    every step does ½(s/c)² of attention: step 0 is the causal `diagonal` (local Q × local
+    K/V); on later steps some ranks compute the `lower` tile (all local Q × the first half of
+    the received K/V) and the others the `upper` tile (the second half of Q × all of it), so
+    the ring waits for the slower of the two. `message_bytes` is what each step sends: K and
+    V forward; K, V and the partial dK, dV backward (the first backward step has no dK/dV
+    yet: `first_message_bytes`). `final_message_bytes` is the dK/dV sent home after the last
+    backward step (0 forward)."""
+
+    cp_size: int
+    diagonal: AttentionShape
+    lower: AttentionShape
+    upper: AttentionShape
+    message_bytes: float
+    first_message_bytes: float
+    final_message_bytes: float = 0.0
+
+    @property
+    def flops(self) -> float:
+        """1/c of the causal attention of the whole sequence, per direction."""
+        return self.diagonal.flops + (self.cp_size - 1) * self.lower.flops
+
+
+@dataclass(frozen=True, slots=True)
 class Op:
     """One kernel (or collective) on one tensor-parallel rank.
 
@@ -112,9 +140,12 @@ class Op:
     saved_bytes: float = 0.0
     overlaps_next: bool = False
     attention: AttentionShape | None = None
+    ring: RingAttention | None = None
 
     @property
     def flops(self) -> float:
+        if self.ring is not None:
+            return self.ring.flops
         if self.attention is not None:
             return self.attention.flops
         return self.gemm.flops if self.gemm is not None else 0.0

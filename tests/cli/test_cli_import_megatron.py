@@ -9,6 +9,7 @@ from simcluster.cli import app
 from simcluster.config import ConfigError, Recompute, load_scenario
 from simcluster.config.choices import Dtype
 from simcluster.config.megatron_args import DEFAULT_VOCAB_SIZE, parse_megatron_args, split_command_line
+from simcluster.config.scenario import parse_scenario
 
 GPT3_175B = (
     "torchrun --nproc_per_node 8 --nnodes 8 pretrain_gpt.py "
@@ -17,7 +18,7 @@ GPT3_175B = (
     "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 8 "
     "--num-layers-per-virtual-pipeline-stage 4 --sequence-parallel "
     "--recompute-granularity selective --bf16 --use-distributed-optimizer --overlap-grad-reduce "
-    "--lr 6.0e-5 --train-iters 500000 --vocab-file gpt2-vocab.json --swiglu --frobnicate 3"
+    "--lr 6.0e-5 --train-iters 500000 --vocab-file gpt2-vocab.json --disable-bias-linear --frobnicate 3"
 )
 MINIMAL = "--num-layers 8 --hidden-size 256 --num-attention-heads 8 --seq-length 128 --micro-batch-size 2"
 
@@ -51,7 +52,7 @@ def test_unknown_ignored_and_unmodelled_flags_are_listed_on_stderr_and_in_the_ya
         assert "unknown flags (not recognised, not used): --frobnicate 3" in text
         assert "ignored (no effect on the simulation):" in text
         assert "--lr 6.0e-5" in text and "--train-iters 500000" in text
-        assert "not modelled (simulated without it): --swiglu" in text
+        assert "not modelled (simulated without it): --disable-bias-linear" in text
         assert "vocab_size = 51200" in text
 
 
@@ -175,3 +176,145 @@ def test_yaml_comments_do_not_change_the_mapping():
     imported = parse_megatron_args(MINIMAL + " --weird-flag")
     assert yaml.safe_load(imported.to_yaml()) == imported.scenario
     assert imported.unknown == ("--weird-flag",)
+
+
+# Issue 11's Llama-3 line: world 32, tp 2, pp 2, cp 2 gives dp 4 (Megatron-core: world / (tp·cp·pp)).
+LLAMA3 = (
+    "torchrun --nnodes 4 --nproc_per_node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
+    "--ffn-hidden-size 14336 --num-attention-heads 32 --group-query-attention --num-query-groups 8 "
+    "--swiglu --normalization RMSNorm --position-embedding-type rope --untie-embeddings-and-output-weights "
+    "--seq-length 8192 --max-position-embeddings 8192 --vocab-size 128256 --micro-batch-size 1 "
+    "--global-batch-size 128 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 "
+    "--context-parallel-size 2 --sequence-parallel --bf16 --fp8-format hybrid --attention-backend fused "
+    "--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --tp-comm-overlap "
+    "--recompute-granularity selective --recompute-modules core_attn --attention-dropout 0"
+)
+
+
+def test_llama3_line_reads_every_key_and_counts_dp_with_cp():
+    """Every flag of issue 11 reaches the requested mapping; dp = 32 / (2·2·2) = 4."""
+    imported = parse_megatron_args(LLAMA3, "h100-sxm5-80gb")
+    m, par, tr = (imported.requested[k] for k in ("model", "parallel", "training"))
+    assert (m["num_query_groups"], m["activation"], m["normalization"]) == (8, "swiglu", "rmsnorm")
+    assert (m["position_embedding"], m["untie_embeddings_and_output_weights"]) == ("rope", True)
+    assert m["vocab_size"] == 128256 and m["ffn_hidden_size"] == 14336
+    assert (par["tp"], par["cp"], par["pp"], par["dp"]) == (2, 2, 2, 4)
+    assert (tr["dtype"], tr["attention_backend"], tr["recompute"]) == ("fp8", "flash", "selective")
+    assert tr["overlap_param_gather"] and tr["tp_comm_overlap"] and tr["use_distributed_optimizer"]
+    assert imported.validated().parallel.dp == 4
+
+
+def test_a_flag_whose_key_is_not_priced_yet_is_not_modelled_and_its_key_keeps_the_default():
+    """Honest buckets: the flags of a key the simulator refuses are "not modelled" and the
+    scenario (which runs) leaves the key at its default; a priced key's flags are used."""
+    from simcluster.config.megatron_flags import KEY_FLAGS
+    from simcluster.config.scenario import Scenario, unpriced_keys
+
+    imported = parse_megatron_args(LLAMA3, "h100-sxm5-80gb")
+    unpriced = unpriced_keys(Scenario.model_validate(imported.requested))
+    scenario = imported.validated()
+    default = Scenario.model_validate(imported.scenario)
+    written = " ".join(imported.not_modelled)
+    for key, flags in KEY_FLAGS.items():
+        section, name = key.split(".")
+        given = [flag for flag in flags if f"--{flag}" in LLAMA3.split()]
+        if not given:
+            continue
+        if key in unpriced:
+            assert all(f"--{flag}" in written for flag in given), key
+            assert name not in imported.scenario[section] or key == "training.dtype"
+        else:
+            assert not any(f"--{flag}" in written for flag in given), key
+            assert getattr(getattr(scenario, section), name) == getattr(getattr(default, section), name)
+    assert "--recompute-modules" not in written  # core_attn is what selective prices
+    assert "--attention-dropout 0" in " ".join(imported.ignored)
+
+
+@pytest.mark.parametrize(
+    ("backend", "expected"),
+    [("flash", "flash"), ("fused", "flash"), ("auto", "flash"), ("unfused", "unfused"), ("local", "unfused")],
+)
+def test_attention_backends(backend, expected):
+    imported = parse_megatron_args(f"{MINIMAL} --bf16 --attention-backend {backend}")  # flash needs 16 bits
+    assert imported.requested["training"].get("attention_backend", "unfused") == expected
+
+
+@pytest.mark.parametrize(
+    ("flags", "problem"),
+    [
+        (
+            "--attention-backend cudnn",
+            "--attention-backend: value 'cudnn': allowed: flash, fused, auto, unfused, local",
+        ),
+        ("--normalization BatchNorm", "--normalization: value 'BatchNorm': allowed: LayerNorm, RMSNorm"),
+        (
+            "--position-embedding-type alibi",
+            "--position-embedding-type: value 'alibi': allowed: learned_absolute",
+        ),
+        ("--bf16 --fp8-format e5m2", "--fp8-format: value 'e5m2': allowed: e4m3, hybrid"),
+        ("--swiglu --squared-relu", "--swiglu and --squared-relu: choose one"),
+        ("--group-query-attention --num-query-groups 3", "model.num_query_groups: value 3: must divide"),
+        (
+            "--context-parallel-size 3 --world-size 6",
+            "model.seq_length: value 128: must be divisible by 2 * cp",
+        ),
+        (
+            "--tensor-model-parallel-size 2 --context-parallel-size 2 --world-size 6",
+            "not a multiple of tp * cp * pp",
+        ),
+    ],
+)
+def test_bad_values_name_the_flag_the_value_and_what_is_allowed(flags, problem):
+    with pytest.raises(ConfigError) as error:
+        parse_megatron_args(f"{MINIMAL} {flags}")
+    assert any(problem in line for line in error.value.problems), error.value.problems
+
+
+def test_vocabulary_is_padded_as_megatron_pads_it():
+    """--vocab-size is padded to a multiple of --make-vocab-size-divisible-by (128) · tp."""
+    gpt2 = parse_megatron_args(f"{MINIMAL} --vocab-size 50257 --tensor-model-parallel-size 8 --world-size 8")
+    assert gpt2.scenario["model"]["vocab_size"] == 51200 and "padded" in " ".join(gpt2.notes)
+    small = f"{MINIMAL} --vocab-size 50257 --make-vocab-size-divisible-by 1"
+    assert parse_megatron_args(small).scenario["model"]["vocab_size"] == 50257
+
+
+def test_swiglu_without_ffn_hidden_size_takes_megatrons_default():
+    imported = parse_megatron_args(f"{MINIMAL} --swiglu")
+    assert imported.requested["model"]["ffn_hidden_size"] == int(4 * 256 * 2 / 3 / 64) * 64
+
+
+def test_uneven_splits_and_virtual_stages():
+    """126 layers, embedding and loss counted: pp 16 x vpp 8 (1 layer per chunk), given either
+    as virtual stages per rank or as layers per virtual stage; the scenario keeps the split
+    (the layout needs it), and the scenario loads now that the split is priced."""
+    base = (
+        "--num-layers 126 --hidden-size 1024 --num-attention-heads 8 --seq-length 128 --micro-batch-size 1 "
+        "--global-batch-size 64 --pipeline-model-parallel-size 16 --world-size 64 "
+        "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split"
+    )
+    for vpp_flag in ("--num-virtual-stages-per-pipeline-rank 8", "--num-layers-per-virtual-pipeline-stage 1"):
+        imported = parse_megatron_args(f"{base} {vpp_flag}")
+        par = imported.requested["parallel"]
+        assert (par["pp"], par["vpp"], par["dp"]) == (16, 8, 4)
+        assert par["account_for_embedding_in_pipeline_split"] and par["account_for_loss_in_pipeline_split"]
+    explicit = (
+        "--num-layers 14 --hidden-size 1024 --num-attention-heads 8 --seq-length 128 --micro-batch-size 1 "
+        "--pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 3 "
+        "--decoder-last-pipeline-num-layers 3"
+    )
+    par = parse_megatron_args(explicit).requested["parallel"]
+    assert (par["first_pipeline_num_layers"], par["last_pipeline_num_layers"]) == (3, 3)
+    priced = parse_megatron_args(f"{base} --num-virtual-stages-per-pipeline-rank 8")
+    # The split is priced now: nothing is kept aside, and the flags are used.
+    assert priced.scenario == priced.requested and priced.kept == ()
+    assert parse_scenario(priced.scenario, "imported").parallel.account_for_loss_in_pipeline_split
+    with pytest.raises(ConfigError, match="--num-layers-per-virtual-pipeline-stage: cannot be combined"):
+        parse_megatron_args(f"{explicit} --num-layers-per-virtual-pipeline-stage 1")
+
+
+def test_recompute_modules_other_than_core_attn_are_not_modelled():
+    imported = parse_megatron_args(
+        f"{MINIMAL} --recompute-granularity selective --recompute-modules core_attn mlp"
+    )
+    assert imported.scenario["training"]["recompute"] == "selective"
+    assert any(line.startswith("--recompute-modules core_attn mlp: ") for line in imported.not_modelled)

@@ -9,7 +9,8 @@ from simcluster.config import ConfigError, Recompute, load_scenario, parse_scena
 from simcluster.config.hardware import load_hardware
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = sorted((ROOT / "scenarios").rglob("*.yaml"))
+# scenarios/modern/ sets keys not priced yet: tests/config/test_modern_scenarios.py holds them.
+SHIPPED = sorted(p for p in (ROOT / "scenarios").rglob("*.yaml") if p.parent.name != "modern")
 
 BASE = {
     "hardware": "a100-sxm4-80gb",

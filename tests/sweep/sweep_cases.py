@@ -46,6 +46,10 @@ def write_sweep_files(
     """Write scenario + profile + spec under `folder`; return the spec's path."""
     profile = yaml.safe_load((ROOT / "hwprofiles" / "a100-sxm4-80gb.yaml").read_text())
     profile["gpu"]["memory_gb"] = memory_gb
+    if memory_gb != 80.0:  # a small test device: that capacity, no CUDA/NCCL reserve
+        profile["gpu"]["memory_capacity_mib"] = memory_gb * 1e9 / 2**20
+        profile["gpu"].pop("cuda_context_mib", None)
+        profile["gpu"].pop("nccl_buffers_mib", None)
     scenarios = folder / "scenarios"
     scenarios.mkdir(exist_ok=True)
     (scenarios / "gpu.yaml").write_text(yaml.safe_dump(profile))

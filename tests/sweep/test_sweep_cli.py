@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 from sweep_cases import SMALL_NUM_VALID
 from typer.testing import CliRunner
 
@@ -12,13 +13,14 @@ runner = CliRunner()
 
 
 def test_sweep_command_writes_the_table_and_prints_the_best(write_sweep, tmp_path):
-    """Counts, the output path, the --top table; then --resume runs nothing."""
+    """Counts, the output path, the --top table; then --resume runs nothing. At the default
+    headroom 0.1 (limit 1.8 GB), 5 of the 18 do not fit (see test_sweep_execute)."""
     spec, out = write_sweep(memory_gb=2.0), tmp_path / "out.parquet"
     args = ["sweep", str(spec), "--out", str(out), "--workers", "1", "--no-progress"]
     result = runner.invoke(app, [*args, "--csv", "--top", "3"])
     assert result.exit_code == 0, result.output
     assert "32 combinations: 18 valid, 14 invalid" in result.output
-    assert "table: ok 14, oom 4" in result.output
+    assert "table: ok 13, oom 5 (fits: headroom 0.1 of usable memory)" in result.output
     assert "MFU %" in result.output and len(result.output.splitlines()) == 2 + 2 + 3
     assert len(pd.read_parquet(out)) == len(pd.read_csv(out.with_suffix(".csv"))) == SMALL_NUM_VALID
     again = runner.invoke(app, [*args, "--resume"])
@@ -54,3 +56,54 @@ def test_interrupt_exits_130_with_a_resume_hint(write_sweep, tmp_path, monkeypat
     monkeypatch.setattr(simcluster.sweep, "execute_sweep", interrupted)
     result = runner.invoke(app, ["sweep", str(write_sweep()), "--out", str(tmp_path / "o.parquet")])
     assert result.exit_code == 130 and "run again with --resume" in result.output
+
+
+def test_top_shows_every_swept_axis(write_sweep, tmp_path):
+    """The distributed optimizer swept on and off: a dist-opt column tells the two rows
+    apart (before, they printed identical); an axis not swept is not a column."""
+    spec = write_sweep({"tp": [2], "use_distributed_optimizer": [False, True]})
+    result = runner.invoke(app, ["sweep", str(spec), "--out", str(tmp_path / "o.parquet"), "--workers", "1",
+                                 "--no-progress", "--top", "2"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    header, _, *rows = result.output.splitlines()[2:]
+    assert header.split()[:4] == ["tp", "pp", "dp", "dist-opt"] and "recompute" not in header
+    assert sorted(row.split()[3] for row in rows) == ["no", "yes"]
+
+
+def test_json_is_the_summary_and_the_best_rows(write_sweep, tmp_path):
+    """--json: valid JSON (no NaN), the counts, the headroom, the swept axes and every column
+    of the best rows; nothing else on stdout."""
+    import json
+
+    spec, out = write_sweep(memory_gb=2.0), tmp_path / "o.parquet"
+    result = runner.invoke(app, ["sweep", str(spec), "--out", str(out), "--workers", "1", "--no-progress",
+                                 "--json", "--top", "3", "--headroom", "0"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout, parse_constant=lambda name: pytest.fail(f"{name} in JSON"))
+    assert (data["num_combinations"], data["num_valid"], data["num_invalid"]) == (32, SMALL_NUM_VALID, 14)
+    assert data["status_counts"] == {"ok": 14, "oom": 4} and data["headroom_fraction"] == 0.0
+    assert data["swept_axes"] == ["tp", "pp", "dp", "vpp", "sequence_parallel", "recompute"]
+    assert len(data["top"]) == 3 and set(pd.read_parquet(out).columns) == set(data["top"][0])
+    mfus = [row["mfu"] for row in data["top"]]
+    assert mfus == sorted(mfus, reverse=True) and all(row["fits"] for row in data["top"])
+
+
+def test_json_rows_turn_nan_into_null(write_sweep, tmp_path):
+    """An oom row (no iteration time, no MFU) as JSON: null, and json.dumps(allow_nan=False) works."""
+    import json
+
+    from simcluster.sweep import run_sweep
+    from simcluster.sweep.summary import row_json
+
+    table = run_sweep(write_sweep(memory_gb=2.0), tmp_path / "o.parquet", workers=1, progress=False)
+    row = row_json(table[table["status"] == "oom"].iloc[0])
+    assert row["mfu"] is None and row["iteration_time_s"] is None and isinstance(row["fits"], bool)
+    assert isinstance(row["stage_peak_memory_bytes"], list) and json.dumps(row, allow_nan=False)
+
+
+def test_headroom_option_is_checked_like_plans(write_sweep, tmp_path):
+    """--headroom 1: exit 2 with plan's message; nothing written."""
+    out = tmp_path / "o.parquet"
+    result = runner.invoke(app, ["sweep", str(write_sweep()), "--out", str(out), "--headroom", "1"])
+    assert result.exit_code == 2
+    assert "--headroom: value 1.0: must be at least 0 and below 1" in result.output and not out.exists()

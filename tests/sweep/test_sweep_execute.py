@@ -10,6 +10,7 @@ import pytest
 from sweep_cases import SMALL_NUM_VALID
 
 from simcluster import simulation
+from simcluster.config.errors import ConfigError
 from simcluster.memory_plan import stage_memory_estimate
 from simcluster.sweep import best_by_mfu, execute_sweep, expand, load_sweep_spec, run_sweep
 
@@ -35,7 +36,9 @@ def test_every_valid_configuration_is_simulated_when_all_fit(write_sweep, tmp_pa
     assert len(table) == SMALL_NUM_VALID == len(simulated)
     assert set(table["status"]) == {"ok"}
     assert (table["num_events"] > 0).all() and table["fits"].all()
-    assert (table["memory_headroom_bytes"] == 80e9 - table["max_stage_peak_memory_bytes"]).all()
+    usable = (81920 - 400 - 1011) * 2**20  # the A100 profile: driver capacity less CUDA and NCCL reserve
+    assert (table["capacity_bytes"] == usable).all() and (table["headroom_fraction"] == 0.1).all()
+    assert (table["memory_headroom_bytes"] == usable - table["max_stage_peak_memory_bytes"]).all()
     assert list(table[["tp", "pp"]].itertuples(index=False)) == sorted(
         table[["tp", "pp"]].itertuples(index=False)
     )
@@ -45,16 +48,16 @@ def test_every_valid_configuration_is_simulated_when_all_fit(write_sweep, tmp_pa
 
 
 def test_out_of_memory_rows_carry_the_bytes_needed_and_are_not_simulated(write_sweep, tmp_path, simulated):
-    """2 GB GPUs: tp = 1 without recompute (2.5 to 3.5 GB) and tp = pp = 1 with full
-    recompute (2.7 GB) do not fit; they become oom rows, the other 14 are simulated."""
+    """2 GB GPUs, no headroom: tp = 1 without recompute (2.5 to 3.5 GB) and tp = pp = 1 with
+    full recompute (2.7 GB) do not fit; they become oom rows, the other 14 are simulated."""
     spec_path = write_sweep(memory_gb=2.0)
-    table = run_sweep(spec_path, tmp_path / "out.parquet", workers=1, progress=False)
+    table = run_sweep(spec_path, tmp_path / "out.parquet", workers=1, progress=False, headroom_fraction=0.0)
     oom = table[table["status"] == "oom"]
     assert len(oom) == 4 and len(simulated) == SMALL_NUM_VALID - 4
     assert set(oom["tp"]) == {1} and not ((oom["pp"] == 2) & (oom["recompute"] == "full")).any()
     assert (oom["num_events"] == 0).all() and oom["mfu"].isna().all() and not oom["fits"].any()
     assert (oom["memory_headroom_bytes"] < 0).all()
-    assert oom["message"].str.contains("GB, has 2.0 GB").all()
+    assert oom["message"].str.contains("GB, may use 2.0 GB").all()
     spec = load_sweep_spec(spec_path)
     for config in expand(spec).configs:
         row = table[table["config_id"] == config.config_id].iloc[0]
@@ -62,6 +65,33 @@ def test_out_of_memory_rows_carry_the_bytes_needed_and_are_not_simulated(write_s
         assert row["max_stage_peak_memory_bytes"] == max(peaks)
         assert list(row["stage_peak_memory_bytes"]) == peaks
         assert (row["status"] == "oom") == (max(peaks) > 2e9)
+
+
+def test_headroom_leaves_that_fraction_of_usable_memory_free(write_sweep, tmp_path):
+    """2 GB GPUs, headroom 0.1: the limit is 1.8 GB, so tp 2, pp 1 without SP or recompute
+    (1.81 GB, which fits with no headroom) is an oom row too: 5 oom, 13 simulated. The
+    headroom is in every row and in the resume fingerprint."""
+    spec_path, out = write_sweep(memory_gb=2.0), tmp_path / "out.parquet"
+    table = run_sweep(spec_path, out, workers=1, progress=False, headroom_fraction=0.1)
+    oom = table[table["status"] == "oom"]
+    assert len(oom) == 5 and (table["headroom_fraction"] == 0.1).all()
+    squeezed = oom[(oom["tp"] == 2) & (oom["pp"] == 1)].iloc[0]
+    assert 1.8e9 < squeezed["max_stage_peak_memory_bytes"] <= 2e9 and squeezed["memory_headroom_bytes"] > 0
+    assert not squeezed["fits"] and "may use 1.8 GB (2.0 GB usable, headroom 0.1)" in squeezed["message"]
+    ok = table[table["status"] == "ok"]
+    assert (ok["max_stage_peak_memory_bytes"] <= 1.8e9).all() and ok["fits"].all()
+    best = best_by_mfu(table, 100)
+    assert list(best["config_id"]) == list(ok.sort_values("mfu", ascending=False)["config_id"])
+    with pytest.raises(ConfigError, match=r"\(the headroom_fraction differs;"):
+        run_sweep(spec_path, out, workers=1, progress=False, headroom_fraction=0.2, resume=True)
+
+
+@pytest.mark.parametrize("headroom", [-0.1, 1.0, math.nan])
+def test_headroom_outside_0_1_is_refused(write_sweep, tmp_path, headroom):
+    """The same rule and message as plan's --headroom."""
+    with pytest.raises(ConfigError, match=r"--headroom: value .*: must be at least 0 and below 1"):
+        run_sweep(write_sweep(), tmp_path / "o.parquet", workers=1, headroom_fraction=headroom)
+    assert not (tmp_path / "o.parquet").exists()
 
 
 def test_a_configuration_that_raises_is_an_error_row(write_sweep, tmp_path, monkeypatch):

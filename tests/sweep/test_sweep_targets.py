@@ -187,7 +187,7 @@ def test_resume_refuses_a_changed_base_field_that_is_not_an_axis(
     data = yaml.safe_load(base.read_text())
     data[section][field] = value
     base.write_text(yaml.safe_dump(data))
-    with pytest.raises(ConfigError, match=r"\(the base scenario differs;"):
+    with pytest.raises(ConfigError, match=r"\(the base scenario tiny differs;"):
         execute_sweep(spec, out, workers=1, progress=False, resume=True)
     pd.testing.assert_frame_equal(pd.read_parquet(out), before)
 
@@ -195,7 +195,7 @@ def test_resume_refuses_a_changed_base_field_that_is_not_an_axis(
 def test_resume_names_the_hardware_profile_when_it_changed(write_sweep, tmp_path):
     out = tmp_path / "out.parquet"
     run_sweep(write_sweep(ONE), out, workers=1, progress=False)
-    with pytest.raises(ConfigError, match=r"\(the hardware profile differs;"):
+    with pytest.raises(ConfigError, match=r"\(the hardware profile gpu.yaml differs;"):
         execute_sweep(write_sweep(ONE, memory_gb=40.0), out, workers=1, progress=False, resume=True)
 
 

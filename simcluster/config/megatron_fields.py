@@ -1,0 +1,256 @@
+"""Megatron flags -> the scenario's model, parallel and training mappings (Megatron's
+defaults and derivations: dp = world / (tp·cp·pp), vpp from layers per virtual stage,
+the padded vocabulary, SwiGLU's FFN width)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from simcluster.config.choices import Dtype, Recompute
+from simcluster.config.megatron_cmdline import FlagReader
+from simcluster.config.megatron_flags import DEFAULT_VOCAB_DIVISOR, DEFAULT_VOCAB_SIZE, MODEL_INTS
+
+_NORMALIZATION = {"LayerNorm": "layernorm", "RMSNorm": "rmsnorm"}
+_POSITION = {"learned_absolute": "learned", "rope": "rope"}
+# Megatron-core's AttnBackend: flash, fused and auto run one fused kernel per direction.
+_ATTENTION = {"flash": "flash", "fused": "flash", "auto": "flash", "unfused": "unfused", "local": "unfused"}
+_FP8_FORMATS = ("e4m3", "hybrid")
+
+
+def _world_size(read: FlagReader, num_gpus: int | None, notes: list[str]) -> int | None:
+    if num_gpus is not None:
+        return num_gpus
+    if read.has("world-size"):
+        return read.integer("world-size")
+    nodes, per_node = read.text("nnodes"), read.text("nproc-per-node")
+    if per_node is None:
+        return None
+    if nodes is not None and ":" in nodes:
+        nodes = nodes.split(":")[-1]
+        notes.append(f"torchrun --nnodes is a range; using its maximum, {nodes} nodes")
+    try:
+        world = int(nodes or 1) * int(per_node)
+    except ValueError:
+        notes.append(f"no world size from torchrun --nnodes {nodes} --nproc_per_node {per_node}")
+        return None
+    notes.append(f"world size {world} from torchrun --nnodes {nodes or 1} x --nproc_per_node {per_node}")
+    return world
+
+
+def _data_parallel(
+    read: FlagReader, tp: int, cp: int, pp: int, num_gpus: int | None, notes: list[str]
+) -> int:
+    if read.has("data-parallel-size"):
+        return read.integer("data-parallel-size") or 1
+    world = _world_size(read, num_gpus, notes)
+    shown_sizes = f"tp {tp} * cp {cp} * pp {pp}" if cp > 1 else f"tp {tp} * pp {pp}"
+    if world is None:
+        notes.append(
+            "dp = 1: no world size given (Megatron derives dp = world size / (tp * cp * pp); "
+            "pass --world-size N, or torchrun --nnodes/--nproc_per_node)"
+        )
+        return 1
+    if world % (tp * cp * pp):
+        read.problems.append(
+            f"world size {world}: not a multiple of tp * cp * pp ({shown_sizes} = {tp * cp * pp})"
+        )
+        return 1
+    notes.append(f"dp = {world // (tp * cp * pp)} = world size {world} / ({shown_sizes})")
+    return world // (tp * cp * pp)
+
+
+def _virtual_pipeline(read: FlagReader, num_layers: int, pp: int, extra: int, explicit_split: bool) -> int:
+    """vpp from `--num-virtual-stages-per-pipeline-rank` (or the older
+    `--virtual-pipeline-model-parallel-size`), or from `--num-layers-per-virtual-pipeline-stage`,
+    where Megatron counts the embedding / loss as layers when told to (`extra`)."""
+    vpp = read.integer("num-virtual-stages-per-pipeline-rank") or read.integer(
+        "virtual-pipeline-model-parallel-size"
+    )
+    per_stage = read.integer("num-layers-per-virtual-pipeline-stage")
+    if per_stage is None:
+        return vpp or 1
+    if explicit_split:
+        read.problems.append(
+            "--num-layers-per-virtual-pipeline-stage: cannot be combined with "
+            "--decoder-first/last-pipeline-num-layers; allowed: --num-virtual-stages-per-pipeline-rank"
+        )
+        return vpp or 1
+    layers = num_layers + extra
+    if layers % pp or (layers // pp) % per_stage:
+        counted = f" + {extra} (embedding / loss)" if extra else ""
+        read.problems.append(
+            f"--num-layers-per-virtual-pipeline-stage: value {per_stage}: must divide the layers "
+            f"per pipeline stage (num_layers {num_layers}{counted} / pp {pp})"
+        )
+        return vpp or 1
+    derived = layers // pp // per_stage
+    if vpp is not None and vpp != derived:
+        read.problems.append(
+            f"--num-virtual-stages-per-pipeline-rank {vpp} disagrees with "
+            f"--num-layers-per-virtual-pipeline-stage {per_stage} (which gives {derived})"
+        )
+    return derived
+
+
+def _recompute(read: FlagReader, notes: list[str], demoted: dict[str, str]) -> Recompute:
+    granularity = read.text("recompute-granularity")
+    if granularity is None and read.switch("recompute-activations"):
+        granularity = "selective"  # Megatron: --recompute-activations means selective
+    if granularity is None and read.switch("checkpoint-activations"):
+        granularity = "full"  # the 2021 flag: full, uniform, one layer per checkpoint
+    modules = read.values("recompute-modules")
+    if modules is not None and granularity != "selective":
+        notes.append("--recompute-modules without --recompute-granularity selective has no effect")
+    if granularity is None:
+        if read.has("recompute-method"):
+            notes.append("--recompute-method without --recompute-granularity full has no effect")
+        return Recompute.NONE
+    if granularity not in ("full", "selective"):
+        read.problems.append(f"--recompute-granularity: value {granularity!r}: allowed: full, selective")
+        return Recompute.NONE
+    if granularity == "selective" and modules is not None and set(modules) != {"core_attn"}:
+        # Megatron-core's default module list is core_attn, which is what selective prices.
+        demoted["recompute-modules"] = "recompute of modules other than core_attn (simulated as core_attn)"
+    method, group = read.text("recompute-method"), read.integer("recompute-num-layers")
+    if granularity == "full" and (method == "block" or (group or 1) > 1):
+        notes.append(
+            f"--recompute-method {method} --recompute-num-layers {group}: simulated as full "
+            "recompute of every layer (per-layer checkpoints)"
+        )
+    return Recompute(granularity)
+
+
+def _dtype(read: FlagReader, notes: list[str]) -> Dtype:
+    bf16, fp16 = read.switch("bf16"), read.switch("fp16")
+    fp8 = read.text("fp8-format")
+    if bf16 and fp16:
+        read.problems.append("--bf16 and --fp16: choose one")
+    if fp8 is not None:
+        if fp8 not in _FP8_FORMATS:
+            read.problems.append(f"--fp8-format: value {fp8!r}: allowed: {', '.join(_FP8_FORMATS)}")
+        return Dtype.FP8  # Transformer Engine: FP8 GEMMs, bf16 elsewhere
+    if bf16 or fp16:
+        return Dtype.BF16 if bf16 else Dtype.FP16
+    notes.append("dtype fp32: neither --bf16 nor --fp16 given (Megatron then trains in fp32)")
+    return Dtype.FP32
+
+
+def padded_vocab_size(vocab_size: int, divisor: int, tp: int) -> int:
+    """Megatron's `_vocab_size_with_padding`: up to a multiple of divisor · tp."""
+    multiple = divisor * tp
+    return math.ceil(vocab_size / multiple) * multiple
+
+
+def _vocab(read: FlagReader, tp: int, notes: list[str]) -> int:
+    divisor = read.integer("make-vocab-size-divisible-by") or DEFAULT_VOCAB_DIVISOR
+    given = read.integer("vocab-size")
+    if given is None:
+        notes.append(
+            f"vocab_size = {DEFAULT_VOCAB_SIZE} (the paper's GPT-2 vocabulary): the size of a "
+            "--vocab-file / tokenizer cannot be known from the command line; pass --vocab-size"
+        )
+        return DEFAULT_VOCAB_SIZE
+    padded = padded_vocab_size(given, divisor, tp)
+    if padded != given:
+        notes.append(
+            f"vocab_size = {padded}: --vocab-size {given} padded to a multiple of "
+            f"--make-vocab-size-divisible-by {divisor} * tp {tp} (Megatron's _vocab_size_with_padding)"
+        )
+    return padded
+
+
+def read_model(read: FlagReader, tp: int, notes: list[str]) -> dict[str, Any]:
+    model: dict[str, int | None] = {
+        key: read.integer(flag) for flag, key in MODEL_INTS.items() if read.has(flag)
+    }
+    if "seq_length" not in model and read.has("encoder-seq-length"):
+        model["seq_length"] = read.integer("encoder-seq-length")
+    model["vocab_size"] = _vocab(read, tp, notes)
+    swiglu, squared_relu = read.switch("swiglu"), read.switch("squared-relu")
+    if swiglu and squared_relu:
+        read.problems.append("--swiglu and --squared-relu: choose one")
+    if swiglu and model.get("ffn_hidden_size") is None and (h := model.get("hidden_size")):
+        model["ffn_hidden_size"] = int(4 * h * 2 / 3 / 64) * 64
+        notes.append(
+            f"ffn_hidden_size = {model['ffn_hidden_size']}: Megatron's --swiglu default, int(8h/3/64)*64"
+        )
+    ordered: dict[str, Any] = {key: model[key] for key in MODEL_INTS.values() if key in model}
+    if read.switch("group-query-attention"):
+        ordered["num_query_groups"] = read.integer("num-query-groups") or 1  # Megatron's default: 1
+    elif read.has("num-query-groups"):
+        notes.append("--num-query-groups without --group-query-attention has no effect (Megatron)")
+    if swiglu or squared_relu:
+        ordered["activation"] = "swiglu" if swiglu else "squared_relu"
+    if (norm := read.choice("normalization", _NORMALIZATION)) not in (None, "layernorm"):
+        ordered["normalization"] = norm
+    position = read.choice("position-embedding-type", _POSITION)
+    if read.switch("use-rotary-position-embeddings"):
+        position = "rope"
+    if position not in (None, "learned"):
+        ordered["position_embedding"] = position
+    if read.switch("untie-embeddings-and-output-weights"):
+        ordered["untie_embeddings_and_output_weights"] = True
+    return ordered
+
+
+def _attention_backend(read: FlagReader, notes: list[str]) -> str:
+    backend = read.choice("attention-backend", _ATTENTION)
+    if read.switch("use-flash-attn"):
+        backend = "flash"
+    if backend is None:
+        notes.append(
+            "attention_backend = unfused (the paper's kernels): no --attention-backend given; "
+            "Megatron-core's default, auto, runs a fused kernel: pass --attention-backend flash"
+        )
+    return backend or "unfused"
+
+
+def read_training(read: FlagReader, dp: int, notes: list[str], demoted: dict[str, str]) -> dict[str, Any]:
+    micro = read.integer("micro-batch-size") or 1
+    global_batch = read.integer("global-batch-size")
+    if global_batch is None:
+        global_batch = micro * dp
+        notes.append(f"global_batch_size = micro_batch_size * dp = {global_batch} (Megatron's default)")
+    training: dict[str, Any] = {
+        "micro_batch_size": micro,
+        "global_batch_size": global_batch,
+        "recompute": _recompute(read, notes, demoted).value,
+        "schedule": "1f1b",  # Megatron has no GPipe schedule
+        "dtype": _dtype(read, notes).value,
+        "overlap_grad_reduce": read.switch("overlap-grad-reduce"),
+        "use_distributed_optimizer": read.switch("use-distributed-optimizer"),
+    }
+    if (backend := _attention_backend(read, notes)) != "unfused":
+        training["attention_backend"] = backend
+    for flag in ("overlap-param-gather", "tp-comm-overlap"):
+        if read.switch(flag):
+            training[flag.replace("-", "_")] = True
+    return training
+
+
+def read_parallel(
+    read: FlagReader, num_layers: int, num_gpus: int | None, notes: list[str]
+) -> dict[str, Any]:
+    tp = read.integer("tensor-model-parallel-size") or 1
+    pp = read.integer("pipeline-model-parallel-size") or 1
+    cp = read.integer("context-parallel-size") or 1
+    embedding = read.switch("account-for-embedding-in-pipeline-split")
+    loss = read.switch("account-for-loss-in-pipeline-split")
+    first = read.integer("decoder-first-pipeline-num-layers")
+    last = read.integer("decoder-last-pipeline-num-layers")
+    parallel: dict[str, Any] = {
+        "tp": tp,
+        "pp": pp,
+        "dp": _data_parallel(read, tp, cp, pp, num_gpus, notes),
+        "vpp": _virtual_pipeline(read, num_layers, pp, int(embedding) + int(loss), None not in (first, last)),
+        "sequence_parallel": read.switch("sequence-parallel"),
+    }
+    optional = {
+        "cp": cp if cp > 1 else None,
+        "account_for_embedding_in_pipeline_split": embedding or None,
+        "account_for_loss_in_pipeline_split": loss or None,
+        "first_pipeline_num_layers": first,
+        "last_pipeline_num_layers": last,
+    }
+    return parallel | {key: value for key, value in optional.items() if value is not None}

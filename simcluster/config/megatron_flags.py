@@ -1,0 +1,129 @@
+"""Megatron-LM's launch flags as `import-megatron` sorts them (`megatron/training/arguments.py`).
+
+Every flag ends in exactly one bucket, and none is dropped silently:
+  used         read into the scenario (`--num-layers`, `--sequence-parallel`, …);
+  ignored      known, with no effect on a simulated iteration (`--lr`, `--train-iters`, …);
+  not modelled known, changes the workload, but the simulator has no model of it
+               (`--num-experts`, …), or it sets a scenario key the simulator refuses so
+               far (`NOT_MODELLED_YET`): the scenario describes the run without it;
+  unknown      anything else (a typo, a newer flag): listed for the user to check.
+"""
+
+from __future__ import annotations
+
+SOURCE = "megatron arguments"
+DEFAULT_HARDWARE = "a100-sxm4-80gb"
+# GPT-2 BPE (50,257 tokens) padded as in Korthikanti et al. Table 3 (v = 51,200).
+DEFAULT_VOCAB_SIZE = 51200
+# Megatron's --make-vocab-size-divisible-by default: the vocabulary is padded to a multiple
+# of this times tp (`megatron/training/tokenizer/tokenizer.py::_vocab_size_with_padding`).
+DEFAULT_VOCAB_DIVISOR = 128
+
+MODEL_INTS = {
+    "num-layers": "num_layers",
+    "hidden-size": "hidden_size",
+    "num-attention-heads": "num_attention_heads",
+    "seq-length": "seq_length",
+    "vocab-size": "vocab_size",
+    "ffn-hidden-size": "ffn_hidden_size",
+}
+REQUIRED = ("num-layers", "hidden-size", "num-attention-heads", "seq-length", "micro-batch-size")
+
+# The flags that set each scenario key of issue 11: when the simulator refuses the key
+# (`NOT_MODELLED_YET`), these flags are "not modelled" and the key keeps its default.
+KEY_FLAGS: dict[str, tuple[str, ...]] = {
+    "model.num_query_groups": ("group-query-attention", "num-query-groups"),
+    "model.activation": ("swiglu", "squared-relu"),
+    "model.normalization": ("normalization",),
+    "model.position_embedding": ("position-embedding-type", "use-rotary-position-embeddings"),
+    "model.untie_embeddings_and_output_weights": ("untie-embeddings-and-output-weights",),
+    "parallel.cp": ("context-parallel-size",),
+    "parallel.account_for_embedding_in_pipeline_split": ("account-for-embedding-in-pipeline-split",),
+    "parallel.account_for_loss_in_pipeline_split": ("account-for-loss-in-pipeline-split",),
+    "parallel.first_pipeline_num_layers": ("decoder-first-pipeline-num-layers",),
+    "parallel.last_pipeline_num_layers": ("decoder-last-pipeline-num-layers",),
+    "training.dtype": ("fp8-format",),
+    "training.attention_backend": ("attention-backend", "use-flash-attn"),
+    "training.overlap_param_gather": ("overlap-param-gather",),
+    "training.tp_comm_overlap": ("tp-comm-overlap",),
+}
+
+# Flags read into the scenario (beyond MODEL_INTS); everything else is sorted below.
+USED = {
+    "encoder-seq-length", "micro-batch-size", "global-batch-size", "tensor-model-parallel-size",
+    "pipeline-model-parallel-size", "virtual-pipeline-model-parallel-size",
+    "num-layers-per-virtual-pipeline-stage", "num-virtual-stages-per-pipeline-rank",
+    "sequence-parallel", "recompute-granularity", "recompute-activations", "checkpoint-activations",
+    "recompute-method", "recompute-num-layers", "bf16", "fp16", "use-distributed-optimizer",
+    "overlap-grad-reduce", "world-size", "data-parallel-size", "nproc-per-node", "nnodes",
+    "make-vocab-size-divisible-by", "recompute-modules",
+    *(flag for flags in KEY_FLAGS.values() for flag in flags),
+}  # fmt: skip
+
+IGNORED = {
+    "lr", "min-lr", "train-iters", "train-samples", "weight-decay", "start-weight-decay",
+    "end-weight-decay", "weight-decay-incr-style", "clip-grad", "sgd-momentum", "init-method-std",
+    "init-method-xavier-uniform", "seed", "split", "vocab-file", "merge-file", "tokenizer-type",
+    "tokenizer-model", "vocab-extra-ids", "save", "load", "pretrained-checkpoint", "finetune",
+    "distributed-backend", "distributed-timeout-minutes", "num-workers", "dataloader-type",
+    "attention-dropout", "hidden-dropout", "no-masked-softmax-fusion", "no-bias-gelu-fusion",
+    "no-bias-dropout-fusion", "no-gradient-accumulation-fusion", "masked-softmax-fusion",
+    "use-cpu-initialization", "no-async-tensor-model-parallel-allreduce", "ddp-impl", "local-rank",
+    "apply-query-key-layer-scaling", "attention-softmax-in-fp32", "accumulate-allreduce-grads-in-fp32",
+    "loss-scale", "initial-loss-scale", "min-loss-scale", "loss-scale-window", "hysteresis",
+    "fp16-lm-cross-entropy", "use-mcore-models", "use-legacy-models", "transformer-impl",
+    "eod-mask-loss", "reset-position-ids", "reset-attention-mask", "mock-data", "use-env",
+    "no-persist-layer-norm", "empty-unused-memory-level", "barrier-with-l1-time", "use-checkpoint-args",
+    "max-position-embeddings", "rampup-batch-size", "optimizer", "rotary-base", "rotary-percent",
+    "rope-scaling-factor", "use-rope-scaling", "norm-epsilon", "no-rope-fusion", "bias-swiglu-fusion",
+    "node-rank", "master-addr", "master-port", "standalone", "max-restarts", "rdzv-backend",
+    "rdzv-endpoint", "rdzv-id", "rdzv-conf", "monitor-interval", "no-python", "module",
+}  # fmt: skip
+IGNORED_PREFIXES = (
+    "log-", "tensorboard-", "wandb-", "save-", "load-", "no-load-", "no-save-", "eval-", "exit-",
+    "ckpt-", "lr-", "adam-", "data-", "train-data", "valid-data", "test-data", "profile", "timing-",
+)  # fmt: skip
+
+# Known flags with no model in the simulator (always), and why.
+NOT_MODELLED = {
+    "num-experts": "mixture of experts",
+    "expert-model-parallel-size": "expert parallelism",
+    "disable-bias-linear": "bias-free linears (biases are modelled)",
+    "overlap-p2p-comm": "overlapped pipeline p2p",
+    "distribute-saved-activations": "distributed saved activations",
+    "num-microbatches-with-partial-activation-checkpoints": "partial recompute (paper Appendix C)",
+    "pipeline-model-parallel-split-rank": "encoder-decoder pipelines",
+    "pipeline-model-parallel-layout": "a free-form pipeline layout (the four uneven-split flags are read)",
+    "cp-comm-type": "the context-parallel communication kind",
+    "fp8-recipe": "the FP8 scaling recipe",
+    "fp8-param-gather": "FP8 parameter all-gather",
+}
+
+# Why a flag whose scenario key is not priced yet is simulated without it.
+KEY_REASONS = {
+    "model.num_query_groups": "grouped-query attention",
+    "model.activation": "the MLP activation (GeLU is priced)",
+    "model.normalization": "the norm kind (LayerNorm is priced)",
+    "model.position_embedding": "the position embedding kind (learned absolute is priced)",
+    "model.untie_embeddings_and_output_weights": "an untied output layer (tied embeddings are priced)",
+    "parallel.cp": "context parallelism",
+    "parallel.account_for_embedding_in_pipeline_split": "uneven pipeline stages",
+    "parallel.account_for_loss_in_pipeline_split": "uneven pipeline stages",
+    "parallel.first_pipeline_num_layers": "uneven pipeline stages",
+    "parallel.last_pipeline_num_layers": "uneven pipeline stages",
+    "training.dtype": "FP8 training (simulated in bf16)",
+    "training.attention_backend": "the attention kernel (the paper's unfused attention is priced)",
+    "training.overlap_param_gather": "overlapped parameter all-gather",
+    "training.tp_comm_overlap": "overlapped tensor-parallel communication",
+}
+
+
+def bucket(name: str) -> str:
+    """used / not_modelled / ignored / unknown, before knowing which keys are priced."""
+    if name in MODEL_INTS or name in USED:
+        return "used"
+    if name in NOT_MODELLED or name.startswith(("moe-", "fp8")):
+        return "not_modelled"
+    if name in IGNORED or name.startswith(IGNORED_PREFIXES):
+        return "ignored"
+    return "unknown"

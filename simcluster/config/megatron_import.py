@@ -1,0 +1,180 @@
+"""A Megatron-LM launch command line -> a scenario (`simcluster import-megatron`).
+
+Megatron's argparse names map onto the scenario's keys, which use Megatron's vocabulary;
+`megatron_flags` sorts every flag into used / ignored / not modelled / unknown. A flag that
+sets a key the simulator does not price yet (`scenario.NOT_MODELLED_YET`) is "not modelled":
+the key keeps its default in the scenario (which then loads and runs), and `requested` keeps
+the mapping as the command line asked for it. Data parallelism is not a Megatron flag:
+Megatron-core derives dp = world size / (tp · cp · pp). The world size comes from
+`--world-size`, an explicit `num_gpus`, or torchrun's `--nnodes` × `--nproc_per_node`;
+without any, dp = 1 with a note.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from simcluster.config.choices import Dtype
+from simcluster.config.errors import ConfigError
+from simcluster.config.megatron_cmdline import FlagReader, collect_flags, shown, split_command_line
+from simcluster.config.megatron_fields import read_model, read_parallel, read_training
+from simcluster.config.megatron_flags import (
+    DEFAULT_HARDWARE,
+    KEY_FLAGS,
+    KEY_REASONS,
+    NOT_MODELLED,
+    REQUIRED,
+    SOURCE,
+    bucket,
+)
+from simcluster.config.scenario import (
+    NOT_MODELLED_YET_MESSAGE,
+    Scenario,
+    parse_scenario,
+    unpriced_keys,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MegatronImport:
+    """The scenario mapping and what happened to every flag. `requested` is the mapping the
+    command line asks for, keys not priced yet included. `scenario` is `requested` with those
+    keys at their defaults, validated; where the layout needs them (an uneven pipeline split),
+    it is `requested` itself, which `simcluster run` refuses by name (a note says so)."""
+
+    scenario: dict[str, Any]
+    notes: tuple[str, ...]
+    ignored: tuple[str, ...]
+    not_modelled: tuple[str, ...]
+    unknown: tuple[str, ...]
+    requested: dict[str, Any] = field(default_factory=dict)
+    kept: tuple[str, ...] = ()  # not-modelled flags whose keys the scenario keeps (run refuses it)
+
+    def validated(self) -> Scenario:
+        return parse_scenario(self.scenario, SOURCE)
+
+    def comment_lines(self) -> list[str]:
+        """What a reader must know about the import, one line each (also printed to stderr)."""
+        lines = [f"note: {note}" for note in self.notes]
+        if self.ignored:
+            lines.append(f"ignored (no effect on the simulation): {' '.join(self.ignored)}")
+        for flag in self.not_modelled:
+            if flag.split()[0].removeprefix("--").rstrip(":") in self.kept:
+                lines.append(
+                    f"not modelled (kept as given; `simcluster run` refuses it until priced): {flag}"
+                )
+            else:
+                lines.append(f"not modelled (simulated without it): {flag}")
+        if self.unknown:
+            lines.append(f"unknown flags (not recognised, not used): {' '.join(self.unknown)}")
+        return lines
+
+    def to_yaml(self) -> str:
+        header = ["Scenario imported from a Megatron-LM command line by `simcluster import-megatron`."]
+        comments = "".join(f"# {line}\n" for line in header + self.comment_lines())
+        return comments + yaml.safe_dump(self.scenario, sort_keys=False)
+
+
+def _sort_flags(flags: dict[str, list[str]], demoted: dict[str, str]) -> dict[str, tuple[str, ...]]:
+    """The flags not read into the scenario, shown as written, by bucket."""
+    buckets: dict[str, list[str]] = {"ignored": [], "not_modelled": [], "unknown": []}
+    for flag, values in flags.items():
+        kind = "not_modelled" if flag in demoted else bucket(flag)
+        if kind == "not_modelled":
+            reason = demoted.get(flag) or NOT_MODELLED.get(flag, "not modelled")
+            buckets[kind].append(f"{shown(flag, values)}: {reason}")
+        elif kind != "used":
+            buckets[kind].append(shown(flag, values))
+    return {kind: tuple(flags_shown) for kind, flags_shown in buckets.items()}
+
+
+def _checked(requested: dict[str, Any], notes: list[str]) -> Scenario:
+    """The requested mapping under every rule but the refusal of keys not priced yet."""
+    try:
+        return parse_scenario(requested, SOURCE, refuse_unpriced=False)
+    except ConfigError as error:  # show how the offending values were derived
+        raise ConfigError(SOURCE, error.problems + [f"note: {note}" for note in notes]) from None
+
+
+def _without_unpriced(
+    requested: dict[str, Any], scenario: Scenario, flags: dict[str, list[str]], demoted: dict[str, str]
+) -> dict[str, Any]:
+    """The mapping with each key the simulator does not price yet back at its default; the
+    flags that set it become "not modelled"."""
+    runnable = copy.deepcopy(requested)
+    for key in unpriced_keys(scenario):
+        section, name = key.split(".")
+        if key == "training.dtype":
+            runnable[section][name] = Dtype.BF16.value  # FP8 keeps bf16 outside its GEMMs
+        else:
+            runnable[section].pop(name, None)
+        for flag in KEY_FLAGS[key]:
+            if flag in flags:
+                demoted[flag] = f"{KEY_REASONS[key]}; {key} is {NOT_MODELLED_YET_MESSAGE}"
+    return runnable
+
+
+def parse_megatron_args(
+    command: str | Sequence[str],
+    hardware: str = DEFAULT_HARDWARE,
+    name: str = "megatron-import",
+    num_gpus: int | None = None,
+) -> MegatronImport:
+    """Turn a Megatron-LM launch command line into a validated scenario mapping.
+
+    Raises ConfigError naming every problem (a missing required flag, a bad value, a layout
+    the scenario rules reject). `num_gpus` overrides any world size on the command line.
+    """
+    words = split_command_line(command)
+    flags, repeated, _ = collect_flags(words)
+    notes = [f"--{flag} given more than once; the last value is used" for flag in repeated]
+    notes += [
+        f"unexpanded shell variable {w}: expand it before importing" for w in words if w.startswith("$")
+    ]
+    missing = [f"--{flag}" for flag in REQUIRED if flag not in flags]
+    if "--seq-length" in missing and "encoder-seq-length" in flags:
+        missing.remove("--seq-length")
+    if missing:
+        raise ConfigError(SOURCE, [f"required flag missing: {flag}" for flag in missing])
+    read = FlagReader(flags)
+    demoted: dict[str, str] = {}
+    tp = read.integer("tensor-model-parallel-size") or 1
+    model = read_model(read, tp, notes)
+    parallel = read_parallel(read, model.get("num_layers") or 1, num_gpus, notes)
+    training = read_training(read, parallel["dp"], notes, demoted)
+    if read.problems:
+        raise ConfigError(SOURCE, read.problems)
+    requested = {
+        "name": name,
+        "hardware": hardware,
+        "model": model,
+        "parallel": parallel,
+        "training": training,
+    }
+    full = _checked(requested, notes)
+    scenario = _without_unpriced(requested, full, flags, demoted)
+    kept: tuple[str, ...] = ()
+    if scenario != requested:
+        try:
+            parse_scenario(scenario, SOURCE)
+        except ConfigError as error:  # e.g. 126 layers on pp 16 x vpp 8 need the uneven split
+            notes.append(
+                f"the run cannot be simulated without the keys not priced yet ({'; '.join(error.problems)}): "
+                "the scenario keeps them as given, and `simcluster run` refuses it until they are priced"
+            )
+            scenario = copy.deepcopy(requested)
+            kept = tuple(flag for key in unpriced_keys(full) for flag in KEY_FLAGS[key] if flag in flags)
+        else:
+            if full.parallel.cp > 1 and "cp" not in scenario["parallel"]:
+                notes.append(
+                    f"cp {full.parallel.cp} is not simulated yet: {full.num_gpus // full.parallel.cp} "
+                    f"of the run's {full.num_gpus} GPUs (tp * pp * dp) are"
+                )
+    return MegatronImport(
+        scenario=scenario, notes=tuple(notes), requested=requested, kept=kept, **_sort_flags(flags, demoted)
+    )

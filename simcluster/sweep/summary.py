@@ -1,0 +1,66 @@
+"""A finished sweep as data: the summary counts and the best rows, JSON-ready (finite
+numbers or null, never NaN), for `simcluster sweep --json` and notebooks."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from simcluster.sweep.axes import MODEL_COLUMN
+
+if TYPE_CHECKING:
+    from simcluster.sweep.run import SweepOutcome
+
+DEFAULT_TOP = 10
+
+
+def swept_columns(outcome: SweepOutcome) -> list[str]:
+    """The layout columns a table of this sweep must show: tp, pp, dp, every axis the spec
+    names (even one with one value: the reader asked for it), and the model when the spec
+    has several bases."""
+    named = [name for name in outcome.spec.axes if name not in ("tp", "pp")]
+    model = [MODEL_COLUMN] if len(outcome.spec.bases) > 1 else []
+    return [*model, "tp", "pp", "dp", *named]
+
+
+def _plain(value: Any) -> Any:
+    """A JSON value: numpy scalars as Python numbers, NaN / NA as None, arrays as lists."""
+    if isinstance(value, (np.ndarray, list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None or value is pd.NA or (isinstance(value, float) and not math.isfinite(value)):
+        return None
+    return value
+
+
+def row_json(row: pd.Series) -> dict[str, Any]:
+    return {str(column): _plain(value) for column, value in row.items()}
+
+
+def sweep_json(outcome: SweepOutcome, out: Path, top: int = DEFAULT_TOP) -> dict[str, Any]:
+    """The summary of `outcome` and its best `top` rows by MFU that fit, every column."""
+    from simcluster.sweep.run import best_by_mfu
+
+    expansion = outcome.expansion
+    return {
+        "spec": str(outcome.spec.source),
+        "out": str(out),
+        "models": [base.name for base in outcome.spec.bases],
+        "num_gpus": outcome.spec.num_gpus,
+        "headroom_fraction": outcome.headroom_fraction,
+        "swept_axes": swept_columns(outcome),
+        "num_combinations": expansion.num_combinations,
+        "num_valid": len(expansion.configs),
+        "num_invalid": len(expansion.invalid),
+        "invalid_by_field": expansion.invalid_by_field(),
+        "num_run": outcome.num_run,
+        "num_resumed": outcome.num_resumed,
+        "status_counts": outcome.status_counts,
+        "elapsed_s": outcome.elapsed_s,
+        "top": [row_json(row) for _, row in best_by_mfu(outcome.table, top).iterrows()],
+    }

@@ -1,0 +1,75 @@
+"""Context parallelism's attention: the K/V ring of Megatron-core's default
+`--cp-comm-type p2p` (TE `attention/dot_product_attention/context_parallel.py::
+AttnFuncWithCPAndKVP2P`, modern.md §3.2).
+
+The rest of the layer needs nothing here: `workload.model.layer_config` describes every
+rank's layer on its s/c tokens, so its GEMMs, element-wise kernels, SP collectives and saved
+activations already scale by 1/c. The flash-attention kernel of that layer sees only the
+local s/c keys; with c > 1 it becomes a ring of c steps over all s keys
+(`ops.RingAttention`), priced in `costs.chunk` on the context-parallel group's links.
+
+What the ring keeps for backward is what the local kernel keeps: Q, one K/V chunk of s/c
+tokens (the last received; K/V circulate again in backward), O and the LSE, so the flash
+op's saved bytes carry over unchanged (modern.md §4, "Effect of CP").
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+
+from simcluster.workload.layer import LayerOps, flash_attention_shape
+from simcluster.workload.layer_config import LayerConfig
+from simcluster.workload.ops import Op, OpKind, RingAttention
+
+RING_OPS = ("attn.flash", "attn.flash.bwd")
+
+
+def kv_chunk_bytes(cfg: LayerConfig) -> float:
+    """K and V of the rank's s/c tokens on its g/t key/value heads: 2·(s/c)·b·k/t elements
+    (GQA shrinks what travels: only the g KV heads; Megatron-core CP doc)."""
+    return 2.0 * cfg.element_bytes * cfg.tokens * cfg.kv_width / cfg.tp
+
+
+def ring_attention(cfg: LayerConfig, cp: int, backward: bool = False) -> RingAttention:
+    """One direction of the ring on a rank whose layer is `cfg` (seq_length = s/c).
+
+    Forward: c steps, c − 1 transfers of the K/V chunk. Backward: K/V go round again with
+    the partial dK/dV (each step sends both to rank − 1, the first has no dK/dV yet), and the
+    accumulated dK/dV returns to its owner after the last step."""
+    local = cfg.seq_length  # s/c: two of the 2·c load-balancing chunks
+    half = local // 2
+    diagonal = flash_attention_shape(cfg, backward=backward)
+    lower = replace(diagonal, seq_q=local, seq_k=half, causal=False)
+    upper = replace(diagonal, seq_q=half, seq_k=local, causal=False)
+    kv = kv_chunk_bytes(cfg)
+    return RingAttention(
+        cp_size=cp,
+        diagonal=diagonal,
+        lower=lower,
+        upper=upper,
+        message_bytes=2 * kv if backward else kv,
+        first_message_bytes=kv,
+        final_message_bytes=kv if backward else 0.0,
+    )
+
+
+def _ring_op(op: Op, cfg: LayerConfig, cp: int) -> Op:
+    ring = ring_attention(cfg, cp, backward=op.name == "attn.flash.bwd")
+    return replace(op, ring=ring, attention=ring.diagonal)
+
+
+@functools.lru_cache(maxsize=1024)
+def context_parallel_layer_ops(ops: LayerOps, cfg: LayerConfig, cp: int) -> LayerOps:
+    """`ops` (the layer on s/c tokens) with its flash-attention kernels, forward, backward
+    and the selective-recompute forward, turned into the K/V ring over c ranks; unchanged
+    for c = 1. Saved bytes stay those of the local kernel."""
+    if cp == 1:
+        return ops
+
+    def convert(seq: tuple[Op, ...]) -> tuple[Op, ...]:
+        return tuple(
+            _ring_op(op, cfg, cp) if op.kind is OpKind.ATTENTION and op.name in RING_OPS else op for op in seq
+        )
+
+    return LayerOps(convert(ops.forward), convert(ops.backward), convert(ops.recompute))
