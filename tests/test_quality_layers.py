@@ -21,6 +21,7 @@ LAYERS = [
     "atomic_files",
     "config",
     "output_files",
+    "headroom",
     "workload",
     "costs",
     "calibration",

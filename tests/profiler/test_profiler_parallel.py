@@ -11,24 +11,53 @@ from dataclasses import replace
 import pytest
 import torch
 
-from simcluster.config.choices import Dtype, Recompute
+from simcluster.config.choices import (
+    Activation,
+    AttentionBackend,
+    Dtype,
+    Normalization,
+    PositionEmbedding,
+    Recompute,
+)
 from simcluster.profiler.bench.launch import run_distributed
 from simcluster.profiler.layer.checks import compare_with_serial, self_check
 from simcluster.profiler.layer.ops import LocalMasks
 from simcluster.profiler.layer.parallel import ShardStandInComm, column_parallel_linear
 from simcluster.profiler.layer.spec import LayerSpec
 from simcluster.profiler.layer.transformer import layer_input, serial_layer, sharded_layer
+from simcluster.profiler.layer.weights import serial_weights, shard
 
 RTOL = 1e-5  # fp32, max |sharded - serial| / max |serial|
 
 
+# The modern options one at a time, and all together (g = 4: one or two groups of three
+# heads per rank at t = 4 or 2, so GQA's query reshape is both a view and a copy).
+MODERN = {
+    "gqa": {"num_query_groups": 4},
+    "swiglu": {"activation": Activation.SWIGLU},
+    "squared_relu": {"activation": Activation.SQUARED_RELU},
+    "rmsnorm": {"normalization": Normalization.RMSNORM},
+    "rope": {"position_embedding": PositionEmbedding.ROPE},
+    "flash": {"attention_backend": AttentionBackend.FLASH},
+}
+LLAMA = {k: v for options in MODERN.values() for k, v in options.items()
+         if k != "activation"} | {"activation": Activation.SWIGLU}
+
+
 def _specs(tp: int) -> list[LayerSpec]:
-    """Every recompute mode x SP on/off, fp32, dropout on; odd s and b, a divisible by t."""
+    """Every recompute mode x SP on/off, fp32, dropout on; odd s and b, a divisible by t.
+    Then each modern option alone (no recompute, SP when t > 1) and the Llama-style mix in
+    every recompute mode x SP."""
     sps = (False,) if tp == 1 else (False, True)
-    return [LayerSpec(hidden_size=96, num_attention_heads=12, seq_length=40,
-                      micro_batch_size=3, tp=tp, sequence_parallel=sp, recompute=recompute,
-                      dtype=Dtype.FP32, dropout_prob=0.1)
-            for recompute, sp in itertools.product(Recompute, sps)]
+
+    def spec(recompute: Recompute, sp: bool, **options: object) -> LayerSpec:
+        return LayerSpec(hidden_size=96, num_attention_heads=12, seq_length=40,
+                         micro_batch_size=3, tp=tp, sequence_parallel=sp, recompute=recompute,
+                         dtype=Dtype.FP32, dropout_prob=0.1, **options)
+
+    return ([spec(recompute, sp) for recompute, sp in itertools.product(Recompute, sps)]
+            + [spec(Recompute.NONE, sps[-1], **options) for options in MODERN.values()]
+            + [spec(recompute, sp, **LLAMA) for recompute, sp in itertools.product(Recompute, sps)])
 
 
 @pytest.fixture(scope="module", params=[2, 4], ids=lambda t: f"t={t}")
@@ -57,8 +86,33 @@ def test_sharded_layer_matches_serial(group: tuple[int, list]) -> None:
 def test_serial_layer_with_recompute_matches_without() -> None:
     """t = 1: selective and full recompute change memory, not results."""
     comparisons = compare_with_serial(ShardStandInComm(1), _specs(1))
-    assert [c.spec.recompute for c in comparisons] == list(Recompute)
+    assert [c.spec.recompute for c in comparisons[:3]] == list(Recompute)
     assert max(c.worst for c in comparisons) <= RTOL
+
+
+def test_comparison_detects_a_wrong_swiglu_shard() -> None:
+    """The check is sensitive to SwiGLU's stride-2 sharding: slicing fc1 in plain contiguous
+    blocks (rank 0 all gate, rank 1 all up) gives wrong outputs."""
+    spec = LayerSpec(96, 12, 40, 3, tp=2, dtype=Dtype.FP32, dropout_prob=0.0,
+                     activation=Activation.SWIGLU)
+    weights = serial_weights(spec.serial(), 0)
+    stride2 = shard(weights, spec, 0)
+    plain = weights["fc1_weight"].chunk(2, dim=0)[0]
+    assert stride2["fc1_weight"].shape == plain.shape
+    assert not torch.equal(stride2["fc1_weight"], plain)
+    gate, up = weights["fc1_weight"].chunk(2, dim=0)
+    assert torch.equal(stride2["fc1_weight"], torch.cat([gate[:192], up[:192]]))
+
+
+def test_flash_matches_unfused_attention() -> None:
+    """scaled_dot_product_attention (causal, GQA native) computes what the paper's unfused
+    core computes (no dropout), RoPE and GQA included."""
+    options = {"num_query_groups": 4, "position_embedding": PositionEmbedding.ROPE}
+    unfused = LayerSpec(96, 12, 40, 3, dtype=Dtype.FP32, dropout_prob=0.0, **options)
+    flash = replace(unfused, attention_backend=AttentionBackend.FLASH)
+    x = layer_input(unfused, seed=0)
+    expected = serial_layer(unfused, seed=0)(x)
+    assert (serial_layer(flash, seed=0)(x) - expected).abs().max() <= RTOL * expected.abs().max()
 
 
 def test_comparison_detects_different_dropout_masks() -> None:

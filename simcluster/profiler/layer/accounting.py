@@ -30,7 +30,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from simcluster.config.choices import Dtype, Recompute
+from simcluster.config.choices import (
+    AttentionBackend,
+    Dtype,
+    Normalization,
+    PositionEmbedding,
+    Recompute,
+)
 from simcluster.profiler.layer.parallel import ShardStandInComm
 from simcluster.profiler.layer.spec import LayerSpec
 from simcluster.profiler.layer.transformer import layer_input, local_layer
@@ -55,12 +61,14 @@ class SavedBytes:
 class SavedTensorCounter:
     """Context manager: records each distinct storage autograd saves inside it.
 
-    Storages of `exclude` (the parameters) are skipped. The pack hook returns the tensor
+    Storages of `exclude` (the parameters and buffers) are skipped. The pack hook returns the tensor
     itself, so the graph and backward are unchanged.
     """
 
     def __init__(self, exclude: nn.Module | list[Tensor]) -> None:
-        params = exclude.parameters() if isinstance(exclude, nn.Module) else exclude
+        # A module's constant buffers (RoPE's cos/sin tables) are model state, not activations.
+        params = ([*exclude.parameters(), *exclude.buffers()] if isinstance(exclude, nn.Module)
+                  else exclude)
         self._excluded = {_storage_key(p) for p in params}
         self._seen: dict[tuple[str, int], tuple[str, int]] = {}
         self._alive: list[torch.UntypedStorage] = []  # no address reuse while counting
@@ -154,26 +162,97 @@ def _exact(value: Fraction) -> int:
 
 
 def negligible_buffers(spec: LayerSpec, device_type: str = "cpu") -> dict[str, int]:
-    """Bytes torch keeps that Table 2 neglects, by name (see module docstring)."""
+    """Bytes torch keeps that Table 2 (and the op graph) neglect, by name (module docstring).
+
+    RMSNorm keeps one fp32 rsigma per token instead of LayerNorm's mean and rstd (TE's
+    fused norm; modern.md §4 row 2), on any device.
+    """
     if spec.recompute is Recompute.FULL:
         return {"layernorm_stats": 0}
-    stat_bytes = 4 if device_type == "cuda" or spec.dtype is Dtype.FP32 else spec.dtype.num_bytes
     tokens = spec.local_seq_length * spec.micro_batch_size
+    if spec.normalization is Normalization.RMSNORM:
+        return {"layernorm_stats": 2 * tokens * 4}
+    stat_bytes = 4 if device_type == "cuda" or spec.dtype is Dtype.FP32 else spec.dtype.num_bytes
     return {"layernorm_stats": 2 * 2 * tokens * stat_bytes}
 
 
-def expected_saved_bytes(spec: LayerSpec, device_type: str = "cpu") -> int:
-    """What `measure_saved_bytes` should report: Table 2 plus the negligible buffers.
+def section4_terms(spec: LayerSpec) -> dict[str, int]:
+    """Activation bytes per layer per rank, term by term as modern.md §4 derives them from
+    what each Megatron/TE autograd function saves, generalised to every option mix (Table 2's
+    terms where an option is off). e = element bytes, T = tokens in the norm/dropout regions
+    (sb/t with SP, else sb), S = sb, q = a·d, k = g·d, f = ffn, t = TP:
 
-    With dropout_prob == 0 no masks exist and the dropout output is the softmax output
-    itself, so Table 2's 2sbh of masks (÷t with SP) and (1 + e)as²b/t drop out.
+    - norm inputs 2·eTh (rows 1, 8); QKV and fc1 inputs eTh each (rows 3, 9);
+    - flash core: Q, K, V, O = eS(2q + 2k)/t and the fp32 LSE 4S·a/t (row 5; proj's input
+      is O, row 6); unfused core: Q, K, V as one QKV storage eS(q + 2k)/t without GQA, or Q
+      eSq/t and the repeated K and V 2·eSq/t with it, softmax and dropout outputs 2e·as²b/t
+      and the dropout mask as²b/t (Table 2; the softmax output alone at p = 0), proj's
+      input eSq/t;
+    - activation input: GeLU / squared ReLU eSf/t, SwiGLU eS·2f/t (row 10); fc2 input eSf/t;
+    - bias-dropout-add masks 2T·h (none at p = 0; rows 7, 12).
+
+    Selective recompute keeps the core's inputs (Q, K, V, before any repeat) and drops what
+    the core saved inside; full recompute keeps the layer input eTh only. RoPE's tables are
+    not activations (row 4). Norm statistics are in `negligible_buffers`.
     """
-    total = table2_bytes(spec) + sum(negligible_buffers(spec, device_type).values())
-    if spec.dropout_prob > 0 or spec.recompute is Recompute.FULL:
-        return total
-    sbh = spec.local_seq_length * spec.micro_batch_size * spec.hidden_size
-    total -= 2 * sbh
-    if spec.recompute is Recompute.NONE:
-        as2b = spec.num_attention_heads * spec.seq_length**2 * spec.micro_batch_size
-        total -= _exact(Fraction(as2b * (1 + spec.dtype.num_bytes), spec.tp))
-    return total
+    e, t, h = spec.dtype.num_bytes, spec.tp, spec.hidden_size
+    region, full = spec.local_seq_length * spec.micro_batch_size, spec.tokens
+    if spec.recompute is Recompute.FULL:
+        return {"layer_input": e * region * h}
+    q, k, f = spec.query_width, spec.kv_width, spec.ffn_hidden_size
+    flash = spec.attention_backend is AttentionBackend.FLASH
+    selective = spec.recompute is Recompute.SELECTIVE
+    terms = {"norm_inputs": 2 * e * region * h, "qkv_input": e * region * h}
+    if flash or selective or k == q:
+        terms["attention_qkv"] = _exact(Fraction(e * full * (q + 2 * k), t))
+    else:  # Megatron's unfused path: K and V repeated to a/t heads before the bmms
+        terms["attention_q"] = _exact(Fraction(e * full * q, t))
+        terms["attention_kv_repeated"] = _exact(Fraction(2 * e * full * q, t))
+    if flash and not selective:
+        terms["attention_lse"] = 4 * full * spec.heads_per_rank
+    if not flash and not selective:
+        scores = _exact(Fraction(spec.micro_batch_size * spec.num_attention_heads
+                                 * spec.seq_length**2, t))
+        dropped = spec.attention_dropout > 0  # else ×V keeps the softmax output itself
+        terms["attention_scores"] = (2 * e + 1) * scores if dropped else e * scores
+    terms["attention_output"] = _exact(Fraction(e * full * q, t))  # O, proj's input
+    terms["fc1_input"] = e * region * h
+    terms["activation_input"] = _exact(Fraction(e * full * spec.fc1_width, t))
+    terms["fc2_input"] = _exact(Fraction(e * full * f, t))
+    if spec.hidden_dropout > 0:
+        terms["dropout_masks"] = 2 * region * h
+    return terms
+
+
+def view_held_terms(spec: LayerSpec) -> dict[str, int]:
+    """Bytes the torch layer keeps beyond the op graph and §4, because a saved tensor is a
+    view that keeps a larger storage alive (modern.md, open question 1).
+
+    Megatron splits Q, K, V out of the QKV GEMM output as views and passes V to attention as
+    is; the flash kernel (and the checkpoint of selective recompute) saves V, so the whole
+    QKV output eS(q + 2k)/t stays alive. §4 counts it once as Q, K, V; it is kept twice where
+    Q and K are new tensors: after RoPE (eS(q + k)/t more), or, without RoPE, where Q alone
+    is a copy — Megatron's `query.reshape` to [s, b, a/t, d] copies when a rank holds more
+    than one group of more than one head (eSq/t more). The unfused GQA path keeps the QKV
+    output when Q is a view (RoPE off): 2eSk/t beyond Q.
+    """
+    if spec.recompute is Recompute.FULL:
+        return {}
+    e, t, full = spec.dtype.num_bytes, spec.tp, spec.tokens
+    q, k = spec.query_width, spec.kv_width
+    rope = spec.position_embedding is PositionEmbedding.ROPE
+    q_view = spec.kv_heads_per_rank == 1 or spec.heads_per_group == 1
+    flash = spec.attention_backend is AttentionBackend.FLASH
+    if flash or spec.recompute is Recompute.SELECTIVE or k == q:
+        extra = (q + k) if rope else (0 if q_view else q)
+    else:  # unfused GQA: Q view or copy, K and V repeated copies
+        extra = 2 * k if (q_view and not rope) else 0  # §4 counted Q; its storage has K, V too
+    return {"qkv_output_held_by_views": _exact(Fraction(e * full * extra, t))} if extra else {}
+
+
+def expected_saved_bytes(spec: LayerSpec, device_type: str = "cpu") -> int:
+    """What `measure_saved_bytes` should report: the op graph's bytes (Table 2 for the
+    paper's layer, §4 for the modern options), the bytes kept by views beyond it, and the
+    negligible buffers."""
+    return (table2_bytes(spec) + sum(view_held_terms(spec).values())
+            + sum(negligible_buffers(spec, device_type).values()))

@@ -9,6 +9,9 @@
   (seed, site) and keeps this rank's slice, so a sharded layer drops exactly the elements
   the serial layer drops; `LocalMasks` draws only the local shape from the device's global
   RNG (fast; what a timing or memory run on one GPU wants).
+- The modern layer's pieces (modern.md §3.8, §4), each saving what its Megatron/TE
+  counterpart saves: `rms_norm` (input + fp32 rsigma), `swiglu` (its 2f-wide input only),
+  `squared_relu` (relu's output), `apply_rope` (nothing but the constant tables).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import zlib
 from typing import Any, Protocol
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 
@@ -115,3 +119,98 @@ class LocalMasks:
         shape = list(full_shape)
         shape[dim] = stop - start
         return torch.empty(shape, dtype=torch.bool, device=device).bernoulli_(1.0 - prob)
+
+
+class _RMSNorm(torch.autograd.Function):
+    """y = x · rsqrt(mean(x²) + eps) · w over the last dim, in fp32 like TE's fused norm;
+    saves what TE's LayerNormLinear saves for it: the input and the fp32 rsigma per token
+    (modern.md §4 rows 1-2), and the weight (a parameter, not an activation)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, weight: Tensor, eps: float) -> Tensor:
+        rstd = torch.rsqrt(x.float().pow(2).mean(dim=-1, keepdim=True) + eps)  # (..., 1) fp32
+        ctx.save_for_backward(x, weight, rstd)
+        return (x.float() * rstd * weight.float()).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor, None]:
+        x, weight, rstd = ctx.saved_tensors
+        g = grad.float()
+        x_hat = x.float() * rstd
+        grad_weight = (g * x_hat).reshape(-1, x.shape[-1]).sum(dim=0)
+        g_hat = g * weight.float()  # d loss / d x_hat
+        grad_x = rstd * (g_hat - x_hat * (g_hat * x_hat).mean(dim=-1, keepdim=True))
+        return grad_x.to(x.dtype), grad_weight.to(weight.dtype), None
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """RMSNorm that keeps its input and fp32 rsigma, as TE's fused norm does."""
+    return _RMSNorm.apply(x, weight, eps)
+
+
+class _SwiGLU(torch.autograd.Function):
+    """silu(gate) · up with [gate, up] = x.chunk(2) on the last dim; saves only x (2f wide),
+    as Megatron's fused `bias_swiglu_impl` does (modern.md §4 row 10)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor) -> Tensor:
+        ctx.save_for_backward(x)
+        gate, up = x.chunk(2, dim=-1)
+        return F.silu(gate) * up
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> Tensor:
+        (x,) = ctx.saved_tensors
+        gate, up = x.float().chunk(2, dim=-1)
+        sig = torch.sigmoid(gate)
+        g = grad.float()
+        d_gate = g * up * sig * (1 + gate * (1 - sig))  # d silu / d gate = σ(1 + gate(1 − σ))
+        return torch.cat([d_gate, g * gate * sig], dim=-1).to(x.dtype)
+
+
+def swiglu(x: Tensor) -> Tensor:
+    """SwiGLU of a [..., 2f] fc1 output -> [..., f]; saves only its input."""
+    return _SwiGLU.apply(x)
+
+
+def squared_relu(x: Tensor) -> Tensor:
+    """Megatron's `squared_relu`: relu(x)²; autograd keeps relu's output only (relu saves its
+    result, pow saves its input, the same storage)."""
+    return torch.pow(F.relu(x), 2)
+
+
+def _rotate_half(x: Tensor) -> Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class _Rope(torch.autograd.Function):
+    """x · cos + rotate_half(x) · sin (Megatron's non-fused rotary, rotate-half style);
+    saves only the cos/sin tables, which are the layer's constant buffers, as TE's fused
+    RoPE saves only the frequencies (modern.md §4 row 4)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        ctx.save_for_backward(cos, sin)
+        return x * cos + _rotate_half(x) * sin
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+        cos, sin = ctx.saved_tensors
+        # rotate_half is the linear map R(x1, x2) = (−x2, x1); its transpose is −R.
+        return grad * cos - _rotate_half(grad * sin), None, None
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotary position embedding of x [s, b, n, d] with tables [s, 1, 1, d]."""
+    return _Rope.apply(x, cos, sin)
+
+
+def rope_tables(positions: Tensor, head_dim: int, base: float, dtype: torch.dtype
+                ) -> tuple[Tensor, Tensor]:
+    """cos and sin [s, 1, 1, d] for token `positions` [s] (Megatron's RotaryEmbedding:
+    inv_freq = base^(−2i/d), the angles repeated for both halves)."""
+    inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    angles = torch.outer(positions.to(torch.float64), inv_freq)  # (s, d/2)
+    emb = torch.cat((angles, angles), dim=-1)[:, None, None, :]  # (s, 1, 1, d)
+    return emb.cos().to(dtype), emb.sin().to(dtype)

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from simcluster.config.choices import Dtype
+from simcluster.config.choices import AttentionBackend, Dtype, PositionEmbedding
 from simcluster.workload.layer_config import LayerConfig
 
 TORCH_DTYPES: dict[Dtype, torch.dtype] = {
@@ -26,17 +26,35 @@ TORCH_DTYPES: dict[Dtype, torch.dtype] = {
 class LayerSpec(LayerConfig):
     """One GPT layer as run on one tensor-parallel rank (paper, Figures 2-5): the simulator's
     `LayerConfig` (shape, layout, recompute, dtype, and their rules) plus what only a run
-    needs. `dropout_prob` applies to the attention probabilities and to both block outputs;
-    Table 2's mask terms assume it is > 0.
+    needs. `dropout_prob`, when given, sets both `hidden_dropout` (after each block) and
+    `attention_dropout` (on the attention probabilities); Table 2's mask terms assume > 0.
+    The flash path applies no attention dropout (Megatron's Llama recipes set
+    --attention-dropout 0; a flash kernel keeps no mask either way, only an RNG seed).
     """
 
-    dropout_prob: float = 0.1
+    dropout_prob: float | None = None
     layernorm_epsilon: float = field(default=1e-5, repr=False)
+    rotary_base: float = field(default=10000.0, repr=False)
 
     def __post_init__(self) -> None:
+        if self.dropout_prob is not None:  # one knob for both dropout sites
+            object.__setattr__(self, "hidden_dropout", self.dropout_prob)
+            object.__setattr__(self, "attention_dropout", self.dropout_prob)
+        # LayerConfig refuses flash outside 16 bit: the GPU kernels the simulator prices
+        # are fp16/bf16 only. torch's scaled_dot_product_attention also runs fp32 (its CPU
+        # flash kernel), which the fp32 exactness checks against the serial layer need, so
+        # the real layer checks the rest of the rules with the backend set aside.
+        backend = AttentionBackend(self.attention_backend)
+        object.__setattr__(self, "attention_backend", AttentionBackend.UNFUSED)
         LayerConfig.__post_init__(self)
-        if not 0.0 <= self.dropout_prob < 1.0:
-            raise ValueError(f"LayerSpec.dropout_prob must be in [0, 1), got {self.dropout_prob}")
+        object.__setattr__(self, "attention_backend", backend)
+        if self.position_embedding is PositionEmbedding.ROPE and self.head_dim % 2:
+            raise ValueError(f"LayerSpec: RoPE rotates head-dim halves; head_dim={self.head_dim} is odd")
+
+    @property
+    def heads_per_group(self) -> int:
+        """a / g query heads sharing one key/value head."""
+        return self.num_attention_heads // self.query_groups
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -46,12 +64,13 @@ class LayerSpec(LayerConfig):
     def from_layer_config(cls, cfg: LayerConfig, **overrides: Any) -> LayerSpec:
         """The real layer for the simulator's layer config; `overrides` set the fields the
         config does not carry. 2-byte elements run in bf16 (what calibration measures)."""
-        fields: dict[str, Any] = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(LayerConfig)}
+        fields: dict[str, Any] = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(type(cfg))}
         fields["dtype"] = Dtype.FP32 if cfg.element_bytes == 4 else Dtype.BF16
         return cls(**{**fields, **overrides})
 
     def config(self) -> LayerConfig:
-        """The simulator's description of the same layer on the same rank."""
+        """The simulator's description of the same layer on the same rank (raises for a
+        flash layer in fp32, which the simulator does not price)."""
         return LayerConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(LayerConfig)})
 
     def serial(self) -> LayerSpec:

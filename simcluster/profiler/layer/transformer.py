@@ -13,6 +13,11 @@ dropout mask as²b and output 2as²b, proj input 2sbh, two dropout masks 2sbh, f
 2sbh, GeLU input 8sbh, fc2 input 8sbh, plus the layer norms' mean and rstd, which the paper
 neglects (see `accounting`). Q, K and V stay views of the QKV GEMM output (one storage).
 
+Modern options (modern.md §3.8): GQA (QKV (q + 2k)/t wide, per-group layout), RMSNorm,
+RoPE on Q and K after the split, flash attention (scaled_dot_product_attention) in place of
+the unfused core, SwiGLU or squared ReLU in place of GeLU. What they keep is in `accounting`
+(op graph + the QKV output kept alive by V's view + norm statistics).
+
 Recompute: SELECTIVE checkpoints the attention core (its saved inputs are Q, K, V); FULL
 checkpoints the whole layer (only its input is kept), both with torch.utils.checkpoint
 (use_reentrant=False, RNG state preserved).
@@ -27,8 +32,25 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from simcluster.config.choices import Recompute
-from simcluster.profiler.layer.ops import LocalMasks, MaskSource, SlicedMasks, dropout, scale_mask_softmax
+from simcluster.config.choices import (
+    Activation,
+    AttentionBackend,
+    Normalization,
+    PositionEmbedding,
+    Recompute,
+)
+from simcluster.profiler.layer.ops import (
+    LocalMasks,
+    MaskSource,
+    SlicedMasks,
+    apply_rope,
+    dropout,
+    rms_norm,
+    rope_tables,
+    scale_mask_softmax,
+    squared_relu,
+    swiglu,
+)
 from simcluster.profiler.layer.parallel import (
     Comm,
     ShardStandInComm,
@@ -37,8 +59,8 @@ from simcluster.profiler.layer.parallel import (
 )
 from simcluster.profiler.layer.spec import LayerSpec
 from simcluster.profiler.layer.weights import (
-    PARAM_NAMES,
     local_weights,
+    param_names,
     param_shapes,
     serial_weights,
     shard,
@@ -46,20 +68,25 @@ from simcluster.profiler.layer.weights import (
 
 
 class ParallelTransformerLayer(nn.Module):
-    """The layer on rank `comm.rank` of `spec.tp`; parameters are this rank's shards."""
+    """The layer on rank `comm.rank` of `spec.tp`; parameters are this rank's shards.
+
+    q = a·d and k = g·d (k = q = h without GQA); fc1 is 2f wide under SwiGLU.
+    """
 
     ln1_weight: nn.Parameter
-    ln1_bias: nn.Parameter
-    qkv_weight: nn.Parameter  # [3h/t, h]
-    qkv_bias: nn.Parameter  # [3h/t]
-    proj_weight: nn.Parameter  # [h, h/t]
+    ln1_bias: nn.Parameter  # LayerNorm only
+    qkv_weight: nn.Parameter  # [(q + 2k)/t, h]
+    qkv_bias: nn.Parameter  # [(q + 2k)/t]
+    proj_weight: nn.Parameter  # [h, q/t]
     proj_bias: nn.Parameter  # [h], added once after f̄ / ḡ
     ln2_weight: nn.Parameter
-    ln2_bias: nn.Parameter
-    fc1_weight: nn.Parameter  # [f/t, h]
-    fc1_bias: nn.Parameter  # [f/t]
+    ln2_bias: nn.Parameter  # LayerNorm only
+    fc1_weight: nn.Parameter  # [f/t, h], [2f/t, h] under SwiGLU
+    fc1_bias: nn.Parameter  # [f/t], [2f/t] under SwiGLU
     fc2_weight: nn.Parameter  # [h, f/t]
     fc2_bias: nn.Parameter  # [h], added once after f̄ / ḡ
+    rope_cos: Tensor  # [s, 1, 1, d], RoPE only: constant buffers, not activations
+    rope_sin: Tensor
 
     def __init__(self, spec: LayerSpec, weights: dict[str, Tensor], comm: Comm,
                  masks: MaskSource) -> None:
@@ -67,11 +94,19 @@ class ParallelTransformerLayer(nn.Module):
         if comm.world_size != spec.tp:
             raise ValueError(f"comm has world_size {comm.world_size}, spec.tp is {spec.tp}")
         shapes = param_shapes(spec)
-        for name in PARAM_NAMES:
+        for name in param_names(spec):
             if tuple(weights[name].shape) != shapes[name]:
                 raise ValueError(f"{name}: expected shape {shapes[name]}, "
                                  f"got {tuple(weights[name].shape)}")
             self.register_parameter(name, nn.Parameter(weights[name]))
+        if spec.position_embedding is PositionEmbedding.ROPE:
+            # Megatron computes the rotary tables once per model forward and hands them to
+            # every layer, so they belong to no layer's activations (modern.md §4 row 4).
+            weight = weights["qkv_weight"]
+            cos, sin = rope_tables(torch.arange(spec.seq_length), spec.head_dim,
+                                   spec.rotary_base, spec.torch_dtype)
+            self.register_buffer("rope_cos", cos.to(weight.device), persistent=False)
+            self.register_buffer("rope_sin", sin.to(weight.device), persistent=False)
         self.spec = spec
         self.comm = comm
         self.masks = masks
@@ -84,57 +119,93 @@ class ParallelTransformerLayer(nn.Module):
 
     def _layer(self, x: Tensor) -> Tensor:
         residual = x
-        x = self._bias_dropout_add(self._attention(self._layer_norm(x, "ln1")),
+        x = self._bias_dropout_add(self._attention(self._norm(x, "ln1")),
                                    self.proj_bias, residual, "attention_output")
         residual = x
-        return self._bias_dropout_add(self._mlp(self._layer_norm(x, "ln2")),
+        return self._bias_dropout_add(self._mlp(self._norm(x, "ln2")),
                                       self.fc2_bias, residual, "mlp_output")
 
-    def _layer_norm(self, x: Tensor, name: str) -> Tensor:
-        weight, bias = getattr(self, f"{name}_weight"), getattr(self, f"{name}_bias")
-        return F.layer_norm(x, (self.spec.hidden_size,), weight, bias,
+    def _norm(self, x: Tensor, name: str) -> Tensor:
+        weight = getattr(self, f"{name}_weight")
+        if self.spec.normalization is Normalization.RMSNORM:
+            return rms_norm(x, weight, self.spec.layernorm_epsilon)
+        return F.layer_norm(x, (self.spec.hidden_size,), weight, getattr(self, f"{name}_bias"),
                             self.spec.layernorm_epsilon)
 
     def _attention(self, x: Tensor) -> Tensor:
         """Self-attention up to the row-parallel projection (bias added by the caller)."""
         spec = self.spec
         qkv = column_parallel_linear(x, self.qkv_weight, self.qkv_bias, self.comm,
-                                     spec.sequence_parallel)  # [s, b, 3h/t]
+                                     spec.sequence_parallel)  # [s, b, (q + 2k)/t]
         s, b = qkv.shape[:2]
-        qkv = qkv.view(s, b, spec.heads_per_rank, 3 * spec.head_dim)  # heads hold [q k v]
-        q, k, v = qkv.split(spec.head_dim, dim=-1)  # views, each [s, b, a/t, h/a]
+        d, groups, per_group = spec.head_dim, spec.kv_heads_per_rank, spec.heads_per_group
+        # Megatron-core's split: each query group holds [its a/g query heads, k, v].
+        qkv = qkv.view(s, b, groups, (per_group + 2) * d)
+        q, k, v = qkv.split([per_group * d, d, d], dim=-1)  # views of the QKV output
+        # [s, b, a/t, d]: a view when one group or one head per group, else a copy (as in
+        # Megatron's query.reshape); k, v stay [s, b, g/t, d] views.
+        q = q.reshape(s, b, groups * per_group, d)
+        if spec.position_embedding is PositionEmbedding.ROPE:  # new tensors, after the split
+            q = apply_rope(q, self.rope_cos, self.rope_sin)
+            k = apply_rope(k, self.rope_cos, self.rope_sin)
+        core = (self._flash_core if spec.attention_backend is AttentionBackend.FLASH
+                else self._attention_core)
         if spec.recompute is Recompute.SELECTIVE:
-            context = checkpoint(self._attention_core, q, k, v, use_reentrant=False,
-                                 preserve_rng_state=True)
+            context = checkpoint(core, q, k, v, use_reentrant=False, preserve_rng_state=True)
         else:
-            context = self._attention_core(q, k, v)
+            context = core(q, k, v)
         return row_parallel_linear(context, self.proj_weight, self.comm, spec.sequence_parallel)
 
-    def _attention_core(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """softmax(QKᵀ/sqrt(d), causal) → dropout → ×V; [s, b, a/t, d] → [s, b, h/t].
+    def _flash_core(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """Causal flash attention via scaled_dot_product_attention; [s, b, n, d] -> [s, b, q/t].
 
-        Keeps Q and K (QKᵀ), the softmax output, the 1-byte dropout mask, the dropout output
-        and V (×V): 5as²b/t + 6sbh/t bytes, Q/K/V being views of one QKV storage.
+        GQA runs natively (enable_gqa: K/V are not repeated). torch's CPU flash kernel
+        saves q, k, v as given, its output and the fp32 logsumexp [b, a/t, s], as flash
+        attention does (modern.md §4 row 5); no s² tensor. Its output is laid out
+        [s, b, a/t, d] in memory, so the reshape below is a view and the projection saves
+        the same storage (row 6).
         """
         s, b, heads, d = q.shape
+        out = F.scaled_dot_product_attention(
+            q.permute(1, 2, 0, 3), k.permute(1, 2, 0, 3), v.permute(1, 2, 0, 3),
+            is_causal=True, enable_gqa=k.shape[2] != heads)  # (b, a/t, s, d)
+        return out.permute(2, 0, 1, 3).reshape(s, b, heads * d)
+
+    def _attention_core(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """softmax(QKᵀ/sqrt(d), causal) → dropout → ×V; [s, b, a/t, d] → [s, b, q/t].
+
+        Keeps Q and K (QKᵀ), the softmax output, the 1-byte dropout mask, the dropout output
+        and V (×V): 5as²b/t + 6sbh/t bytes without GQA, Q/K/V being views of one QKV
+        storage. With GQA, K and V are first repeated to a/t heads (Megatron's unfused
+        DotProductAttention: repeat_interleave), and the bmms keep those copies.
+        """
+        s, b, heads, d = q.shape
+        if k.shape[2] != heads:
+            k = k.repeat_interleave(heads // k.shape[2], dim=2)  # (s, b, a/t, d)
+            v = v.repeat_interleave(heads // v.shape[2], dim=2)
         q = q.reshape(s, b * heads, d).transpose(0, 1)  # [b·a/t, s, d], still a view
         k = k.reshape(s, b * heads, d).permute(1, 2, 0)  # [b·a/t, d, s]
         v = v.reshape(s, b * heads, d).transpose(0, 1)  # [b·a/t, s, d]
         scores = torch.bmm(q, k).view(b, heads, s, s)
         probs = scale_mask_softmax(scores, 1.0 / math.sqrt(d))
         first_head = self.comm.rank * heads
+        p = self.spec.attention_dropout
         keep = self.masks.keep_mask("attention", (b, self.spec.num_attention_heads, s, s), 1,
-                                    first_head, first_head + heads, self.spec.dropout_prob,
-                                    probs.device)
-        probs = dropout(probs, keep, self.spec.dropout_prob)
+                                    first_head, first_head + heads, p, probs.device)
+        probs = dropout(probs, keep, p)
         context = torch.bmm(probs.view(b * heads, s, s), v)  # [b·a/t, s, d]
         return context.view(b, heads, s, d).permute(2, 0, 1, 3).reshape(s, b, heads * d)
 
     def _mlp(self, x: Tensor) -> Tensor:
-        """fc1 (column-parallel) → GeLU → fc2 (row-parallel, bias added by the caller)."""
+        """fc1 (column-parallel) → activation → fc2 (row-parallel, bias added by the caller)."""
         sp = self.spec.sequence_parallel
         hidden = column_parallel_linear(x, self.fc1_weight, self.fc1_bias, self.comm, sp)
-        hidden = F.gelu(hidden, approximate="tanh")  # [s, b, 4h/t]
+        if self.spec.activation is Activation.SWIGLU:
+            hidden = swiglu(hidden)  # [s, b, 2f/t] -> [s, b, f/t]
+        elif self.spec.activation is Activation.SQUARED_RELU:
+            hidden = squared_relu(hidden)  # [s, b, f/t]
+        else:
+            hidden = F.gelu(hidden, approximate="tanh")  # [s, b, f/t]
         return row_parallel_linear(hidden, self.fc2_weight, self.comm, sp)
 
     def _bias_dropout_add(self, x: Tensor, bias: Tensor, residual: Tensor, site: str) -> Tensor:
@@ -143,8 +214,8 @@ class ParallelTransformerLayer(nn.Module):
         start = self.comm.rank * spec.local_seq_length if spec.sequence_parallel else 0
         keep = self.masks.keep_mask(site, (spec.seq_length, spec.micro_batch_size,
                                            spec.hidden_size), 0, start,
-                                    start + spec.local_seq_length, spec.dropout_prob, x.device)
-        return residual + dropout(x + bias, keep, spec.dropout_prob)
+                                    start + spec.local_seq_length, spec.hidden_dropout, x.device)
+        return residual + dropout(x + bias, keep, spec.hidden_dropout)
 
 
 def sharded_layer(spec: LayerSpec, comm: Comm, seed: int = 0, device: str = "cpu",

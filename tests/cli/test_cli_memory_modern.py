@@ -1,0 +1,62 @@
+"""`simcluster memory --measure` for the modern layer options: predicted == measured, apart
+from the one named difference (the QKV output kept alive by V's view)."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from simcluster.cli import app
+
+runner = CliRunner()
+
+OPTIONS = {
+    "gqa": ({"num_query_groups": 4}, {}),
+    "swiglu": ({"activation": "swiglu"}, {}),
+    "squared_relu": ({"activation": "squared_relu"}, {}),
+    "rmsnorm": ({"normalization": "rmsnorm"}, {}),
+    "rope": ({"position_embedding": "rope"}, {}),
+    "flash": ({}, {"attention_backend": "flash"}),
+    "llama": ({"num_query_groups": 4, "activation": "swiglu", "normalization": "rmsnorm",
+               "position_embedding": "rope"}, {"attention_backend": "flash"}),
+}
+# Options after which every saved tensor is the op graph's own (no view keeps more).
+EXACT = {"swiglu", "squared_relu", "rmsnorm", "flash"}
+
+
+def _scenario(tmp_path: Path, model: dict, training: dict) -> Path:
+    data = {
+        "name": "modern-tiny",
+        "hardware": "h100-sxm5-80gb",
+        "model": {"num_layers": 4, "hidden_size": 256, "num_attention_heads": 8,
+                  "ffn_hidden_size": 512, "seq_length": 64, "vocab_size": 1024, **model},
+        "parallel": {"tp": 2, "pp": 1, "dp": 1, "sequence_parallel": True},
+        "training": {"micro_batch_size": 2, "global_batch_size": 4, **training},
+    }
+    path = tmp_path / "modern.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize("name", list(OPTIONS))
+def test_memory_measure_modern_option(tmp_path: Path, name: str) -> None:
+    model, training = OPTIONS[name]
+    result = runner.invoke(app, ["memory", str(_scenario(tmp_path, model, training)),
+                                 "--measure", "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output)
+    measured, predicted = payload["measured_bytes_per_layer"], payload["predicted_bytes_per_layer"]
+    assert measured == predicted + payload["measured"]["view_held_bytes"]
+    if name in EXACT:
+        assert measured == predicted
+
+
+def test_memory_measure_names_the_view_held_difference(tmp_path: Path) -> None:
+    """RoPE: the text output states the difference and its cause."""
+    model, training = OPTIONS["llama"]
+    result = runner.invoke(app, ["memory", str(_scenario(tmp_path, model, training)), "--measure"])
+    assert result.exit_code == 0, result.output
+    # e·S·(q + k)/t = 2 · 128 · (256 + 128) / 2
+    assert "the difference, 49,152 bytes, is the QKV output kept alive by V's view" in result.output
