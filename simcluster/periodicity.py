@@ -2,7 +2,8 @@
 every longer run lies on (used by simcluster/steady_state.py).
 
 The argument. Each stage's links, memory and clock are its own (its links carry only its
-sends and gradient reductions, in its task order), so what a stage does after a position
+sends and gradient reductions, in its task order, and its `dp:` link the overlapped
+parameter all-gather issued at the iteration start), so what a stage does after a position
 depends only on its state there — its clock and when its links and gradient reduction are
 free — and on the arrival times of the messages it still has to receive. Take, for each
 stage, the longest prefix of its task order that (a) is the same in both runs (tasks, comm
@@ -22,6 +23,11 @@ is max and + (shifting every input by d shifts every output by d):
 Likewise every busy-time sum and the stages' end times grow by the same amount per period.
 Without that equality (a transient still running: two routes through the pipeline with
 nearly equal periods, the slower-growing one still the longest), no line is claimed.
+The overlapped parameter all-gather gates each chunk's first forward on absolute bucket
+arrival times, which do not shift with the period: a frontier is refused unless every such
+gate lies before f1 (in the prefix both runs share, so computed identically in both).
+Gradient buckets are issued during a chunk's last backward at affine offsets of its start,
+on the probed gradient link, so they shift like everything else.
 """
 
 from __future__ import annotations
@@ -31,7 +37,14 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 from simcluster.engine.plan import PipelinePlan, StagePlan
-from simcluster.engine.simulator import EngineResult, Key, Wiring, last_backward_positions, wiring
+from simcluster.engine.simulator import (
+    EngineResult,
+    Key,
+    Wiring,
+    first_forward_positions,
+    last_backward_positions,
+    wiring,
+)
 
 RELATIVE_TOLERANCE = 1e-9
 """Equal shifts are compared to this fraction of the iteration time: far above the float
@@ -40,14 +53,24 @@ rounding of sums of O(10^5) task durations (~1e-12), far below any modelled effe
 Signature = tuple[object, ...]
 
 
+def _gated(stage: StagePlan) -> set[int]:
+    """Positions whose start waits for the overlapped parameter all-gather, issued at the
+    iteration start: the gate compares absolute times, not shifted by the period."""
+    gather = stage.param_gather
+    return first_forward_positions(stage) if gather is not None and gather.overlapped else set()
+
+
 def _signatures(stage: StagePlan, shift: int = 0) -> list[Signature]:
-    """Per position what the engine does there, comm points relative to the position."""
-    last = last_backward_positions(stage)
+    """Per position what the engine does there, comm points relative to the position
+    (whether a chunk's last backward issues its gradient reduction, in buckets or not, and
+    whether a chunk's first forward is gated by the parameter all-gather)."""
+    last, gated = last_backward_positions(stage), _gated(stage)
     n = len(stage.tasks)
     after = stage.send_after if stage.send_after is not None else range(n)
     extra = stage.extra_waits if stage.extra_waits is not None else ((),) * n
     return [
-        (task.phase, task.microbatch + shift, task.chunk, a - i, tuple(j - i for j in e), i in last)
+        (task.phase, task.microbatch + shift, task.chunk, a - i, tuple(j - i for j in e), i in last,
+         i in gated)
         for i, (task, a, e) in enumerate(zip(stage.tasks, after, extra))
     ]
 
@@ -131,6 +154,10 @@ def stable_frontier(first: PlanIndex, second: PlanIndex) -> Frontier | None:
         return None  # the longer run's prefix is not closed: no state to compare
     for f, g, stage, b in zip(f1, f2, first.plan.stages, sig2):
         if _signatures(stage, shift)[f:] != b[g:]:
+            return None
+        if any(position >= f for position in _gated(stage)):
+            # a gate left after the frontier would wait on absolute bucket arrival times,
+            # which do not shift with the period: every gate must lie in the shared prefix
             return None
     return tuple(f1), tuple(f2)
 

@@ -10,12 +10,12 @@ from typing import Any
 from simcluster.config.choices import Dtype, ScheduleKind
 from simcluster.config.errors import ConfigError
 from simcluster.config.hardware import HardwareProfile
-from simcluster.config.scenario import Scenario
+from simcluster.config.scenario import Scenario, require_hardware_fits
 from simcluster.costs.chunk import ChunkCost, price_chunk, price_ops
 from simcluster.costs.compute import elementwise_time_s
 from simcluster.costs.network import GroupPlacement, collective_time_s, p2p_time_s
-from simcluster.costs.placement import cp_group, dp_cp_group, stages_share_node, tp_group
-from simcluster.engine.plan import PipelinePlan, StagePlan, TaskWork, TimeCategory, Transfer
+from simcluster.costs.placement import cp_group, dp_cp_group, stages_share_node, strided_group, tp_group
+from simcluster.engine.plan import ParamGather, PipelinePlan, StagePlan, TaskWork, TimeCategory, Transfer
 from simcluster.engine.simulator import EngineResult, simulate
 from simcluster.memory_plan import stage_memory_row
 from simcluster.results import LayerTimes, SimulationResult, StageMemory
@@ -91,22 +91,81 @@ def p2p_send(scenario: Scenario, hw: HardwareProfile, src: int, dst: int, messag
     return Transfer(f"{'nvlink' if same else 'nic'}:{src}", seconds)
 
 
+MIN_BUCKET_PARAMS = 40_000_000  # Megatron's default DP bucket: max(40M, 1M · |DP×CP|) params
+BUCKET_PARAMS_PER_DP_RANK = 1_000_000  # (training.py::resolve_ddp_bucket_size; modern.md §3.4)
+
+
+def dp_bucket_params(scenario: Scenario) -> float:
+    """Megatron's `ddp_config.bucket_size` in parameters: max(40M, 1M · |DP×CP|)."""
+    par = scenario.parallel
+    return max(MIN_BUCKET_PARAMS, BUCKET_PARAMS_PER_DP_RANK * par.dp * par.cp)
+
+
+def dp_bucket_counts(scenario: Scenario, stage: StageWork) -> tuple[int, ...]:
+    """Buckets per chunk of `stage`. Megatron buckets only with --overlap-grad-reduce, and
+    only on pipeline rank 0's first model chunk (`DistributedDataParallel.__init__` sets
+    bucket_size None on pp rank > 0; training.py::get_model disables bucketing for chunks
+    after the first); everywhere else a chunk's parameters are one bucket. A stage's
+    parameters are split evenly over its chunks, and a bucketed chunk into equal buckets of
+    at most the bucket size (Megatron closes a bucket at a parameter boundary past it)."""
+    chunks = len(stage.chunks)
+    counts = [1] * chunks
+    if scenario.training.overlap_grad_reduce and stage.stage == 0:
+        counts[0] = max(1, math.ceil(stage.num_params / chunks / dp_bucket_params(scenario)))
+    return tuple(counts)
+
+
 def grad_reduce_transfer(scenario: Scenario, hw: HardwareProfile, stage: StageWork) -> Transfer | None:
     """DP reduction of fp32 main grads: an all-reduce, or with the distributed optimizer a
-    reduce-scatter plus the all-gather of updated bf16 parameters, over the DP × CP group
-    (`costs.placement.dp_cp_group`: CP ranks hold identical weights)."""
+    reduce-scatter (the all-gather of the updated parameters is `param_gather`), over the
+    DP × CP group (`costs.placement.dp_cp_group`: CP ranks hold identical weights)."""
     par = scenario.parallel
     if par.dp * par.cp == 1:
         return None
     group = dp_cp_group(scenario, hw)
     if scenario.training.use_distributed_optimizer:
-        seconds = collective_time_s(
-            CollectiveKind.REDUCE_SCATTER, stage.dp_gradient_bytes, group, hw
-        ) + collective_time_s(CollectiveKind.ALL_GATHER, stage.dp_gradient_bytes / 2, group, hw)
+        seconds = collective_time_s(CollectiveKind.REDUCE_SCATTER, stage.dp_gradient_bytes, group, hw)
     else:
         seconds = collective_time_s(CollectiveKind.ALL_REDUCE, stage.dp_gradient_bytes, group, hw)
     link = "nic" if group.crosses_nodes else "nvlink"
     return Transfer(f"{link}:{stage.stage}", seconds)
+
+
+def grad_buckets(
+    scenario: Scenario, hw: HardwareProfile, stage: StageWork
+) -> tuple[tuple[float, ...], ...] | None:
+    """With the distributed optimizer and --overlap-grad-reduce: per chunk, the seconds of
+    each bucket's reduce-scatter of fp32 main grads (`start_grad_sync` per bucket). Each
+    bucket is its own collective, so each pays the collective's latency."""
+    par = scenario.parallel
+    if par.dp * par.cp == 1 or not (
+        scenario.training.use_distributed_optimizer and scenario.training.overlap_grad_reduce
+    ):
+        return None
+    group = dp_cp_group(scenario, hw)
+    chunk_bytes = stage.dp_gradient_bytes / len(stage.chunks)
+    return tuple(
+        (collective_time_s(CollectiveKind.REDUCE_SCATTER, chunk_bytes / n, group, hw),) * n
+        for n in dp_bucket_counts(scenario, stage)
+    )
+
+
+def param_gather(scenario: Scenario, hw: HardwareProfile, stage: StageWork) -> ParamGather | None:
+    """Distributed optimizer: all-gather of the updated bf16 parameters over DP × CP (the
+    optimizer's shard group, `dp_cp_group`; 2 bytes per parameter; --fp8-param-gather is not
+    modelled), in the same buckets as the gradients.
+    Overlapped (--overlap-param-gather), it runs on the DP communicator's own link, beside
+    pipeline p2p (their sharing of a NIC is not modelled); otherwise it follows the step."""
+    tr, par = scenario.training, scenario.parallel
+    if par.dp * par.cp == 1 or not tr.use_distributed_optimizer:
+        return None
+    group = dp_cp_group(scenario, hw)
+    chunk_bytes = stage.dp_gradient_bytes / 2 / len(stage.chunks)
+    buckets = tuple(
+        (collective_time_s(CollectiveKind.ALL_GATHER, chunk_bytes / n, group, hw),) * n
+        for n in dp_bucket_counts(scenario, stage)
+    )
+    return ParamGather(link=f"dp:{stage.stage}", buckets=buckets, overlapped=tr.overlap_param_gather)
 
 
 def tied_reduce_transfer(scenario: Scenario, hw: HardwareProfile, stage: StageWork) -> Transfer | None:
@@ -119,6 +178,15 @@ def tied_reduce_transfer(scenario: Scenario, hw: HardwareProfile, stage: StageWo
     return Transfer(f"{'nvlink' if same else 'nic'}:{stage.stage}", seconds)
 
 
+def amax_group(scenario: Scenario, hw: HardwareProfile) -> GroupPlacement | None:
+    """FP8's amax-reduction group, TP × DP × CP (`get_amax_reduction_group(
+    with_context_parallel=True)`): contiguous ranks in Megatron's tp-cp-dp-pp order."""
+    if scenario.training.dtype is not Dtype.FP8:
+        return None
+    par = scenario.parallel
+    return strided_group(par.tp * par.dp * par.cp, 1, hw)
+
+
 def build_plan(
     scenario: Scenario, hw: HardwareProfile, workload: Workload, num_microbatches: int | None = None
 ) -> PipelinePlan:
@@ -128,8 +196,10 @@ def build_plan(
 
 def priced_stages(scenario: Scenario, hw: HardwareProfile, workload: Workload) -> tuple[StagePlan, ...]:
     """Every stage's task costs, routes and static memory, without tasks: none depends on m."""
+    require_hardware_fits(scenario, hw)
     par, dtype = scenario.parallel, scenario.training.dtype
     tp, cp = tp_group(scenario, hw), cp_group(scenario, hw)
+    overlap, amax = scenario.training.tp_comm_overlap, amax_group(scenario, hw)
     transient = transient_bytes(workload)
     # Chunks differ only in their layer count (uneven splits) and the extras they carry.
     cost_cache: dict[tuple[int, bool, bool], ChunkCost] = {}
@@ -139,7 +209,7 @@ def priced_stages(scenario: Scenario, hw: HardwareProfile, workload: Workload) -
         for chunk in stage.chunks:
             key = (chunk.num_layers, chunk.embedding is not None, chunk.output is not None)
             if key not in cost_cache:
-                cost_cache[key] = price_chunk(chunk, hw, tp, dtype, cp)
+                cost_cache[key] = price_chunk(chunk, hw, tp, dtype, cp, overlap, amax)
             costs.append(cost_cache[key])
         forward, backward = _task_works(tuple(costs), stage, transient)
         r, p = stage.stage, par.pp
@@ -154,6 +224,8 @@ def priced_stages(scenario: Scenario, hw: HardwareProfile, workload: Workload) -
                 grad_reduce=grad_reduce_transfer(scenario, hw, stage),
                 tied_grad_reduce=tied_reduce_transfer(scenario, hw, stage),
                 optimizer_s=elementwise_time_s(stage.optimizer_step_bytes, hw),
+                grad_buckets=grad_buckets(scenario, hw, stage),
+                param_gather=param_gather(scenario, hw, stage),
             )
         )
     return tuple(stages)
@@ -209,10 +281,11 @@ def layer_times(workload: Workload, hw: HardwareProfile, scenario: Scenario) -> 
     tp, cp = tp_group(scenario, hw), cp_group(scenario, hw)
     dtype: Dtype = scenario.training.dtype
     layer = workload.layer
-    forward = price_ops(layer.forward, hw, tp, dtype, cp).total_s
+    overlap = scenario.training.tp_comm_overlap
+    forward = price_ops(layer.forward, hw, tp, dtype, cp, overlap).total_s
     backward = (
-        price_ops(layer.backward, hw, tp, dtype, cp).total_s
-        + price_ops(layer.recompute, hw, tp, dtype, cp).total_s
+        price_ops(layer.backward, hw, tp, dtype, cp, overlap).total_s
+        + price_ops(layer.recompute, hw, tp, dtype, cp, overlap).total_s
     )
     return LayerTimes(forward_s=forward, backward_s=backward)
 

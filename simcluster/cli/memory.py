@@ -51,6 +51,12 @@ def memory(
             spec = _override(spec, seq_length, micro_batch_size)
     except ConfigError as error:
         fail(error)
+    if measure and spec.training.dtype.value == "fp8":
+        # the real layer is plain torch (no Transformer Engine), so it has no FP8 linears
+        fail(
+            f"{scenario}: training.dtype: value fp8: --measure runs the torch layer, which has no "
+            "Transformer Engine FP8 linears; measure the bf16 layer (dtype: bf16) or drop --measure"
+        )
     report = memory_report(spec, hw)
     measured = _measure(spec, device) if measure else None
     if json_output:

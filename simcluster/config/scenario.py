@@ -25,7 +25,7 @@ from simcluster.config.choices import (
 )
 from simcluster.config.errors import ConfigError, describe_validation_error
 from simcluster.config.files import read_yaml
-from simcluster.config.hardware import HardwareProfile, load_hardware
+from simcluster.config.hardware import HardwareProfile, known_profiles, load_hardware
 from simcluster.config.layer_shape import Indivisible, ffn_hidden_size_or_default, indivisible_sizes
 from simcluster.config.pipeline_split import PipelineSplit, SplitRequest, pipeline_split, split_problems
 from simcluster.config.strict import StrictModel
@@ -258,13 +258,11 @@ def cross_field_problems(scenario: Scenario, refuse_unpriced: bool = True) -> li
 
 
 # Keys of the contract that load and are checked, but that the simulator does not price yet:
-# a run with one of them set is refused rather than priced as if it were unset.
+# a run with one of them set is refused rather than priced as if it were unset. Empty now
+# (context parallelism, the uneven splits, FP8 and both overlaps are priced); the rule stays
+# for the next key that loads before it is priced.
 NOT_MODELLED_YET_MESSAGE = "not modelled by this version of the simulator yet"
-NOT_MODELLED_YET: dict[str, Callable[[Scenario], bool]] = {
-    "training.dtype": lambda s: s.training.dtype is Dtype.FP8,
-    "training.overlap_param_gather": lambda s: s.training.overlap_param_gather,
-    "training.tp_comm_overlap": lambda s: s.training.tp_comm_overlap,
-}
+NOT_MODELLED_YET: dict[str, Callable[[Scenario], bool]] = {}
 
 
 def unpriced_keys(scenario: Scenario) -> list[str]:
@@ -322,6 +320,12 @@ def modern_layout_problems(scenario: Scenario, refuse_unpriced: bool = True) -> 
         problems.append(
             "training.overlap_param_gather: value True: needs training.use_distributed_optimizer (Megatron)"
         )
+    if tr.overlap_param_gather and not tr.overlap_grad_reduce:
+        # megatron/training/arguments.py: '--overlap-grad-reduce should be turned on when
+        # using --overlap-param-gather'
+        problems.append(
+            "training.overlap_param_gather: value True: needs training.overlap_grad_reduce (Megatron)"
+        )
     accounts = par.account_for_embedding_in_pipeline_split or par.account_for_loss_in_pipeline_split
     explicit = par.first_pipeline_num_layers is not None or par.last_pipeline_num_layers is not None
     if accounts and explicit:
@@ -367,6 +371,20 @@ def load_scenario(path: str | Path, refuse_unpriced: bool = True) -> Scenario:
     return parse_scenario(read_yaml(path), path, default_name=path.stem, refuse_unpriced=refuse_unpriced)
 
 
+def fp8_profiles() -> list[str]:
+    """The profiles on the search path that can price FP8 GEMMs (an FP8 tensor-core peak and
+    an FP8 GEMM ceiling)."""
+    names = []
+    for name in known_profiles():
+        try:
+            profile = load_hardware(name)
+        except ConfigError:
+            continue
+        if profile.peak_fp8_flop_per_s is not None and profile.compute.fp8_gemm_max_efficiency is not None:
+            names.append(name)
+    return sorted(names)
+
+
 def hardware_problems(scenario: Scenario, hw: HardwareProfile) -> list[str]:
     """What the scenario asks of its hardware profile that the profile cannot price."""
     problems = []
@@ -376,14 +394,27 @@ def hardware_problems(scenario: Scenario, hw: HardwareProfile) -> list[str]:
             "compute.flash_attention_* rates (achieved TFLOP/s with sources), so flash attention "
             "cannot be priced on it; use attention_backend: unfused or a profile with the rates"
         )
+    fp8_ready = hw.peak_fp8_flop_per_s is not None and hw.compute.fp8_gemm_max_efficiency is not None
+    if scenario.training.dtype is Dtype.FP8 and not fp8_ready:
+        problems.append(
+            f"training.dtype: value fp8: hardware profile {hw.name!r} has no FP8 tensor cores "
+            "(it needs gpu.peak_fp8_tflop_per_s and compute.fp8_gemm_max_efficiency); "
+            f"profiles with FP8: {', '.join(fp8_profiles()) or 'none found'}"
+        )
     return problems
+
+
+def require_hardware_fits(scenario: Scenario, hw: HardwareProfile, source: str | Path = "") -> None:
+    """Raise ConfigError naming every `hardware_problems` of the pair: where the scenario
+    meets its hardware (loading both, and `simulation.build_plan` for scenarios built in code)."""
+    problems = hardware_problems(scenario, hw)
+    if problems:
+        raise ConfigError(source or scenario.name, problems)
 
 
 def load_scenario_and_hardware(path: str | Path) -> tuple[Scenario, HardwareProfile]:
     path = Path(path)
     scenario = load_scenario(path)
     hw = load_hardware(scenario.hardware, relative_to=path)
-    problems = hardware_problems(scenario, hw)
-    if problems:
-        raise ConfigError(path, problems)
+    require_hardware_fits(scenario, hw, path)
     return scenario, hw

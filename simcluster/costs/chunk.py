@@ -1,19 +1,60 @@
 """Price a chunk's ops: seconds of compute, recompute and exposed tensor-parallel comm for
-its forward and backward, per microbatch."""
+its forward and backward, per microbatch.
+
+FP8 (`training.dtype: fp8`, Transformer Engine, modern.md §3.7): the fprop, dgrad and wgrad
+GEMMs of the TE linears (QKV, proj, fc1, fc2) run at the FP8 peak × the profile's FP8
+ceiling (`compute.fp8_gemm_time_s`); attention BMMs and the LM head stay BF16. Each fprop
+input and each dgrad grad-output is quantized first by TE's fused cast-transpose (reads
+bf16, writes the FP8 row-wise and column-wise copies: 2 + 1 + 1 bytes per element), on the
+local shard where an all-gather follows, and an all-gather that feeds a TE linear carries
+FP8 (TE gathers the quantized tensor). Weights are cast once per step
+(`is_first_microbatch`), not per microbatch: not priced. The amax reduction is priced per
+chunk (`fp8_amax_reduction_s`).
+
+TP comm overlap (`tp_comm_overlap`, TE userbuffers, modern.md §3.3), with TE's defaults
+(`transformer_engine/pytorch/module/base.py::initialize_ub`, `get_default_config`):
+* an all-gather feeding a TE GEMM (qkv/fc1 fprop, proj/fc2 dgrad) is a ring exchange in t
+  chunks: the local chunk's GEMM starts at once, chunk i's GEMM waits for step i, so
+  t_pair = max(G, C + G/t) with G the GEMM and C the all-gather (1 SM for the exchange, no
+  SM margin for the GEMM: `set_sm_margin` is off for ring_exchange);
+* a reduce-scatter after a TE GEMM (proj/fc2 fprop) is pipelined in 4 splits: chunk i's
+  reduce-scatter runs beside chunk i+1's GEMM, t_pair = max(G', C) + min(G', C)/4, with C
+  the time of four reduce-scatters of a quarter of the buffer and G' the GEMM slowed to
+  the SMs the 16 communication SMs leave (`num_sm` 16, `set_sm_margin`);
+* the bulk overlaps of the backward (qkv/fc1 ln_out all-gather beside dgrad, dgrad
+  reduce-scatter beside wgrad) run the whole collective beside the whole GEMM: max(G', C),
+  again with 16 SMs taken from the GEMM.
+The LM head and embedding (not TE modules) keep the plain NCCL pricing.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from simcluster.config.choices import Dtype
 from simcluster.config.hardware import HardwareProfile
-from simcluster.costs.compute import attention_time_s, elementwise_kind, elementwise_time_s, gemm_time_s
+from simcluster.costs.compute import (
+    attention_time_s,
+    elementwise_kind,
+    elementwise_time_s,
+    fp8_gemm_time_s,
+    gemm_time_s,
+)
 from simcluster.costs.context_parallel import ring_attention_cost_s
 from simcluster.costs.network import GroupPlacement, collective_time_s
+from simcluster.units import us_to_s
+from simcluster.workload.fp8 import is_te_linear_gemm
 from simcluster.workload.layer import LayerOps
 from simcluster.workload.model import ChunkWork
-from simcluster.workload.ops import Op, OpKind
+from simcluster.workload.ops import CollectiveKind, Op, OpKind
+
+FP8_CAST_BYTES_PER_ELEMENT = 2 + 1 + 1  # read bf16; write FP8 row-wise and column-wise
+RING_EXCHANGE_SPLITS_PER_RANK = 1  # ring_exchange: num_splits = tp_size
+PIPELINE_SPLITS = 4  # pipeline: num_splits = 4
+PIPELINE_COMM_SMS = 16  # pipeline and bulk: num_sm = 16 with set_sm_margin
+BULK_COMM_SMS = 16
 
 NO_CONTEXT_PARALLEL = GroupPlacement(num_ranks=1, ranks_per_node=1)
 """The context-parallel group when c = 1 (no ring op is built then)."""
@@ -57,6 +98,8 @@ class ChunkCost:
 def op_time_s(op: Op, hw: HardwareProfile, tp: GroupPlacement, dtype: Dtype) -> float:
     if op.kind is OpKind.GEMM:
         assert op.gemm is not None
+        if dtype is Dtype.FP8 and is_te_linear_gemm(op):
+            return fp8_gemm_time_s(op.gemm, hw)
         return gemm_time_s(op.gemm, hw, dtype)
     if op.kind is OpKind.ELEMENTWISE:
         return elementwise_time_s(op.bytes_moved, hw, elementwise_kind(op.name))
@@ -67,22 +110,69 @@ def op_time_s(op: Op, hw: HardwareProfile, tp: GroupPlacement, dtype: Dtype) -> 
     return collective_time_s(op.collective, op.message_bytes, tp, hw)
 
 
+def _feeds_te_gemm(ops: tuple[Op, ...], index: int) -> bool:
+    return index + 1 < len(ops) and is_te_linear_gemm(ops[index + 1])
+
+
+def _gathered_input(ops: tuple[Op, ...], index: int) -> bool:
+    """The GEMM at `index` reads the output of the (blocking) all-gather just before it."""
+    if index == 0:
+        return False
+    before = ops[index - 1]
+    return before.collective is CollectiveKind.ALL_GATHER and not before.overlaps_next
+
+
+def fp8_cast_s(ops: tuple[Op, ...], index: int, hw: HardwareProfile, tp: GroupPlacement) -> float:
+    """The cast-transpose of a TE fprop input or dgrad grad-output before the FP8 GEMM at
+    `index` (0 for a wgrad, which reuses both casts): the GEMM's A operand [m, k], on the
+    local shard where it was all-gathered (TE gathers the FP8 tensor)."""
+    op = ops[index]
+    assert op.gemm is not None
+    if op.name.endswith(".wgrad"):
+        return 0.0
+    elements = float(op.gemm.batch * op.gemm.m * op.gemm.k)
+    if _gathered_input(ops, index):
+        elements /= tp.num_ranks
+    return elementwise_time_s(FP8_CAST_BYTES_PER_ELEMENT * elements, hw)
+
+
+def _op_seconds(
+    ops: tuple[Op, ...], index: int, hw: HardwareProfile, tp: GroupPlacement, dtype: Dtype
+) -> float:
+    """`op_time_s` with FP8's changes: an all-gather feeding a TE GEMM moves 1-byte
+    elements, and a TE fprop / dgrad GEMM includes its input's cast."""
+    op = ops[index]
+    if dtype is not Dtype.FP8:
+        return op_time_s(op, hw, tp, dtype)
+    if op.collective is CollectiveKind.ALL_GATHER and _feeds_te_gemm(ops, index):
+        return collective_time_s(op.collective, op.message_bytes / dtype.num_bytes, tp, hw)
+    seconds = op_time_s(op, hw, tp, dtype)
+    if is_te_linear_gemm(op):
+        seconds += fp8_cast_s(ops, index, hw, tp)
+    return seconds
+
+
 def price_ops(
     ops: tuple[Op, ...],
     hw: HardwareProfile,
     tp: GroupPlacement,
     dtype: Dtype,
     cp: GroupPlacement = NO_CONTEXT_PARALLEL,
+    tp_comm_overlap: bool = False,
 ) -> OpsCost:
     """Sum op times in order. An op marked `overlaps_next` runs beside the next op: a share
     `tp_overlap_fraction` of the shorter of the two is hidden (1 = the pair costs the
     longer of the two; below 1 the GPU's SMs and HBM are shared and overlap is partial).
     A context-parallel ring (`Op.ring`) adds its attention to compute and the transfers it
-    does not hide to comm, over the ring's placement `cp` (`costs.context_parallel`)."""
+    does not hide to comm, over the ring's placement `cp` (`costs.context_parallel`).
+    With `tp_comm_overlap` the TE linears' collectives are priced as TE userbuffers
+    pipeline them (module docstring); the ring is priced the same way there."""
+    if tp_comm_overlap:
+        return _price_ops_userbuffers(ops, hw, tp, dtype, cp)
     overlap = hw.network.tp_overlap_fraction
     compute_s = comm_s = 0.0
     pending_comm_s = 0.0
-    for op in ops:
+    for index, op in enumerate(ops):
         if op.ring is not None:
             ring_compute_s, ring_comm_s = ring_attention_cost_s(op.ring, hw, cp)
             compute_s += ring_compute_s
@@ -91,7 +181,10 @@ def price_ops(
             comm_s += pending_comm_s - overlap * min(pending_comm_s, seconds)
             pending_comm_s = 0.0
             continue
-        seconds = op_time_s(op, hw, tp, dtype)
+        if dtype is Dtype.FP8:
+            seconds = _op_seconds(ops, index, hw, tp, dtype)
+        else:
+            seconds = op_time_s(op, hw, tp, dtype)
         if op.kind is OpKind.COLLECTIVE and op.overlaps_next:
             pending_comm_s += seconds
             continue
@@ -104,28 +197,128 @@ def price_ops(
     return OpsCost(compute_s, comm_s + pending_comm_s)
 
 
+def _sm_margin(seconds: float, hw: HardwareProfile, comm_sms: int) -> float:
+    """A GEMM's time on the SMs `comm_sms` communication SMs leave (launch unchanged)."""
+    sms = hw.gpu.num_sms
+    if comm_sms >= sms:
+        raise ValueError(f"hardware {hw.name!r}: {comm_sms} communication SMs leave no SM of {sms}")
+    work_s = max(0.0, seconds - hw.kernel_launch_s)
+    return hw.kernel_launch_s + work_s * sms / (sms - comm_sms)
+
+
+def ring_exchange_s(gemm_s: float, gather_s: float, splits: int) -> float:
+    """All-gather as a ring exchange beside the GEMM in `splits` chunks: max(G, C + G/n)."""
+    return max(gemm_s, gather_s + gemm_s / splits)
+
+
+def pipelined_s(gemm_s: float, comm_s: float, splits: int) -> float:
+    """Two-stage pipeline of `splits` equal chunks: max(G, C) + min(G, C)/n (the first GEMM
+    chunk and the last collective chunk are not overlapped)."""
+    return max(gemm_s, comm_s) + min(gemm_s, comm_s) / splits
+
+
+def _price_ops_userbuffers(
+    ops: tuple[Op, ...],
+    hw: HardwareProfile,
+    tp: GroupPlacement,
+    dtype: Dtype,
+    cp: GroupPlacement = NO_CONTEXT_PARALLEL,
+) -> OpsCost:
+    """`price_ops` with TE userbuffers (module docstring). The overlapped pair's time beyond
+    its GEMM is exposed communication; ops outside the pairs are priced as usual, the
+    context-parallel ring (`Op.ring`, on its own P2P streams, not userbuffers) included."""
+    compute_s = comm_s = 0.0
+    n = len(ops)
+    index = 0
+    while index < n:
+        op = ops[index]
+        if op.ring is not None:
+            ring_compute_s, ring_comm_s = ring_attention_cost_s(op.ring, hw, cp)
+            compute_s += ring_compute_s
+            comm_s += ring_comm_s
+            index += 1
+            continue
+        after = ops[index + 1] if index + 1 < n else None
+        if op.kind is OpKind.COLLECTIVE and after is not None and is_te_linear_gemm(after):
+            gather_or_comm_s = _op_seconds(ops, index, hw, tp, dtype)
+            gemm_s = _op_seconds(ops, index + 1, hw, tp, dtype)
+            if op.overlaps_next:  # bulk: the whole collective beside the whole GEMM
+                gemm_s = _sm_margin(gemm_s, hw, BULK_COMM_SMS)
+                pair_s = max(gemm_s, gather_or_comm_s)
+            else:  # ring exchange, t splits, no SM margin
+                splits = RING_EXCHANGE_SPLITS_PER_RANK * tp.num_ranks
+                pair_s = ring_exchange_s(gemm_s, gather_or_comm_s, splits)
+            compute_s += gemm_s
+            comm_s += pair_s - gemm_s
+            index += 2
+            continue
+        if (
+            is_te_linear_gemm(op)
+            and after is not None
+            and after.collective is CollectiveKind.REDUCE_SCATTER
+            and not after.overlaps_next
+        ):
+            gemm_s = _sm_margin(_op_seconds(ops, index, hw, tp, dtype), hw, PIPELINE_COMM_SMS)
+            scatter_s = PIPELINE_SPLITS * collective_time_s(
+                CollectiveKind.REDUCE_SCATTER, after.message_bytes / PIPELINE_SPLITS, tp, hw
+            )
+            compute_s += gemm_s
+            comm_s += pipelined_s(gemm_s, scatter_s, PIPELINE_SPLITS) - gemm_s
+            index += 2
+            continue
+        seconds = _op_seconds(ops, index, hw, tp, dtype)
+        if op.kind is OpKind.COLLECTIVE:
+            comm_s += seconds
+        else:
+            compute_s += seconds
+        index += 1
+    return OpsCost(compute_s, comm_s)
+
+
+def fp8_amax_reduction_s(group: GroupPlacement, hw: HardwareProfile) -> float:
+    """One synchronous MAX all-reduce of the concatenated amaxes over TP×DP×CP, once per
+    forward and once per backward of the FP8 autocast region (TE
+    `quantization.py::reduce_and_update_fp8_tensors`; Megatron's delayed scaling wraps the
+    whole block in one autocast: modern.md §3.7). A few hundred bytes, so latency only:
+    NCCL's tree algorithm for small messages crosses about 2·⌈log2 n⌉ hops (up and down a
+    tree), at the profile's per-step latency of the slowest link it crosses."""
+    if group.num_ranks <= 1:
+        return 0.0
+    net = hw.network
+    step_us = net.ib_latency_per_step_us if group.crosses_nodes else net.nvlink_latency_us
+    hops = 2 * math.ceil(math.log2(group.num_ranks))
+    return us_to_s(net.collective_base_latency_us + hops * step_us)
+
+
 def price_layer_ops(
     ops: LayerOps,
     hw: HardwareProfile,
     tp: GroupPlacement,
     dtype: Dtype,
     cp: GroupPlacement = NO_CONTEXT_PARALLEL,
+    tp_comm_overlap: bool = False,
 ) -> ChunkCost:
     """One layer's (or the embedding's, or the output layer's) forward, backward and
     recompute, per microbatch."""
     return ChunkCost(
-        forward=price_ops(ops.forward, hw, tp, dtype, cp),
-        backward=price_ops(ops.backward, hw, tp, dtype, cp),
-        recompute=price_ops(ops.recompute, hw, tp, dtype, cp),
+        forward=price_ops(ops.forward, hw, tp, dtype, cp, tp_comm_overlap),
+        backward=price_ops(ops.backward, hw, tp, dtype, cp, tp_comm_overlap),
+        recompute=price_ops(ops.recompute, hw, tp, dtype, cp, tp_comm_overlap),
     )
 
 
-def compose_chunk(num_layers: int, layer: ChunkCost, extras: Sequence[ChunkCost]) -> ChunkCost:
+def compose_chunk(
+    num_layers: int, layer: ChunkCost, extras: Sequence[ChunkCost], per_pass_comm_s: float = 0.0
+) -> ChunkCost:
     """`num_layers` copies of a priced layer, then the forward and backward of the extras
-    (embedding, output layer) in order; recompute is the layers' only."""
+    (embedding, output layer) in order; recompute is the layers' only. `per_pass_comm_s`
+    (FP8's amax reduction) is added once to the forward and once to the backward."""
     forward, backward = layer.forward.scaled(num_layers), layer.backward.scaled(num_layers)
     for extra in extras:
         forward, backward = forward + extra.forward, backward + extra.backward
+    if per_pass_comm_s:
+        amax = OpsCost(comm_s=per_pass_comm_s)
+        forward, backward = forward + amax, backward + amax
     return ChunkCost(forward=forward, backward=backward, recompute=layer.recompute.scaled(num_layers))
 
 
@@ -135,8 +328,13 @@ def price_chunk(
     tp: GroupPlacement,
     dtype: Dtype,
     cp: GroupPlacement = NO_CONTEXT_PARALLEL,
+    tp_comm_overlap: bool = False,
+    amax_group: GroupPlacement | None = None,
 ) -> ChunkCost:
     """A chunk's layers, plus the embedding on the first virtual stage and the output layer
-    on the last."""
+    on the last; with FP8, the amax reductions over `amax_group`. TP comm overlap applies to
+    the layers' TE linears only."""
     extras = [price_layer_ops(extra, hw, tp, dtype) for extra in (chunk.embedding, chunk.output) if extra]
-    return compose_chunk(chunk.num_layers, price_layer_ops(chunk.layer, hw, tp, dtype, cp), extras)
+    amax_s = fp8_amax_reduction_s(amax_group, hw) if dtype is Dtype.FP8 and amax_group is not None else 0.0
+    layer = price_layer_ops(chunk.layer, hw, tp, dtype, cp, tp_comm_overlap)
+    return compose_chunk(chunk.num_layers, layer, extras, amax_s)

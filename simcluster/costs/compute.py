@@ -110,6 +110,32 @@ def elementwise_time_s(bytes_moved: float, hw: HardwareProfile, kind: str | None
     return hw.kernel_launch_s + bytes_moved / achieved_bandwidth_bytes_per_s(bytes_moved, hw, kind)
 
 
+FP8_INPUT_BYTES = 1  # e4m3 / e5m2 operands
+FP8_GEMM_OUTPUT_BYTES = 2  # Transformer Engine's FP8 GEMMs write bf16 outputs
+
+
+def fp8_gemm_time_s(shape: GemmShape, hw: HardwareProfile) -> float:
+    """A Transformer Engine FP8 GEMM: the roofline of `gemm_time_s` at the FP8 peak times
+    `fp8_gemm_max_efficiency` (the profile's FP8 MAMF) and the same wave quantization, with
+    1-byte operands and a bf16 output (fp32 when accumulating into main_grad). A calibrated
+    profile's bf16 `gemm_points` are scaled by the ratio of the FP8 to the BF16 ceiling
+    (a declared assumption: no FP8 GEMM is measured yet)."""
+    peak, ceiling = hw.peak_fp8_flop_per_s, hw.compute.fp8_gemm_max_efficiency
+    if peak is None or ceiling is None:
+        raise ValueError(f"hardware {hw.name!r} has no FP8 tensor-core peak and FP8 GEMM ceiling")
+    if hw.compute.gemm_points:
+        bf16_ceiling = hw.peak_flop_per_s(Dtype.BF16) * hw.compute.gemm_max_efficiency
+        rate = measured_gemm_flop_per_s(shape, hw) * peak * ceiling / bf16_ceiling
+        return hw.kernel_launch_s + shape.flops / rate
+    wave = wave_efficiency(shape, hw.gpu.num_sms, hw.compute.gemm_tiles)
+    compute_s = shape.flops / (peak * ceiling * wave)
+    output_bytes = 8 if shape.accumulate_fp32 else FP8_GEMM_OUTPUT_BYTES
+    operands = FP8_INPUT_BYTES * (shape.m * shape.k + shape.k * shape.n)
+    moved = float(shape.batch * (operands + output_bytes * shape.m * shape.n))
+    memory_s = moved / achieved_bandwidth_bytes_per_s(moved, hw)
+    return hw.kernel_launch_s + max(compute_s, memory_s)
+
+
 def flash_attention_flop_per_s(shape: AttentionShape, hw: HardwareProfile) -> float:
     """Achieved FLOP/s of a fused flash-attention call (module docstring). Raises ValueError
     when the profile has no flash-attention rates."""

@@ -49,6 +49,24 @@ class Transfer:
 
 
 @dataclass(frozen=True, slots=True)
+class ParamGather:
+    """The distributed optimizer's all-gather of updated parameters, per chunk in buckets
+    (seconds of each bucket's all-gather on `link`, in the order the forward needs them).
+    `overlapped` (Megatron `--overlap-param-gather`): every stage issues the buckets when
+    the iteration starts (`align_param_gather`), and a chunk's first forward runs its
+    bucket-sized slices only as their buckets arrive. Otherwise the all-gather follows the
+    optimizer step, exposed."""
+
+    link: str
+    buckets: tuple[tuple[float, ...], ...]  # per chunk
+    overlapped: bool
+
+    @property
+    def total_s(self) -> float:
+        return sum(sum(chunk) for chunk in self.buckets)
+
+
+@dataclass(frozen=True, slots=True)
 class StagePlan:
     tasks: tuple[Task, ...]
     forward: tuple[TaskWork, ...]  # indexed by chunk
@@ -61,6 +79,11 @@ class StagePlan:
     optimizer_s: float
     send_after: tuple[int, ...] | None = None  # per task: position after which its output leaves
     extra_waits: tuple[tuple[int, ...], ...] | None = None  # other positions' inputs to await first
+    # Overlapped DP reduction in buckets: per chunk, the seconds of each bucket's collective in
+    # the order its gradients become final during the chunk's last backward (None: the chunk's
+    # share of `grad_reduce` in one piece at that backward's end).
+    grad_buckets: tuple[tuple[float, ...], ...] | None = None
+    param_gather: ParamGather | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,9 +10,14 @@ Life cycle of a task on stage r (virtual stage vs = chunk·p + r):
      may defer a send and add waits (`send_after`, `extra_waits`) to mirror Megatron's
      combined p2p calls (see `simcluster.schedule.comm`).
 After its last task a stage reduces its gradients over data parallelism (on its link,
-after the last backward, or overlapped with the backwards of the last microbatch), the
-first and last stages all-reduce the tied embedding gradient, and every stage steps its
-optimizer after the slowest stage is ready (the gradient-norm all-reduce joins them).
+after the last backward, or overlapped with the backwards of the last microbatch: in
+buckets issued as the chunk's last backward makes their gradients final, where the plan
+gives buckets), the first and last stages all-reduce the tied embedding gradient, and every
+stage steps its optimizer after the slowest stage is ready (the gradient-norm all-reduce
+joins them). With the distributed optimizer the updated parameters are all-gathered: after
+the step, exposed, or (overlapped) from the iteration's start, bucket by bucket, gating each
+chunk's first forward (Megatron's forward pre-hooks, `finish_param_sync`); the iteration
+seen is the steady state, where these are the gathers of the previous step's update.
 """
 
 from __future__ import annotations
@@ -36,8 +41,9 @@ Span = tuple[int, str, str, float, float]  # stage, name, trace category, start_
 Key = tuple[int, int, int]  # a message: (0 forward / 1 backward, microbatch, sending virtual stage)
 Send = tuple[Transfer, Key, object]  # route, message key, the task that produced it
 # a task position: task, keys awaited, is forward, work, bytes its end frees, sends
-# (link, seconds, key, label), whether it finishes a chunk's gradients (overlapped reduction)
-_Step = tuple[Task, tuple[Key, ...], bool, TaskWork, float, list[tuple[str, float, Key, object]], bool]
+# (link, seconds, key, label), whether it finishes a chunk's gradients (overlapped reduction),
+# whether it is a chunk's first forward (gated by the overlapped parameter all-gather)
+_Step = tuple[Task, tuple[Key, ...], bool, TaskWork, float, list[tuple[str, float, Key, object]], bool, bool]
 Wiring = tuple[list[tuple[Key, ...]], list[list[Send]]]  # per position: keys awaited, sends after
 
 
@@ -143,11 +149,33 @@ class _Run:
         _, end = link.reserve(now, transfer.seconds, str(label) if self.record else "")
         return end - now
 
-    def _steps(self, index: int, stage: StagePlan) -> list[_Step]:
+    def transfer_at(self, transfer: Transfer, issue_s: float, label: object) -> float:
+        """Issue a transfer at `issue_s` (not later than now, and after everything already
+        issued on its link); return when it is delivered."""
+        link = self.links.get(transfer.link) or self.link(transfer.link)
+        _, end = link.reserve(issue_s, transfer.seconds, str(label) if self.record else "")
+        return end
+
+    def _issue_param_gather(self, stage: StagePlan) -> list[list[float]] | None:
+        """Overlapped parameter all-gather: every bucket issued at the iteration start, in
+        forward order; returns when each bucket of each chunk has arrived."""
+        gather = stage.param_gather
+        if gather is None or not gather.overlapped:
+            return None
+        return [
+            [
+                self.transfer_at(Transfer(gather.link, seconds), self.env.now, f"param gather chunk {c}.{j}")
+                for j, seconds in enumerate(chunk)
+            ]
+            for c, chunk in enumerate(gather.buckets)
+        ]
+
+    def _steps(self, index: int, stage: StagePlan, gathered: bool) -> list[_Step]:
         """Everything a task position needs, looked up once before the run."""
         waits, sends = self.wires[index] if self.wires is not None else wiring(self.plan, index)
         overlap = self.plan.overlap_grad_reduce and stage.grad_reduce is not None
         last_backward_of_chunk = last_backward_positions(stage) if overlap else set()
+        first_forward_of_chunk = first_forward_positions(stage) if gathered else set()
         steps = []
         for position, task in enumerate(stage.tasks):
             forward = task.phase is Phase.FORWARD
@@ -155,7 +183,8 @@ class _Run:
             freed = 0.0 if forward else stage.forward[task.chunk].stored_bytes
             out = [(route.link, route.seconds, key, label) for route, key, label in sends[position]]
             reduce_chunk = position in last_backward_of_chunk
-            steps.append((task, waits[position], forward, work, freed, out, reduce_chunk))
+            gate = position in first_forward_of_chunk
+            steps.append((task, waits[position], forward, work, freed, out, reduce_chunk, gate))
         return steps
 
     def stage_process(self, index: int, stage: StagePlan) -> Generator[simpy.Event, Any, None]:
@@ -167,18 +196,33 @@ class _Run:
         blocking = plan.blocking_p2p
         probe_at = set(self.probe[index]) if self.probe is not None else set()
         links = self.links
-        steps = self._steps(index, stage)
-        for position, (task, waits, forward, work, freed, out, reduce_chunk) in enumerate(steps):
+        gathered = self._issue_param_gather(stage)
+        steps = self._steps(index, stage, gathered is not None)
+        for position, (task, waits, forward, work, freed, out, reduce_chunk, gate) in enumerate(steps):
             if position in probe_at:
                 self._take_probe(index, stage)
             for key in waits:
                 yield receive(key)
+            duration_s = work.busy_s
+            if gate:
+                # a chunk's first forward runs its bucket-sized slices as the buckets arrive
+                assert gathered is not None
+                arrived = gathered[task.chunk]
+                if arrived and arrived[0] > env._now:  # the first bucket is exposed
+                    waited_from = env._now
+                    yield timeout(arrived[0] - env._now)
+                    waited_s = env._now - waited_from
+                    busy[DP_COMM] += waited_s
+                    if record:
+                        self.spans.append((index, "param gather wait", DP_COMM.value, waited_from, waited_s))
+                duration_s = _gated_duration_s(env._now, work.busy_s, arrived)
+                busy[DP_COMM] += duration_s - work.busy_s
             start = env._now
             if forward:
                 store(work.stored_bytes)
             else:
                 hold(work.transient_bytes)
-            yield timeout(work.busy_s)
+            yield timeout(duration_s)
             if not forward:
                 drop(work.transient_bytes)
                 release(freed)
@@ -187,7 +231,7 @@ class _Run:
             now = env._now
             if record:
                 kind = "forward" if forward else "backward"
-                self.spans.append((index, str(task), kind, start, work.busy_s))
+                self.spans.append((index, str(task), kind, start, duration_s))
             arrivals = []
             for name, seconds, key, label in out:
                 # FIFO on the sender's own link, issued now (links are made on first use)
@@ -195,10 +239,20 @@ class _Run:
                 _, end = link.reserve(now, seconds, str(label) if record else "")
                 arrivals.append(deliver(key, end - now))
             if reduce_chunk:
-                # the chunk's gradients are final: reduce them while later work runs
                 assert stage.grad_reduce is not None
-                share = Transfer(stage.grad_reduce.link, stage.grad_reduce.seconds / plan.num_chunks)
-                outcome.grads_ready_s = now + self.transfer(share, f"dp grads chunk {task.chunk}")
+                if stage.grad_buckets is not None:
+                    # each bucket as its gradients become final (uniform progress through
+                    # the backward; Megatron's backward hooks, start_grad_sync)
+                    buckets, name = stage.grad_buckets[task.chunk], stage.grad_reduce.link
+                    n = len(buckets)
+                    for j, seconds in enumerate(buckets):
+                        issue_s = now if j == n - 1 else start + duration_s * (j + 1) / n
+                        label = f"dp grads chunk {task.chunk}.{j}"
+                        outcome.grads_ready_s = self.transfer_at(Transfer(name, seconds), issue_s, label)
+                else:
+                    # the chunk's gradients are final: reduce them while later work runs
+                    share = Transfer(stage.grad_reduce.link, stage.grad_reduce.seconds / plan.num_chunks)
+                    outcome.grads_ready_s = now + self.transfer(share, f"dp grads chunk {task.chunk}")
             if blocking and arrivals:
                 yield from arrivals
                 if env._now > now:
@@ -225,6 +279,8 @@ class _Run:
         assert outcome.memory is not None
         routes = (stage.send_forward, stage.send_backward, stage.grad_reduce)
         names = sorted({route.link for route in routes if route is not None})
+        if stage.param_gather is not None and stage.param_gather.overlapped:
+            names.append(stage.param_gather.link)  # its own "dp:" link, busy from the start
         links = [max(now, self.links[name].free_at_s) if name in self.links else now for name in names]
         times = (now, max(now, outcome.grads_ready_s), *links)
         self.probes[index].append(ProbeState(times, dict(outcome.busy_s), outcome.memory.stored_bytes))
@@ -264,11 +320,24 @@ class _Run:
                 if self.record:
                     self.spans.append((i, "embedding all-reduce", DP_COMM.value, start, seconds))
         step_start = max(ready)
+        ends = []
         for i, stage in enumerate(self.plan.stages):
             self.outcomes[i].busy_s[OPTIMIZER] += stage.optimizer_s
             if self.record:
                 self.spans.append((i, "optimizer step", OPTIMIZER.value, step_start, stage.optimizer_s))
-        return step_start + max(stage.optimizer_s for stage in self.plan.stages)
+            gather = stage.param_gather
+            if gather is not None and not gather.overlapped:
+                # distributed optimizer without --overlap-param-gather: the updated
+                # parameters are all-gathered after the step, exposed
+                self.outcomes[i].busy_s[DP_COMM] += gather.total_s
+                if self.record:
+                    self.spans.append(
+                        (i, "param all-gather", DP_COMM.value, step_start + stage.optimizer_s, gather.total_s)
+                    )
+                ends.append(stage.optimizer_s + gather.total_s)
+            else:
+                ends.append(stage.optimizer_s)
+        return step_start + max(ends)
 
 
 def wiring(plan: PipelinePlan, index: int) -> Wiring:
@@ -309,6 +378,25 @@ def last_backward_positions(stage: StagePlan) -> set[int]:
         if task.phase is Phase.BACKWARD:
             last[task.chunk] = position
     return set(last.values())
+
+
+def first_forward_positions(stage: StagePlan) -> set[int]:
+    first: dict[int, int] = {}
+    for position, task in enumerate(stage.tasks):
+        if task.phase is Phase.FORWARD and task.chunk not in first:
+            first[task.chunk] = position
+    return set(first.values())
+
+
+def _gated_duration_s(start_s: float, busy_s: float, arrived_s: list[float]) -> float:
+    """A forward split into one equal slice per parameter bucket: slice j starts when the
+    previous slice ends and bucket j has arrived (the forward pre-hook waits for it)."""
+    if not arrived_s:
+        return busy_s
+    end_s = start_s
+    for arrival_s in arrived_s:
+        end_s = max(end_s, arrival_s) + busy_s / len(arrived_s)
+    return end_s - start_s
 
 
 def simulate(

@@ -38,11 +38,17 @@ from dataclasses import dataclass
 from simcluster.config.choices import ScheduleKind
 from simcluster.config.hardware import HardwareProfile
 from simcluster.config.scenario import Scenario
-from simcluster.costs.chunk import ChunkCost, compose_chunk, price_layer_ops
+from simcluster.costs.chunk import ChunkCost, compose_chunk, fp8_amax_reduction_s, price_layer_ops
 from simcluster.costs.compute import elementwise_time_s
 from simcluster.costs.placement import cp_group, tp_group
-from simcluster.engine.plan import PipelinePlan, Transfer
-from simcluster.simulation import grad_reduce_transfer, p2p_send, tied_reduce_transfer
+from simcluster.engine.plan import ParamGather, PipelinePlan, Transfer
+from simcluster.simulation import (
+    amax_group,
+    grad_reduce_transfer,
+    p2p_send,
+    param_gather,
+    tied_reduce_transfer,
+)
 from simcluster.workload.layer import LayerOps
 from simcluster.workload.model import ChunkWork, StageWork, Workload
 
@@ -58,6 +64,7 @@ class StageSeconds:
     grad_reduce_s: float  # DP reduction (0 when dp = 1)
     tied_reduce_s: float  # first <-> last stage embedding all-reduce (0 elsewhere)
     optimizer_s: float
+    param_gather_s: float = 0.0  # distributed optimizer's all-gather after the step (not overlapped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +92,16 @@ def stage_seconds_from_plan(plan: PipelinePlan) -> tuple[StageSeconds, ...]:
             grad_reduce_s=_seconds(stage.grad_reduce),
             tied_reduce_s=_seconds(stage.tied_grad_reduce),
             optimizer_s=stage.optimizer_s,
+            param_gather_s=_exposed_gather_s(stage.param_gather),
         )
         for stage in plan.stages
     )
+
+
+def _exposed_gather_s(gather: ParamGather | None) -> float:
+    """The parameter all-gather the engine runs after the step (0 when overlapped: the
+    bound credits none of the waits it may cause)."""
+    return 0.0 if gather is None or gather.overlapped else gather.total_s
 
 
 class StagePricer:
@@ -102,20 +116,24 @@ class StagePricer:
         self._keep: list[LayerOps] = []
         self._seconds: dict[tuple[object, ...], float] = {}
 
-    def _priced(self, scenario: Scenario, ops: LayerOps) -> ChunkCost:
+    def _priced(self, scenario: Scenario, ops: LayerOps, tp_comm_overlap: bool = False) -> ChunkCost:
         # layer_ops / embedding_ops / output_ops are cached: one object each; cp places the ring
-        key = ("ops", id(ops), scenario.parallel.cp)
+        key = ("ops", id(ops), scenario.parallel.cp, tp_comm_overlap)
         cost = self._chunks.get(key)
         if cost is None:
             self._keep.append(ops)  # keeps id(ops) unique while the key lives
             tp, cp = tp_group(scenario, self.hw), cp_group(scenario, self.hw)
-            cost = self._chunks[key] = price_layer_ops(ops, self.hw, tp, scenario.training.dtype, cp)
+            dtype = scenario.training.dtype
+            cost = self._chunks[key] = price_layer_ops(ops, self.hw, tp, dtype, cp, tp_comm_overlap)
         return cost
 
     def chunk(self, scenario: Scenario, chunk: ChunkWork) -> ChunkCost:
         """`price_chunk(chunk, …)`, from cached per-layer prices."""
         extras = [self._priced(scenario, extra) for extra in (chunk.embedding, chunk.output) if extra]
-        return compose_chunk(chunk.num_layers, self._priced(scenario, chunk.layer), extras)
+        layer = self._priced(scenario, chunk.layer, scenario.training.tp_comm_overlap)
+        group = amax_group(scenario, self.hw)
+        amax_s = 0.0 if group is None else fp8_amax_reduction_s(group, self.hw)
+        return compose_chunk(chunk.num_layers, layer, extras, amax_s)
 
     def _cached(self, key: tuple[object, ...], price: Callable[[], float]) -> float:
         seconds = self._seconds.get(key)
@@ -137,6 +155,9 @@ class StagePricer:
         distributed = scenario.training.use_distributed_optimizer
         reduce_key = ("dp", *layout, distributed, stage.dp_gradient_bytes)
         tied_key = ("tied", *layout, stage.embedding_grad_bytes)
+        tr = scenario.training
+        dp_flags = (tr.use_distributed_optimizer, tr.overlap_grad_reduce, tr.overlap_param_gather, par.cp)
+        gather_key = ("gather", *layout, *dp_flags, r == 0, stage.dp_gradient_bytes, len(stage.chunks))
         return StageSeconds(
             forward_s=tuple(cost.forward_s for cost in costs),
             backward_s=tuple(cost.backward_s for cost in costs),
@@ -149,6 +170,10 @@ class StagePricer:
             optimizer_s=self._cached(
                 ("optimizer", stage.optimizer_step_bytes),
                 lambda: elementwise_time_s(stage.optimizer_step_bytes, hw),
+            ),
+            param_gather_s=self._cached(
+                gather_key,
+                lambda: _exposed_gather_s(param_gather(scenario, hw, stage)),
             ),
         )
 
@@ -210,4 +235,4 @@ def lower_bound_s(inputs: BoundInputs) -> float:
         start_s = max(ready_s[r] for r in tied)
         for r in tied:
             ready_s[r] = start_s + stages[r].tied_reduce_s
-    return max(ready_s) + max(stage.optimizer_s for stage in stages)
+    return max(ready_s) + max(stage.optimizer_s + stage.param_gather_s for stage in stages)

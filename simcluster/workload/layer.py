@@ -22,7 +22,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
-from simcluster.config.choices import Activation, PositionEmbedding, Recompute
+from simcluster.config.choices import Activation, Dtype, PositionEmbedding, Recompute
+from simcluster.workload.fp8 import fp8_saved_forward
 from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.ops import (
     AttentionShape,
@@ -54,7 +55,15 @@ class LayerOps:
 # hundred layer configurations.
 @functools.lru_cache(maxsize=1024)
 def layer_ops(cfg: LayerConfig) -> LayerOps:
-    """The layer's ops in execution order, with the recompute mode applied to saved bytes."""
+    """The layer's ops in execution order, with the recompute mode applied to saved bytes
+    and, with FP8, the TE linears' 1-byte saved inputs (`workload.fp8.fp8_saved_forward`)."""
+    ops = _layer_ops_16bit(cfg)
+    if cfg.dtype is Dtype.FP8:
+        return LayerOps(fp8_saved_forward(ops.forward, cfg), ops.backward, ops.recompute)
+    return ops
+
+
+def _layer_ops_16bit(cfg: LayerConfig) -> LayerOps:
     core = _attention_core_forward(cfg)
     forward = _attention_block_forward(cfg, core) + _mlp_block_forward(cfg)
     backward = _mlp_block_backward(cfg) + _attention_block_backward(cfg)

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from simcluster.config.choices import Normalization, PositionEmbedding, Recompute
+from simcluster.config.choices import Dtype, Normalization, PositionEmbedding, Recompute
 from simcluster.config.scenario import Scenario
 from simcluster.workload import memory
 from simcluster.workload.context_parallel import context_parallel_layer_ops
 from simcluster.workload.embedding import embedding_ops, output_ops, padded_vocab_size
+from simcluster.workload.fp8 import fp8_weight_bytes_per_layer
 from simcluster.workload.layer import LayerOps, layer_ops
 from simcluster.workload.layer_config import LayerConfig
 
@@ -177,13 +178,16 @@ def build_workload(scenario: Scenario) -> Workload:
         params = stage_params_per_rank(scenario, stage)
         untied = scenario.model.untie_embeddings_and_output_weights
         tied = par.pp > 1 and stage in (0, par.pp - 1) and not untied
+        # the distributed optimizer shards over DP × CP (CP ranks hold identical weights)
+        static = memory.static_memory(params, par.dp * par.cp, scenario.training.use_distributed_optimizer)
+        if cfg.dtype is Dtype.FP8:
+            fp8_copies = sum(chunk.num_layers for chunk in chunks) * fp8_weight_bytes_per_layer(layer.forward)
+            static = replace(static, weight_bytes=static.weight_bytes + fp8_copies)
         stages.append(
             StageWork(
                 stage=stage,
                 num_params=params,
-                static=memory.static_memory(
-                    params, par.dp * par.cp, scenario.training.use_distributed_optimizer
-                ),
+                static=static,
                 chunks=chunks,
                 dp_gradient_bytes=FP32_BYTES * params,
                 optimizer_step_bytes=OPTIMIZER_STEP_BYTES_PER_PARAM * params,

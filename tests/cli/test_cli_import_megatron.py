@@ -318,3 +318,16 @@ def test_recompute_modules_other_than_core_attn_are_not_modelled():
     )
     assert imported.scenario["training"]["recompute"] == "selective"
     assert any(line.startswith("--recompute-modules core_attn mlp: ") for line in imported.not_modelled)
+
+
+def test_llama3_line_drops_nothing_now_that_every_key_is_priced():
+    """cp, FP8 and both overlaps are priced: the Llama-3 line imports with every flag used
+    (none "not modelled"), and the scenario keeps them as given."""
+    imported = parse_megatron_args(LLAMA3, "h100-sxm5-80gb")
+    scenario = imported.validated()
+    written = " ".join(imported.not_modelled)
+    for flag in ("--context-parallel-size", "--fp8-format", "--tp-comm-overlap", "--overlap-param-gather"):
+        assert flag not in written
+    tr = scenario.training
+    assert scenario.parallel.cp == 2 and tr.dtype.value == "fp8"
+    assert tr.tp_comm_overlap and tr.overlap_param_gather and tr.overlap_grad_reduce

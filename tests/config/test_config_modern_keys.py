@@ -107,3 +107,21 @@ def test_a_key_not_priced_yet_is_refused_by_name(key):
     data["training"]["use_distributed_optimizer"] = True
     assert f"{key}: value" in _problems(data)
     assert "not modelled" in _problems(data)
+
+
+def test_every_key_of_the_contract_is_priced_now():
+    """cp, the uneven splits, FP8 and both overlaps have landed: nothing is refused as not
+    modelled (the parametrized refusal test above has no key left to check)."""
+    assert NOT_MODELLED_YET == {}
+    data = _with("parallel", cp=2, sequence_parallel=True)
+    data["training"].update(
+        dtype="fp8",
+        attention_backend="flash",
+        tp_comm_overlap=True,
+        use_distributed_optimizer=True,
+        overlap_grad_reduce=True,
+        overlap_param_gather=True,
+    )
+    scenario = parse_scenario(data, "s.yaml")
+    assert scenario.parallel.cp == 2 and scenario.training.dtype.value == "fp8"
+    assert scenario.training.tp_comm_overlap and scenario.training.overlap_param_gather

@@ -63,6 +63,11 @@ def long_scenarios(draw):
             "use_distributed_optimizer": draw(st.booleans()),
         },
     }
+    training = data["training"]
+    if training["overlap_grad_reduce"] and training["use_distributed_optimizer"]:
+        # main's overlapped parameter all-gather (it needs both, as Megatron asserts); with
+        # grad buckets on pp rank 0's first chunk whenever the distributed optimizer overlaps
+        training["overlap_param_gather"] = draw(st.booleans())
     return _scenario(data)
 
 
