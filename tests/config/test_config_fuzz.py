@@ -5,7 +5,6 @@ never another exception, never more than a few seconds."""
 
 import copy
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
@@ -21,7 +20,9 @@ from simcluster.config.scenario import parse_scenario
 from simcluster.sweep.spec import parse_sweep_spec
 from tests.paths import ROOT
 
-SECONDS = 5.0  # per input, on a loaded 2-core machine; a healthy load takes milliseconds
+# No wall-clock bound per input (CI machines differ in speed): what an input can make the
+# loaders do is bounded by their work limits (file size, alias expansion, depth, pipeline
+# tasks), each tested by the memory it may take in test_config_files / test_config_limits.
 FOLDER = Path(tempfile.mkdtemp(prefix="simcluster-fuzz-"))
 SCENARIO = read_yaml(ROOT / "scenarios" / "paper" / "gpt3-175b-sp-selective.yaml")
 PROFILE = read_yaml(ROOT / "hwprofiles" / "a100-sxm4-80gb.yaml")
@@ -84,14 +85,12 @@ def edits_of(draw, document):
 
 
 def _bounded(load, *args):
-    """`load(*args)` returns or raises one ConfigError with a bounded message, in time."""
-    started = time.perf_counter()
+    """`load(*args)` returns or raises one ConfigError with a bounded message."""
     try:
         load(*args)
     except ConfigError as error:
         assert error.problems and all(isinstance(problem, str) for problem in error.problems)
         assert len(str(error)) < 20_000
-    assert time.perf_counter() - started < SECONDS
 
 
 def _scenario_and_profile(data):
@@ -145,9 +144,7 @@ def test_cli_run_exits_0_or_2_without_traceback(text):
     """Through the CLI a random file ends in exit 2 with `error:` (or runs), never a traceback."""
     path = FOLDER / "cli-fuzz.yaml"
     path.write_text(text, encoding="utf-8")
-    started = time.perf_counter()
     result = runner.invoke(app, ["run", str(path), "--json"])
-    assert time.perf_counter() - started < SECONDS
     assert result.exit_code in (0, 2), result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
     if result.exit_code == 2:

@@ -2,29 +2,11 @@
 rules, and are refused (not silently ignored) while the simulator does not price them."""
 
 import pytest
-import yaml
 
 from simcluster.config import ConfigError, parse_scenario
 from simcluster.config.scenario import NOT_MODELLED_YET
-
-BASE = {
-    "hardware": "a100-sxm4-80gb",
-    "model": {
-        "num_layers": 8,
-        "hidden_size": 256,
-        "num_attention_heads": 8,
-        "seq_length": 128,
-        "vocab_size": 1000,
-    },
-    "parallel": {"tp": 2, "pp": 2},
-    "training": {"micro_batch_size": 1, "global_batch_size": 8},
-}
-
-
-def _with(section: str, **changes):
-    data = yaml.safe_load(yaml.safe_dump(BASE))
-    data[section].update(changes)
-    return data
+from tests.config.scenario_cases import BASE
+from tests.config.scenario_cases import with_changes as _with
 
 
 def _problems(data) -> str:

@@ -8,19 +8,7 @@ from hypothesis import strategies as st
 
 from simcluster.config import ConfigError, parse_scenario
 from simcluster.config.pipeline_split import SplitRequest, pipeline_split, split_problems
-
-BASE = {
-    "hardware": "a100-sxm4-80gb",
-    "model": {
-        "num_layers": 8,
-        "hidden_size": 256,
-        "num_attention_heads": 8,
-        "seq_length": 128,
-        "vocab_size": 1000,
-    },
-    "parallel": {"tp": 2, "pp": 2},
-    "training": {"micro_batch_size": 1, "global_batch_size": 8},
-}
+from tests.config.scenario_cases import BASE
 
 
 def _scenario(num_layers: int, **parallel):

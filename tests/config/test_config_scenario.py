@@ -3,33 +3,18 @@
 from pathlib import Path
 
 import pytest
-import yaml
 
 from simcluster.config import ConfigError, Recompute, load_scenario, parse_scenario
 from simcluster.config.hardware import load_hardware
+from tests.config.scenario_cases import BASE
+from tests.config.scenario_cases import with_changes as _with
 
 ROOT = Path(__file__).resolve().parents[2]
 # scenarios/modern/ sets keys not priced yet: tests/config/test_modern_scenarios.py holds them.
 SHIPPED = sorted(p for p in (ROOT / "scenarios").rglob("*.yaml") if p.parent.name != "modern")
 
-BASE = {
-    "hardware": "a100-sxm4-80gb",
-    "model": {
-        "num_layers": 8,
-        "hidden_size": 256,
-        "num_attention_heads": 8,
-        "seq_length": 128,
-        "vocab_size": 1000,
-    },
-    "parallel": {"tp": 2, "pp": 2},
-    "training": {"micro_batch_size": 1, "global_batch_size": 8},
-}
 
 
-def _with(section: str, **changes):
-    data = yaml.safe_load(yaml.safe_dump(BASE))
-    data[section].update(changes)
-    return data
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
