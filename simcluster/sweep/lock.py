@@ -1,9 +1,10 @@
 """One sweep at a time per output: a lock file beside `--out`, held with `flock`.
 
-Two sweeps writing the same table each rewrite it with only their own rows, so half the
-rows vanish. The second sweep is refused instead, naming the first one's pid. The kernel
-drops a `flock` when its process dies, however it dies, so a lock file left by a killed
-sweep never blocks the next one: the file is only where the pid is written for the message.
+Two sweeps writing the same table would mix their part files and each combine them into a
+table of only their own rows, so half the rows vanish. The second sweep is refused instead,
+naming the first one's pid. The kernel drops a `flock` when its process dies, however it
+dies, so a lock file left by a killed sweep never blocks the next one: the file is only
+where the pid is written for the message.
 POSIX only (fcntl), like the process pool's fork.
 """
 

@@ -1,7 +1,8 @@
 """A sweep end to end: load the spec, expand and filter (nothing valid is an error), check
 the output and lock it against a second sweep, skip what the output already has (`resume`),
 run the rest (serial, process pool or Dask) with a progress bar, and stream the rows to
-Parquet. Whatever stops the sweep, the rows that finished are flushed first."""
+Parquet part files (`store`). Whatever stops the sweep, the rows that finished are flushed
+and combined into the output first."""
 
 from __future__ import annotations
 
@@ -106,7 +107,11 @@ def execute_sweep(
             out, spec, csv=csv_path, flush_every_s=flush_every_s, headroom_fraction=headroom_fraction,
             extra_metadata={"invalid_cells": invalid_cells(expansion)},
         )  # fmt: skip
-        done = store.resume() if resume else set()
+        if resume:
+            done = store.resume()
+        else:
+            store.start_fresh()
+            done = set()
         todo = [config for config in expansion.configs if config.config_id not in done]
         inputs = SweepInputs(spec.profiles, headroom_fraction, steady_state=not full_simulation)
         _stream(todo, inputs, store, workers or available_cores(), dask, progress, on_row)
@@ -155,7 +160,7 @@ def _stream(
                         on_row(row)
     finally:
         bar.close()
-        store.flush()
+        store.finish()
 
 
 def run_sweep(

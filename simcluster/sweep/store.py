@@ -1,11 +1,21 @@
-"""Sweep results on disk: one Parquet file (and optionally a CSV twin) rewritten atomically
-(write a temporary file, then rename) every few seconds as rows arrive, so the output is
-always one complete, readable table and an interrupted sweep loses only rows that had not
-been flushed. The file's metadata records a fingerprint of the sweep's inputs (each whole
-base scenario, the GPU count, each hardware profile's content, the memory headroom):
-`--resume` refuses a file from other inputs, and a fresh sweep overwrites only a file that
-is a sweep table. It also records the (tp, pp) cells the loader rejected outright, so a
-heatmap can tell "invalid" from "does not fit".
+"""Sweep results on disk: one Parquet file `OUT` (and optionally a CSV twin), written so that
+a flush costs the batch, not the table. Each flush writes only the rows that arrived since
+the last one, as one small, complete Parquet file `OUT.parts/part-NNNNNN.parquet` (written to
+a temporary name and renamed, so every part is readable with its footer); earlier parts are
+never touched. When the sweep stops (done, failed or Ctrl-C), the parts are combined with the
+rows already in `OUT` into one sorted table, written atomically over `OUT` (CSV twin too),
+and `OUT.parts/` is removed. A sweep killed outright (SIGKILL, power loss) leaves `OUT` as it
+was plus the parts: `--resume` reads both (a row found twice, killed between the combine and
+the removal, is kept once), combines them into `OUT` at once and continues, so at most the
+rows of the batch in flight are lost. (One ParquetWriter appending row groups to a single
+open file would be unreadable until closed: its footer is written last.)
+
+The file's metadata (each part's too) records a fingerprint of the sweep's inputs (each
+whole base scenario, the GPU count, each hardware profile's content, the memory headroom):
+`--resume` refuses a file or part from other inputs, and a fresh sweep overwrites only a
+file that is a sweep table (and discards parts left by a killed one). It also records the
+(tp, pp) cells the loader rejected outright, so a heatmap can tell "invalid" from "does not
+fit".
 """
 
 from __future__ import annotations
@@ -28,6 +38,12 @@ from simcluster.sweep.evaluate import Row
 from simcluster.sweep.spec import SweepSpec
 
 METADATA_KEY = b"simcluster.sweep"
+PART_GLOB = "part-*.parquet"
+
+
+def parts_folder(out: Path) -> Path:
+    """Where the flushes of a sweep writing `out` go until they are combined into `out`."""
+    return out.with_name(f"{out.name}.parts")
 
 
 def _arrow_type(column: str) -> pa.DataType:
@@ -175,9 +191,9 @@ def sort_rows(table: pd.DataFrame) -> pd.DataFrame:
 
 
 class ResultStore:
-    """Rows kept in memory and flushed to `out` (and `csv`) at most every `flush_every_s`,
-    but no sooner than ten times the last flush took (rewriting a large table must not slow
-    the sweep by more than about a tenth); `flush_every_s = 0` flushes every batch."""
+    """Rows kept in memory and flushed to part files (see the module) at most every
+    `flush_every_s`, but no sooner than ten times the last flush took; `flush_every_s = 0`
+    flushes every batch. `finish` combines the parts into `out` (and `csv`)."""
 
     def __init__(
         self,
@@ -189,30 +205,75 @@ class ResultStore:
         extra_metadata: dict[str, Any] | None = None,
     ) -> None:
         self.out, self.csv, self.flush_every_s = Path(out), csv, flush_every_s
+        self.parts = parts_folder(self.out)
         self.spec = spec
         self.inputs = input_digests(spec, headroom_fraction)
         self.fingerprint = fingerprint(spec, headroom_fraction)
         self.extra_metadata = extra_metadata or {}
         self.frame = rows_to_frame([])
         self.pending: list[Row] = []
+        self.unsorted: list[pd.DataFrame] = []  # flushed to parts, not yet in `frame`
+        self.num_parts = 0
         self._last_flush_s = time.monotonic()
         self._flush_cost_s = 0.0
 
+    def _metadata(self) -> dict[bytes, bytes]:
+        return {
+            METADATA_KEY: json.dumps(
+                {"fingerprint": self.fingerprint, "inputs": self.inputs, **self.extra_metadata}
+            ).encode()
+        }
+
+    def _part_files(self) -> list[Path]:
+        return sorted(self.parts.glob(PART_GLOB)) if self.parts.is_dir() else []
+
+    def discard_parts(self) -> None:
+        """Remove the parts folder (a fresh sweep's start, or once combined into `out`):
+        parts and any temporary file a killed flush left in it."""
+        if not self.parts.is_dir():
+            return
+        for path in self.parts.iterdir():
+            if path.name.startswith(("part-", ".part-")):
+                path.unlink(missing_ok=True)
+        try:
+            self.parts.rmdir()
+        except OSError:
+            pass  # something else is in there: not ours to delete
+
+    def start_fresh(self) -> None:
+        """A sweep without `--resume`: discard parts a killed sweep left and replace `out`
+        (an earlier sweep's table, checked by `check_targets`) with this sweep's empty table,
+        so a kill now leaves nothing of the old rows for `--resume` to mix in."""
+        self.discard_parts()
+        self._write_out()
+
     def resume(self) -> set[str]:
-        """Load the rows already in `out` (if any); return their configuration ids."""
-        if not self.out.exists():
+        """Load the rows already in `out` and in parts a killed sweep left (if any), combine
+        them into `out`; return their configuration ids."""
+        sources = ([self.out] if self.out.exists() else []) + self._part_files()
+        frames = [self._read_checked(path) for path in sources]
+        if not frames:
+            self.discard_parts()
             return set()
-        found = read_metadata(self.out)
+        combined = pd.concat([self.frame, *frames], ignore_index=True)
+        self.frame = sort_rows(combined.drop_duplicates("config_id", keep="first"))
+        if len(sources) > 1 or not self.out.exists():
+            self._write_out()
+        self.discard_parts()
+        return set(self.frame["config_id"])
+
+    def _read_checked(self, path: Path) -> pd.DataFrame:
+        found = read_metadata(path)
         if found is None:
             raise ConfigError(
-                self.out,
+                path,
                 ["--resume: not a simcluster sweep table (not Parquet, or no sweep metadata); "
                  "resume needs the --out of an earlier sweep, or give a new --out"],
             )  # fmt: skip
         differing = differing_inputs(found, self.inputs)
         if differing != []:
             raise ConfigError(
-                self.out,
+                path,
                 [
                     f"--resume: written by a sweep with other inputs ({_differing(differing)}; "
                     f"fingerprint {found.get('fingerprint')}, this sweep {self.fingerprint}): its rows "
@@ -220,18 +281,17 @@ class ResultStore:
                 ],
             )
         try:
-            self.frame = self._read_back()
+            return self._read_back(path)
         except (OSError, pa.ArrowException, KeyError, ValueError, TypeError) as error:
             message = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
             raise ConfigError(
-                self.out, [f"--resume: the table cannot be read back ({message}); give a new --out"]
+                path, [f"--resume: the table cannot be read back ({message}); give a new --out"]
             ) from None
-        return set(self.frame["config_id"])
 
-    def _read_back(self) -> pd.DataFrame:
-        """The rows in `out`, checked to convert back to `SCHEMA` as `flush` will write them
+    def _read_back(self, path: Path) -> pd.DataFrame:
+        """The rows in `path`, checked to convert back to `SCHEMA` as they will be written
         (a column missing or null where none is allowed fails here, not at the first flush)."""
-        table = pq.read_table(self.out)
+        table = pq.read_table(path)
         missing = [name for name in SCHEMA.names if name not in table.column_names]
         if missing:
             raise ValueError(f"missing columns: {', '.join(missing)}")
@@ -247,25 +307,38 @@ class ResultStore:
 
     def table(self) -> pd.DataFrame:
         """Every row so far, sorted."""
-        if self.pending:
-            self.frame = sort_rows(pd.concat([self.frame, rows_to_frame(self.pending)], ignore_index=True))
-            self.pending = []
+        new = self.unsorted + ([rows_to_frame(self.pending)] if self.pending else [])
+        if new:
+            self.frame = sort_rows(pd.concat([self.frame, *new], ignore_index=True))
+            self.unsorted, self.pending = [], []
         return self.frame
 
     def flush(self) -> None:
-        """Rewrite the output with every row so far (sorted), atomically."""
+        """Write the rows that arrived since the last flush as the next part file (atomically);
+        nothing written earlier is read or rewritten."""
+        if not self.pending:
+            return
         start_s = time.monotonic()
+        table = pa.Table.from_pylist(self.pending, schema=SCHEMA).replace_schema_metadata(self._metadata())
+        self.parts.mkdir(parents=True, exist_ok=True)
+        part = self.parts / f"part-{self.num_parts:06d}.parquet"
+        write_atomically(part, lambda path: pq.write_table(table, path))
+        self.num_parts += 1
+        self.unsorted.append(rows_to_frame(self.pending))
+        self.pending = []
+        self._last_flush_s = time.monotonic()
+        self._flush_cost_s = self._last_flush_s - start_s
+
+    def _write_out(self) -> None:
         frame = self.table()
         table = pa.Table.from_pandas(frame, schema=SCHEMA, preserve_index=False)
-        metadata = {
-            **(table.schema.metadata or {}),
-            METADATA_KEY: json.dumps(
-                {"fingerprint": self.fingerprint, "inputs": self.inputs, **self.extra_metadata}
-            ),
-        }
-        table = table.replace_schema_metadata(metadata)
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **self._metadata()})
         write_atomically(self.out, lambda path: pq.write_table(table, path))
         if self.csv is not None:
             write_atomically(self.csv, lambda path: frame.to_csv(path, index=False))
-        self._last_flush_s = time.monotonic()
-        self._flush_cost_s = self._last_flush_s - start_s
+
+    def finish(self) -> None:
+        """Flush, combine every row (sorted) into `out` (and `csv`) atomically, remove the parts."""
+        self.flush()
+        self._write_out()
+        self.discard_parts()

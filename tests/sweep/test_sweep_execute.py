@@ -13,6 +13,7 @@ from simcluster import simulation
 from simcluster.config.errors import ConfigError
 from simcluster.memory_plan import stage_memory_estimate
 from simcluster.sweep import best_by_mfu, execute_sweep, expand, load_sweep_spec, run_sweep
+from simcluster.sweep.store import parts_folder
 
 
 @pytest.fixture
@@ -114,16 +115,18 @@ def test_a_configuration_that_raises_is_an_error_row(write_sweep, tmp_path, monk
 
 
 def test_every_finished_row_is_on_disk_before_the_next_one(write_sweep, tmp_path):
-    """With flush_every_s = 0 the Parquet file holds each row by the time the hook sees it."""
+    """With flush_every_s = 0 each row is on disk by the time the hook sees it: in a part file
+    beside the output (`store`), combined into the output when the sweep ends."""
     out = tmp_path / "out.parquet"
     seen: list[str] = []
 
     def check(row):
         seen.append(row["config_id"])
-        assert set(seen) <= set(pd.read_parquet(out)["config_id"])
+        assert set(seen) <= set(pd.read_parquet(parts_folder(out))["config_id"])
 
     execute_sweep(write_sweep(), out, workers=1, progress=False, flush_every_s=0.0, on_row=check)
     assert len(seen) == SMALL_NUM_VALID
+    assert set(pd.read_parquet(out)["config_id"]) == set(seen) and not parts_folder(out).exists()
 
 
 def test_csv_twin_and_best_by_mfu(write_sweep, tmp_path):

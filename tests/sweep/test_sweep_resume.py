@@ -3,12 +3,16 @@ as one that ran through; resume refuses a file written from other inputs."""
 
 from __future__ import annotations
 
+import os
+
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 from sweep_cases import SMALL_NUM_VALID
 
 from simcluster.config.errors import ConfigError
 from simcluster.sweep import execute_sweep, run_sweep
+from simcluster.sweep.store import ResultStore, parts_folder
 
 
 def _interrupt_after(count: int):
@@ -67,5 +71,79 @@ def test_resume_refuses_output_from_other_inputs(write_sweep, tmp_path):
     """Another GPU memory size means other rows: resuming into that file is an error."""
     out = tmp_path / "out.parquet"
     run_sweep(write_sweep({"tp": [1]}), out, workers=1, progress=False)
+    with pytest.raises(ConfigError, match="--resume: written by a sweep with other inputs"):
+        run_sweep(write_sweep({"tp": [1]}, memory_gb=40.0), out, workers=1, progress=False, resume=True)
+
+
+# --- the layout on disk: a flush writes its batch as a new part, never earlier rows ------
+
+
+def _parts(out):
+    folder = parts_folder(out)
+    if not folder.is_dir():
+        return {}
+    return {path.name: os.stat(path) for path in sorted(folder.iterdir())}
+
+
+def test_a_flush_writes_only_its_batch_and_success_leaves_one_file(write_sweep, tmp_path):
+    """Flushing every batch (one row each, in process): each flush adds one part holding that
+    row; earlier parts keep their inode, size and mtime (not rewritten), and `out` is not
+    touched until the end. Afterwards: only `out`, no parts, no temporary or lock file."""
+    spec, out = write_sweep(memory_gb=2.0), tmp_path / "out.parquet"
+    before = os.stat(out) if out.exists() else None
+    seen: list[dict[str, os.stat_result]] = []
+
+    def hook(row):
+        parts = _parts(out)
+        assert all(name.startswith("part-") for name in parts)  # no temporary left behind
+        assert len(parts) == len(seen) + 1
+        newest = max(parts)
+        assert pq.read_table(parts_folder(out) / newest).column("config_id").to_pylist() == [row["config_id"]]
+        for name, stat in (seen[-1] if seen else {}).items():
+            now = parts[name]
+            assert (now.st_ino, now.st_size, now.st_mtime_ns) == (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        seen.append(parts)
+        if len(seen) == 1:
+            nonlocal before
+            before = os.stat(out)  # the fresh sweep's empty table, written at the start
+        else:
+            assert os.stat(out).st_mtime_ns == before.st_mtime_ns
+
+    outcome = execute_sweep(spec, out, workers=1, progress=False, flush_every_s=0, on_row=hook)
+    assert len(seen) == SMALL_NUM_VALID
+    assert not parts_folder(out).exists()
+    assert sorted(path.name for path in tmp_path.iterdir() if "out" in path.name) == ["out.parquet"]
+    pd.testing.assert_frame_equal(pd.read_parquet(out), outcome.table)
+
+
+def test_killed_outright_resume_reads_the_parts(write_sweep, tmp_path, monkeypatch):
+    """A sweep killed without its final combine (SIGKILL) leaves `out` as it started plus
+    one part per flush, and maybe a temporary part: `--resume` keeps every flushed row,
+    continues, and ends with the uninterrupted table and no parts or temporary files."""
+    spec = write_sweep(memory_gb=2.0)
+    whole = run_sweep(spec, tmp_path / "whole.parquet", workers=1, progress=False)
+    out = tmp_path / "killed.parquet"
+    monkeypatch.setattr(ResultStore, "finish", ResultStore.flush)  # no combine: as if killed
+    with pytest.raises(KeyboardInterrupt):
+        execute_sweep(spec, out, workers=1, progress=False, flush_every_s=0, on_row=_interrupt_after(7))
+    monkeypatch.undo()
+    assert len(pd.read_parquet(out)) == 0 and len(_parts(out)) == 7
+    (parts_folder(out) / f".part-000007.parquet.{os.getpid()}.tmp").write_bytes(b"PAR1 cut short")
+    resumed = execute_sweep(spec, out, workers=1, progress=False, resume=True)
+    assert (resumed.num_resumed, resumed.num_run) == (7, SMALL_NUM_VALID - 7)
+    pd.testing.assert_frame_equal(pd.read_parquet(out), pd.read_parquet(tmp_path / "whole.parquet"))
+    pd.testing.assert_frame_equal(resumed.table, whole)
+    assert not parts_folder(out).exists()
+    assert sorted(path.name for path in tmp_path.iterdir() if "killed" in path.name) == ["killed.parquet"]
+
+
+def test_resume_refuses_parts_from_other_inputs(write_sweep, tmp_path, monkeypatch):
+    """Parts a killed sweep of other inputs left are refused like its table."""
+    out = tmp_path / "out.parquet"
+    monkeypatch.setattr(ResultStore, "finish", ResultStore.flush)
+    run_sweep(write_sweep({"tp": [1]}), out, workers=1, progress=False)
+    monkeypatch.undo()
+    out.unlink()
+    assert _parts(out)
     with pytest.raises(ConfigError, match="--resume: written by a sweep with other inputs"):
         run_sweep(write_sweep({"tp": [1]}, memory_gb=40.0), out, workers=1, progress=False, resume=True)
