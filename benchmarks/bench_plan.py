@@ -1,14 +1,17 @@
-"""`simcluster plan` speed: GPT-3 175B (its own batch of 1,536) on 1,024 A100s, end to end
-through the CLI (import, enumerate, bound, simulate, print), the issue's target being
-under 60 s on 2 cores.
+"""`simcluster plan` speed, end to end through the CLI (import, enumerate, bound, simulate,
+print), the issues' target being under 60 s on 2 cores. Two cases (`--case`):
+- gpt3-175b: GPT-3 175B (its own batch of 1,536) on 1,024 A100s;
+- llama3-405b: Llama 3 405B (batch 2,048 × 8,192) on 16,384 H100s, tp, pp, cp, vpp and
+  the rest searched, uneven (account-for) splits included.
 
 Each repeat runs `simcluster plan scenarios/plan/gpt3-175b.yaml --gpus 1024 --workers N
 --json` in a fresh process and records its wall time, the CPU time of it and its workers
 (user + sys, from the children's rusage), and the load average before it: the development
 machine is shared, so wall time under load is reported as measured, next to the CPU time.
 
-Run: python benchmarks/bench_plan.py [--repeats 3] [--workers 2]
-Writes benchmarks/results/plan.json. Speed is measured here, never asserted in tests.
+Run: python benchmarks/bench_plan.py [--case gpt3-175b|llama3-405b] [--repeats 3] [--workers 2]
+Writes benchmarks/results/plan.json (gpt3-175b) or plan-llama3-405b.json, with the machine
+(CPU model, cores, load average). Speed is measured here, never asserted in tests.
 """
 
 from __future__ import annotations
@@ -26,8 +29,22 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-SCENARIO = ROOT / "scenarios" / "plan" / "gpt3-175b.yaml"
-NUM_GPUS = 1024
+CASES: dict[str, tuple[Path, int, str]] = {
+    "gpt3-175b": (ROOT / "scenarios" / "plan" / "gpt3-175b.yaml", 1024, "plan.json"),
+    "llama3-405b": (
+        ROOT / "scenarios" / "modern" / "llama3-405b-h100-16k.yaml", 16384, "plan-llama3-405b.json"
+    ),
+}
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
 
 
 def _children_cpu_s() -> float:
@@ -35,10 +52,11 @@ def _children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_once(workers: int) -> dict[str, Any]:
+def run_once(case: str, workers: int) -> dict[str, Any]:
+    scenario, num_gpus, _ = CASES[case]
     command = [
-        sys.executable, "-c", "from simcluster.cli import main; main()", "plan", str(SCENARIO),
-        "--gpus", str(NUM_GPUS), "--workers", str(workers), "--json", "--no-progress",
+        sys.executable, "-c", "from simcluster.cli import main; main()", "plan", str(scenario),
+        "--gpus", str(num_gpus), "--workers", str(workers), "--json", "--no-progress",
     ]  # fmt: skip
     load = os.getloadavg()
     cpu_before, start = _children_cpu_s(), time.perf_counter()
@@ -63,22 +81,27 @@ def run_once(workers: int) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", choices=sorted(CASES), default="gpt3-175b")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workers", type=int, nargs="+", default=[2])
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "plan.json")
+    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    scenario, num_gpus, out_name = CASES[args.case]
+    args.out = args.out or ROOT / "benchmarks" / "results" / out_name
     results: dict[str, Any] = {
         "python": platform.python_version(),
         "machine": platform.machine(),
+        "cpu": _cpu_model(),
         "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "scenario": str(SCENARIO.relative_to(ROOT)),
-        "num_gpus": NUM_GPUS,
+        "case": args.case,
+        "scenario": str(scenario.relative_to(ROOT)),
+        "num_gpus": num_gpus,
         "runs": [],
     }
     print("workers  wall s  cpu s  load(1m)  searched  pruned mem  pruned bound  simulated")
     for workers in args.workers:
         for _ in range(args.repeats):
-            run = run_once(workers)
+            run = run_once(args.case, workers)
             results["runs"].append(run)
             print(
                 f"{workers:7d}  {run['wall_s']:6.1f}  {run['cpu_s']:5.1f}"

@@ -23,7 +23,9 @@ _LABELS = {
 
 
 def _value(scenario: object, column: str) -> str:
-    section = "parallel" if column in ("tp", "pp", "dp", "vpp", "sequence_parallel") else "training"
+    from simcluster.plan.space import axis_section
+
+    section = axis_section(column)
     value = getattr(getattr(scenario, section), column)
     if isinstance(value, bool):
         return "yes" if value else "no"
@@ -32,8 +34,7 @@ def _value(scenario: object, column: str) -> str:
 
 def format_plan(result: PlanResult) -> str:
     from simcluster import units
-    from simcluster.plan import PLAN_AXES
-    from simcluster.plan.search import describe_layout, differing_axes
+    from simcluster.plan.search import describe_layout, differing_axes, layout_columns
     from simcluster.report.tables import format_table
 
     differing = differing_axes(result)
@@ -61,7 +62,9 @@ def format_plan(result: PlanResult) -> str:
         "Megatron-LM:",
         winner.megatron_args,
     ]
-    common = [column for column in ("tp", "pp", "dp", *PLAN_AXES[2:]) if column not in differing]
+    common = [column for column in layout_columns() if column not in differing]
+    if winner.scenario.parallel.cp == 1:
+        common = [column for column in common if column != "cp"]  # cp shown only when used
     if len(result.candidates) > 1 and common:
         shown = ", ".join(f"{_LABELS.get(c, c)} {_value(winner.scenario, c)}" for c in common)
         lines.insert(1, f"same in all {len(result.candidates)}: {shown}")

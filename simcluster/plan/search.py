@@ -47,13 +47,13 @@ from simcluster.plan.space import (
     PLAN_AXES,
     PlanError,
     SearchSpace,
+    axis_section,
     candidates,
     explain_no_layout,
     search_space,
 )
 from simcluster.profiler.bench.progress import StderrProgress
 from simcluster.simulation import run_simulation
-from simcluster.sweep.axes import AXES
 from simcluster.workload.model import build_workload
 
 DEFAULT_TOP = 10
@@ -293,7 +293,13 @@ def _smallest_peak(prepared: Iterable[Candidate], hw: HardwareProfile) -> tuple[
 def describe_layout(scenario: Scenario) -> str:
     par, tr = scenario.parallel, scenario.training
     layout = {**par.model_dump(mode="json"), **tr.model_dump(mode="json")}
-    return ", ".join(f"{name} {layout[name]}" for name in ("tp", "pp", "dp", *PLAN_AXES[2:]))
+    names = [name for name in layout_columns() if name != "cp" or par.cp > 1]  # cp only when used
+    return ", ".join(f"{name} {layout[name]}" for name in names)
+
+
+def layout_columns() -> list[str]:
+    """tp, pp, dp and the other searched axes: a layout's columns, in output order."""
+    return ["tp", "pp", "dp", *PLAN_AXES[2:]]
 
 
 def _no_fit_error(prepared: list[Candidate], space: SearchSpace, headroom: float) -> PlanError:
@@ -318,8 +324,9 @@ def _layout_name(base: str, scenario: Scenario) -> str:
         ("overlap", tr.overlap_grad_reduce),
     )
     flags = "".join(f"-{label}" for label, on in switches if on)
+    cp = f"-cp{par.cp}" if par.cp > 1 else ""
     return (
-        f"{base}-tp{par.tp}-pp{par.pp}-dp{par.dp}-vpp{par.vpp}-mbs{tr.micro_batch_size}"
+        f"{base}-tp{par.tp}{cp}-pp{par.pp}-dp{par.dp}-vpp{par.vpp}-mbs{tr.micro_batch_size}"
         f"{flags}-{tr.recompute.value}"
     )
 
@@ -396,10 +403,9 @@ def plan_layouts(
 def differing_axes(result: PlanResult) -> list[str]:
     """The layout columns (tp, pp, dp and the searched axes) whose value is not the same
     in every candidate of the answer."""
-    columns = ["tp", "pp", "dp", *PLAN_AXES[2:]]
     differing = []
-    for column in columns:
-        section = "parallel" if column == "dp" else AXES[column].section
+    for column in layout_columns():
+        section = axis_section(column)
         values = {getattr(getattr(c.scenario, section), column) for c in result.candidates}
         if len(values) > 1:
             differing.append(column)

@@ -2,14 +2,16 @@
 
 The base scenario fixes the model, the global batch, dtype, sequence length and hardware;
 the plan varies the axes in `PLAN_AXES` (each a sweep axis of `simcluster.sweep.axes`, so
-its values come from the same `auto` rule a sweep uses), sets dp = N / (tp · pp) and the
+its values come from the same `auto` rule a sweep uses; cp, and pp / vpp from the split
+rules, are computed here), sets dp = N / (tp · cp · pp) and the
 1F1B schedule (interleaved when vpp > 1; Megatron has no GPipe), and keeps a combination
 only if the scenario loader's own cross-field rules (`cross_field_problems`) accept it:
-one source of truth for what Megatron allows. Adding an axis (cp, ep, …) is adding its
-name to `PLAN_AXES` once it is a sweep axis.
+one source of truth for what Megatron allows. Adding an axis (ep, …) is adding its
+name to `PLAN_AXES` once it is a sweep axis. cp is searched only with flash attention
+(Megatron-core's ring runs inside TE's attention): without it cp is 1.
 
 Two restrictions of the search, not of Megatron, stated here and in the README:
-- tp stays within a node (tp ≤ gpus_per_node): tensor parallelism across nodes puts its
+- tp and cp each stay within a node (≤ gpus_per_node): tensor parallelism across nodes puts its
   per-layer collectives on the NICs, which no published run does.
 - the distributed optimizer and overlap_grad_reduce are only tried with dp > 1: without
   data parallelism they change nothing, and would only repeat a layout in the top K.
@@ -23,14 +25,16 @@ from dataclasses import dataclass
 from itertools import product
 from typing import Any
 
-from simcluster.config.choices import ScheduleKind
+from simcluster.config.choices import AttentionBackend, ScheduleKind
 from simcluster.config.hardware import HardwareProfile
+from simcluster.config.pipeline_split import SplitRequest, split_problems
 from simcluster.config.scenario import Scenario, cross_field_problems
-from simcluster.sweep.axes import AXES, AutoContext, AxisValue, divisors
+from simcluster.sweep.axes import AXES, MAX_AUTO_VPP, AutoContext, AxisValue, divisors
 
 PLAN_AXES: tuple[str, ...] = (
     "tp",
     "pp",
+    "cp",
     "vpp",
     "micro_batch_size",
     "sequence_parallel",
@@ -41,6 +45,17 @@ PLAN_AXES: tuple[str, ...] = (
 """The searched axes, in the order of a candidate's layout (and the output's columns)."""
 
 DP_ONLY_AXES = ("use_distributed_optimizer", "overlap_grad_reduce")
+
+PLAN_ONLY_SECTIONS = {"cp": "parallel"}
+"""Plan axes that are not sweep axes, with their scenario section; their values are
+computed here (`_cp_values`, and pp / vpp from the split rules in `_split_values`)."""
+
+
+def axis_section(name: str) -> str:
+    """The scenario section ("parallel", "training") a plan axis (or dp) sets."""
+    if name == "dp":
+        return "parallel"
+    return PLAN_ONLY_SECTIONS.get(name) or AXES[name].section
 
 
 class PlanError(ValueError):
@@ -66,17 +81,60 @@ def search_space(base: Scenario, hardware: HardwareProfile, num_gpus: int) -> Se
     context = AutoContext(base=base, num_gpus=num_gpus, global_batch_sizes=(base.training.global_batch_size,))
     values: dict[str, tuple[AxisValue, ...]] = {}
     for name in PLAN_AXES:
+        if name in PLAN_ONLY_SECTIONS:
+            continue
         auto = AXES[name].auto
         assert auto is not None, f"plan axis {name} has no auto values"
         values[name] = auto(context)
-    values["tp"] = tuple(t for t in values["tp"] if int(t) <= hardware.network.gpus_per_node)
+    per_node = hardware.network.gpus_per_node
+    values["tp"] = tuple(t for t in values["tp"] if int(t) <= per_node)
+    values["cp"] = _cp_values(base, num_gpus, per_node)
+    values["pp"], values["vpp"] = _split_values(base, num_gpus)
+    values = {name: values[name] for name in PLAN_AXES}
     return SearchSpace(base=base, hardware=hardware, num_gpus=num_gpus, values=values)
+
+
+def _cp_values(base: Scenario, num_gpus: int, gpus_per_node: int) -> tuple[int, ...]:
+    """cp sizes Megatron-core accepts for this model: 1 unless attention is flash (its ring
+    runs inside TE's fused attention); with flash, the divisors of seq_length / 2 (the
+    sequence splits into 2·cp chunks) that divide the GPU count, at most gpus_per_node
+    (bounded like tp)."""
+    if base.training.attention_backend is not AttentionBackend.FLASH:
+        return (1,)
+    half = base.model.seq_length // 2
+    return tuple(c for c in divisors(half, min(half, gpus_per_node)) if num_gpus % c == 0) or (1,)
+
+
+def _split_values(base: Scenario, num_gpus: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """pp and vpp values the pipeline split accepts with the base scenario's split flags
+    (`split_problems`, the loader's own rules): pp divides the GPU count and some vpp ≤ 8
+    splits the layers with it; vpp ≤ 8 splits them with some such pp (pp 1 included, as
+    before). Without split flags these are the divisors of num_layers, as the sweep's auto
+    values; with the account-for flags, 126 layers take pp 16 × vpp 8."""
+    par, layers = base.parallel, base.model.num_layers
+
+    def accepts(pp: int, vpp: int) -> bool:
+        request = SplitRequest(
+            num_layers=layers,
+            pp=pp,
+            vpp=vpp,
+            account_for_embedding=par.account_for_embedding_in_pipeline_split,
+            account_for_loss=par.account_for_loss_in_pipeline_split,
+            first_pipeline_num_layers=par.first_pipeline_num_layers,
+            last_pipeline_num_layers=par.last_pipeline_num_layers,
+        )
+        return not split_problems(request)
+
+    vpp_range = range(1, min(layers, MAX_AUTO_VPP) + 1)
+    pps = tuple(p for p in divisors(num_gpus, min(num_gpus, layers)) if any(accepts(p, v) for v in vpp_range))
+    vpps = tuple(v for v in vpp_range if any(accepts(p, v) for p in pps))
+    return pps, vpps
 
 
 def _scenario(base: dict[str, Any], layout: dict[str, AxisValue], dp: int) -> Scenario:
     """`base` (a scenario's JSON form) with the layout's values, dp and the 1F1B schedule."""
-    parallel = {name: layout[name] for name in PLAN_AXES if AXES[name].section == "parallel"}
-    training = {name: layout[name] for name in PLAN_AXES if AXES[name].section == "training"}
+    parallel = {name: layout[name] for name in PLAN_AXES if axis_section(name) == "parallel"}
+    training = {name: layout[name] for name in PLAN_AXES if axis_section(name) == "training"}
     data = {
         **base,
         "parallel": {**base["parallel"], **parallel, "dp": dp},
@@ -92,10 +150,10 @@ def candidates(space: SearchSpace) -> Iterator[Scenario]:
     base = space.base.model_dump(mode="json")
     for combination in product(*space.values.values()):
         layout = dict(zip(names, combination))
-        tp, pp = int(layout["tp"]), int(layout["pp"])
-        if space.num_gpus % (tp * pp):
+        model_parallel = int(layout["tp"]) * int(layout["cp"]) * int(layout["pp"])
+        if space.num_gpus % model_parallel:
             continue
-        dp = space.num_gpus // (tp * pp)
+        dp = space.num_gpus // model_parallel
         if dp == 1 and any(layout[name] for name in DP_ONLY_AXES):
             continue
         scenario = _scenario(base, layout, dp)

@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simcluster.config.errors import ConfigError
+from simcluster.config.hardware import load_hardware
 from simcluster.config.scenario import parse_scenario
 from simcluster.plan.bound import (
     StagePricer,
@@ -21,11 +22,21 @@ from simcluster.workload.model import build_workload
 from tests.plan.plan_world import TINY, a100
 
 HW = a100()
+H100 = load_hardware("h100-sxm5-80gb")  # has flash attention rates: cp > 1 needs flash
+PROFILES = {HW.name: HW, H100.name: H100}
+
+
+def _hw(scenario):
+    return PROFILES[scenario.hardware]
 
 
 @st.composite
 def layouts(draw):
-    """Small layouts of an 8-layer model: every schedule, recompute mode and DP option."""
+    """Small layouts of an 8-layer model: every schedule, recompute mode and DP option, and
+    context parallelism (cp > 1 with flash attention, on the H100 profile that prices it;
+    flash with cp 1 too)."""
+    cp = draw(st.sampled_from([1, 1, 2, 4]))
+    flash = cp > 1 or draw(st.booleans())
     pp = draw(st.sampled_from([1, 2, 4]))
     vpp = draw(st.sampled_from([1, 2])) if pp > 1 else 1
     tp = draw(st.sampled_from([1, 2, 4, 8]))
@@ -34,9 +45,10 @@ def layouts(draw):
     microbatches = draw(st.sampled_from([1, 2, 3, 4, 8]))
     data = {
         **TINY,
+        "hardware": H100.name if flash else TINY["hardware"],
         "model": {**TINY["model"], "num_layers": 8},
         "parallel": {
-            "tp": tp, "pp": pp, "dp": dp, "vpp": vpp,
+            "tp": tp, "cp": cp, "pp": pp, "dp": dp, "vpp": vpp,
             "sequence_parallel": tp > 1 and draw(st.booleans()),
         },
         "training": {
@@ -46,6 +58,7 @@ def layouts(draw):
             "schedule": draw(st.sampled_from(["1f1b", "gpipe"])),
             "use_distributed_optimizer": draw(st.booleans()),
             "overlap_grad_reduce": draw(st.booleans()),
+            "attention_backend": "flash" if flash else "unfused",
         },
     }  # fmt: skip
     try:
@@ -60,9 +73,10 @@ def test_bound_never_exceeds_simulated_time(scenario):
     """bound ≤ simulated iteration time, on random small layouts of every schedule."""
     if scenario is None:
         return
+    hw = _hw(scenario)
     workload = build_workload(scenario)
-    bound = lower_bound_s(bound_inputs(scenario, HW, workload, StagePricer(HW)))
-    simulated = run_simulation(scenario, HW, workload=workload).result.iteration_time_s
+    bound = lower_bound_s(bound_inputs(scenario, hw, workload, StagePricer(hw)))
+    simulated = run_simulation(scenario, hw, workload=workload).result.iteration_time_s
     assert 0 < bound <= simulated * (1 + 1e-12)
 
 
@@ -72,11 +86,12 @@ def test_cached_prices_equal_the_engine_plan(scenario):
     """The search's cached stage prices are exactly the numbers `build_plan` gives the engine."""
     if scenario is None:
         return
+    hw = _hw(scenario)
     workload = build_workload(scenario)
-    pricer = StagePricer(HW)
-    stage_seconds(scenario, HW, build_workload(scenario.model_copy(update={"name": "warm"})), pricer)
-    assert stage_seconds(scenario, HW, workload, pricer) == stage_seconds_from_plan(
-        build_plan(scenario, HW, workload)
+    pricer = StagePricer(hw)
+    stage_seconds(scenario, hw, build_workload(scenario.model_copy(update={"name": "warm"})), pricer)
+    assert stage_seconds(scenario, hw, workload, pricer) == stage_seconds_from_plan(
+        build_plan(scenario, hw, workload)
     )
 
 

@@ -75,3 +75,22 @@ def test_space_follows_megatron_rules_and_stated_restrictions():
     assert {s.parallel.tp for s in layouts} == {1, 2, 4, 8}
     assert {s.training.recompute.value for s in layouts} == {"none", "selective", "full"}
     assert any(s.parallel.vpp > 1 for s in layouts)
+
+
+def test_cp_is_searched_only_with_flash_and_uneven_splits_are_reachable():
+    """Unfused attention: cp is 1 (plans unchanged). Llama 3 405B (flash, 126 layers with
+    both account-for flags): cp 1, 2, 4, 8 and Meta's pp 16 × vpp 8 are in the space, and
+    every candidate uses tp · cp · pp · dp GPUs."""
+    from simcluster.config.hardware import load_hardware
+    from simcluster.plan.base import load_plan_scenario
+
+    assert search_space(tiny_scenario(), a100(), 8).values["cp"] == (1,)
+    base = load_plan_scenario("scenarios/modern/llama3-405b-h100-16k.yaml")
+    space = search_space(base, load_hardware(base.hardware), 16384)
+    assert space.values["cp"] == (1, 2, 4, 8)
+    assert 16 in space.values["pp"] and 8 in space.values["vpp"]
+    assert 126 % 16 and 126 % 8  # reachable only through the split rules, not divisors
+    flash = search_space(tiny_scenario(attention_backend="flash"), load_hardware("h100-sxm5-80gb"), 8)
+    layouts = list(candidates(flash))
+    assert {s.parallel.cp for s in layouts} == {1, 2, 4, 8}
+    assert all(s.parallel.tp * s.parallel.cp * s.parallel.pp * s.parallel.dp == 8 for s in layouts)
