@@ -26,7 +26,6 @@ import json
 import os
 import platform
 import re
-import resource
 import statistics
 import subprocess
 import sys
@@ -35,25 +34,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from machine import children_cpu_s, cpu_model  # benchmarks/machine.py (the script's folder)
+
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "benchmarks" / "specs" / "gpt3-175b-1024gpus-144.yaml"
 SUMMARY = re.compile(r"ran (\d+) .* in ([0-9.]+) s; table: (.*) ->")
 CLI = "from simcluster.cli import main; main()"
-
-
-def _children_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def one_sweep(folder: Path, workers: int, mode: str, repeat: int, baseline: Path | None) -> dict[str, Any]:
@@ -65,9 +51,9 @@ def one_sweep(folder: Path, workers: int, mode: str, repeat: int, baseline: Path
     root = baseline if mode == "baseline" and baseline else ROOT
     env = {**os.environ, "PYTHONPATH": str(root)}
     load = os.getloadavg()[0]
-    cpu_start, wall_start = _children_cpu_s(), time.perf_counter()
+    cpu_start, wall_start = children_cpu_s(), time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, check=True, env=env, cwd=root)
-    wall_s, cpu_s = time.perf_counter() - wall_start, _children_cpu_s() - cpu_start
+    wall_s, cpu_s = time.perf_counter() - wall_start, children_cpu_s() - cpu_start
     match = SUMMARY.search(done.stdout)
     if match is None:
         raise RuntimeError(f"unexpected sweep output:\n{done.stdout}\n{done.stderr}")

@@ -20,13 +20,14 @@ import argparse
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from machine import children_cpu_s, cpu_model  # benchmarks/machine.py (the script's folder)
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES: dict[str, tuple[Path, int, str]] = {
@@ -37,21 +38,6 @@ CASES: dict[str, tuple[Path, int, str]] = {
 }
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def _children_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def run_once(case: str, workers: int) -> dict[str, Any]:
     scenario, num_gpus, _ = CASES[case]
     command = [
@@ -59,7 +45,7 @@ def run_once(case: str, workers: int) -> dict[str, Any]:
         "--gpus", str(num_gpus), "--workers", str(workers), "--json", "--no-progress",
     ]  # fmt: skip
     load = os.getloadavg()
-    cpu_before, start = _children_cpu_s(), time.perf_counter()
+    cpu_before, start = children_cpu_s(), time.perf_counter()
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True)
     wall_s = time.perf_counter() - start
     payload = json.loads(done.stdout)
@@ -67,7 +53,7 @@ def run_once(case: str, workers: int) -> dict[str, Any]:
     return {
         "workers": workers,
         "wall_s": wall_s,
-        "cpu_s": _children_cpu_s() - cpu_before,
+        "cpu_s": children_cpu_s() - cpu_before,
         "load_average_before": list(load),
         "searched": payload["searched"],
         "pruned_memory": payload["pruned_memory"],
@@ -91,7 +77,7 @@ def main() -> None:
     results: dict[str, Any] = {
         "python": platform.python_version(),
         "machine": platform.machine(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "case": args.case,
         "scenario": str(scenario.relative_to(ROOT)),
