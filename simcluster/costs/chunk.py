@@ -181,10 +181,7 @@ def price_ops(
             comm_s += pending_comm_s - overlap * min(pending_comm_s, seconds)
             pending_comm_s = 0.0
             continue
-        if dtype is Dtype.FP8:
-            seconds = _op_seconds(ops, index, hw, tp, dtype)
-        else:
-            seconds = op_time_s(op, hw, tp, dtype)
+        seconds = _op_seconds(ops, index, hw, tp, dtype)
         if op.kind is OpKind.COLLECTIVE and op.overlaps_next:
             pending_comm_s += seconds
             continue
