@@ -62,7 +62,7 @@ def stage_memory_row(
         activation_bytes=peak_stored_bytes,
         transient_bytes=peak_activations_bytes - peak_stored_bytes,
         peak_memory_bytes=stage.static.total_bytes + peak_activations_bytes,
-        capacity_bytes=hw.memory_bytes,
+        capacity_bytes=hw.usable_memory_bytes,
     )
 
 

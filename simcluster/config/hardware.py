@@ -344,8 +344,8 @@ class HardwareProfile(StrictModel):
 
     @property
     def usable_memory_bytes(self) -> float:
-        """Capacity left to the framework: driver-reported capacity minus the reserve. (Today's
-        `fits` and memory columns still use `memory_bytes`.)"""
+        """Capacity left to the framework: driver-reported capacity minus the reserve. Every
+        `fits` decision (run, memory, sweep, plan) compares with this."""
         return self.memory_capacity_bytes - self.memory_reserved_bytes
 
     @property

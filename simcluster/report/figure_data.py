@@ -144,7 +144,7 @@ def memory_budget_frame(
                 ),
                 "activations_baseline_gb": units.bytes_to_gb(baseline.activation_bytes),
                 "activations_present_gb": units.bytes_to_gb(present.activation_bytes),
-                "capacity_gb": units.bytes_to_gb(hw.memory_bytes),
+                "capacity_gb": units.bytes_to_gb(hw.usable_memory_bytes),
             }
         )
     return pd.DataFrame(rows)

@@ -45,8 +45,8 @@ def test_every_number_and_table_has_a_source(stem):
 
 
 def test_a100_has_no_fp8_and_its_memory_columns_do_not_move():
-    """A100: no FP8 peak (a later change rejects fp8 there); `memory_bytes`, which today's
-    `fits` uses, is still 80 × 10⁹; the driver's 81,920 MiB only feeds usable_memory_bytes."""
+    """A100: no FP8 peak (a later change rejects fp8 there); the datasheet's `memory_bytes` is
+    80 × 10⁹; the driver's 81,920 MiB less the reserve is what `fits` compares with."""
     a100 = load_hardware("a100-sxm4-80gb")
     assert a100.peak_fp8_flop_per_s is None
     assert a100.memory_bytes == 80e9

@@ -49,3 +49,17 @@ def test_engine_free_estimate_equals_engine(name):
     for sim, est in zip(simulated, estimated, strict=True):
         assert est.peak_memory_bytes == pytest.approx(sim.peak_memory_bytes, rel=1e-12)
         assert est.activation_bytes == pytest.approx(sim.activation_bytes, rel=1e-12)
+
+
+def test_fits_compares_with_the_usable_capacity_not_the_datasheet_figure():
+    """`fits` uses the driver's capacity less the CUDA context and NCCL reserve (84.4 GB on the
+    A100 80GB), not the datasheet's 80 × 10⁹: the 22B selective run without SP (Table 4's
+    row) peaks between the two, so it fits; the baseline (≈114 GB) does not."""
+    scenario, hw = load_scenario_and_hardware(PAPER / "table4-22b-selective.yaml")
+    result = run_simulation(scenario, hw).result
+    peak = max(s.peak_memory_bytes for s in result.stages)
+    assert hw.memory_bytes < peak < hw.usable_memory_bytes
+    assert all(s.capacity_bytes == hw.usable_memory_bytes for s in result.stages)
+    assert result.fits_in_memory
+    baseline, hw = load_scenario_and_hardware(PAPER / "table4-22b-baseline.yaml")
+    assert not run_simulation(baseline, hw).result.fits_in_memory
