@@ -91,6 +91,16 @@ class FlagReader:
             return None
         return allowed[value]
 
+    def number(self, name: str) -> float | None:
+        value = self.text(name)
+        if value is None:
+            return None
+        try:
+            return float(value)
+        except ValueError:
+            self.problems.append(f"--{name}: value {value!r}: expected a number")
+            return None
+
     def integer(self, name: str) -> int | None:
         value = self.text(name)
         if value is None:

@@ -58,6 +58,10 @@ def _model_flags(scenario: Scenario) -> list[str]:
         flags += ["--position-embedding-type", "rope"]
     if m.untie_embeddings_and_output_weights:
         flags.append("--untie-embeddings-and-output-weights")
+    for flag, key in (("hidden-dropout", "hidden_dropout"), ("attention-dropout", "attention_dropout")):
+        value = getattr(m, key)
+        if value != type(m).model_fields[key].default:  # Megatron's default 0.1 needs no flag
+            flags += [f"--{flag}", repr(value)]
     return flags
 
 

@@ -191,6 +191,9 @@ def read_model(read: FlagReader, tp: int, notes: list[str]) -> dict[str, Any]:
         ordered["position_embedding"] = position
     if read.switch("untie-embeddings-and-output-weights"):
         ordered["untie_embeddings_and_output_weights"] = True
+    for flag, key in (("hidden-dropout", "hidden_dropout"), ("attention-dropout", "attention_dropout")):
+        if read.has(flag):
+            ordered[key] = read.number(flag)
     return ordered
 
 

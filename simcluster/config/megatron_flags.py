@@ -56,7 +56,7 @@ USED = {
     "sequence-parallel", "recompute-granularity", "recompute-activations", "checkpoint-activations",
     "recompute-method", "recompute-num-layers", "bf16", "fp16", "use-distributed-optimizer",
     "overlap-grad-reduce", "world-size", "data-parallel-size", "nproc-per-node", "nnodes",
-    "make-vocab-size-divisible-by", "recompute-modules",
+    "make-vocab-size-divisible-by", "recompute-modules", "hidden-dropout", "attention-dropout",
     *(flag for flags in KEY_FLAGS.values() for flag in flags),
 }  # fmt: skip
 
@@ -66,7 +66,7 @@ IGNORED = {
     "init-method-xavier-uniform", "seed", "split", "vocab-file", "merge-file", "tokenizer-type",
     "tokenizer-model", "vocab-extra-ids", "save", "load", "pretrained-checkpoint", "finetune",
     "distributed-backend", "distributed-timeout-minutes", "num-workers", "dataloader-type",
-    "attention-dropout", "hidden-dropout", "no-masked-softmax-fusion", "no-bias-gelu-fusion",
+    "no-masked-softmax-fusion", "no-bias-gelu-fusion",
     "no-bias-dropout-fusion", "no-gradient-accumulation-fusion", "masked-softmax-fusion",
     "use-cpu-initialization", "no-async-tensor-model-parallel-allreduce", "ddp-impl", "local-rank",
     "apply-query-key-layer-scaling", "attention-softmax-in-fp32", "accumulate-allreduce-grads-in-fp32",

@@ -202,6 +202,8 @@ def test_llama3_line_reads_every_key_and_counts_dp_with_cp():
     assert (tr["dtype"], tr["attention_backend"], tr["recompute"]) == ("fp8", "flash", "selective")
     assert tr["overlap_param_gather"] and tr["tp_comm_overlap"] and tr["use_distributed_optimizer"]
     assert imported.validated().parallel.dp == 4
+    assert m["attention_dropout"] == 0.0 and "hidden_dropout" not in m  # absent: Megatron's 0.1
+    assert imported.validated().model.hidden_dropout == 0.1
 
 
 def test_a_flag_whose_key_is_not_priced_yet_is_not_modelled_and_its_key_keeps_the_default():
@@ -227,7 +229,7 @@ def test_a_flag_whose_key_is_not_priced_yet_is_not_modelled_and_its_key_keeps_th
             assert not any(f"--{flag}" in written for flag in given), key
             assert getattr(getattr(scenario, section), name) == getattr(getattr(default, section), name)
     assert "--recompute-modules" not in written  # core_attn is what selective prices
-    assert "--attention-dropout 0" in " ".join(imported.ignored)
+    assert "--attention-dropout" not in " ".join(imported.ignored)  # read into model.attention_dropout
 
 
 @pytest.mark.parametrize(
@@ -253,6 +255,8 @@ def test_attention_backends(backend, expected):
         ),
         ("--bf16 --fp8-format e5m2", "--fp8-format: value 'e5m2': allowed: e4m3, hybrid"),
         ("--swiglu --squared-relu", "--swiglu and --squared-relu: choose one"),
+        ("--hidden-dropout none", "--hidden-dropout: value 'none': expected a number"),
+        ("--attention-dropout 1.5", "model.attention_dropout: value 1.5"),
         ("--group-query-attention --num-query-groups 3", "model.num_query_groups: value 3: must divide"),
         (
             "--context-parallel-size 3 --world-size 6",
