@@ -109,6 +109,7 @@ def _training_flags(scenario: Scenario) -> list[str]:
         ("--overlap-grad-reduce", tr.overlap_grad_reduce),
         ("--overlap-param-gather", tr.overlap_param_gather),
         ("--tp-comm-overlap", tr.tp_comm_overlap),
+        ("--grad-reduce-in-bf16", tr.grad_reduce_in_bf16),
     ):
         if on:
             flags.append(flag)

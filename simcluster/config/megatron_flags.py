@@ -46,6 +46,7 @@ KEY_FLAGS: dict[str, tuple[str, ...]] = {
     "training.attention_backend": ("attention-backend", "use-flash-attn"),
     "training.overlap_param_gather": ("overlap-param-gather",),
     "training.tp_comm_overlap": ("tp-comm-overlap",),
+    "training.grad_reduce_in_bf16": ("grad-reduce-in-bf16",),
 }
 
 # Flags read into the scenario (beyond MODEL_INTS); everything else is sorted below.

@@ -117,6 +117,11 @@ class TrainingSpec(StrictModel):
     tp_comm_overlap: bool = Field(
         default=False, description="pipeline the SP all-gather / reduce-scatter with the GEMMs (TE)"
     )
+    grad_reduce_in_bf16: bool = Field(
+        default=False,
+        description="Megatron --grad-reduce-in-bf16: bf16 main grads (2 B/param) reduced in bf16; "
+        "default fp32 (Megatron's default with --bf16; NeMo's performance recipes turn this on)",
+    )
 
 
 class Scenario(StrictModel):

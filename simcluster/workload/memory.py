@@ -148,13 +148,20 @@ class StaticMemory:
         return self.weight_bytes + self.gradient_bytes + self.optimizer_bytes
 
 
-def static_memory(num_params: float, dp: int, distributed_optimizer: bool) -> StaticMemory:
+def static_memory(
+    num_params: float,
+    dp: int,
+    distributed_optimizer: bool,
+    gradient_bytes_per_param: int = GRADIENT_BYTES_PER_PARAM,
+) -> StaticMemory:
     """18 bytes per parameter, or 6 + 12/d with the distributed optimizer, where d is the
     group the optimizer state is sharded over: d·c with context parallelism (Megatron-core's
-    `get_megatron_optimizer` passes `intra_dp_cp_group`)."""
+    `get_megatron_optimizer` passes `intra_dp_cp_group`). With `--grad-reduce-in-bf16` the
+    main-grad buffer is bf16 (Megatron-core `DistributedDataParallelConfig.grad_reduce_in_fp32`
+    False: the buffer takes the param dtype), 2 bytes instead of 4."""
     optimizer_share = 1.0 / dp if distributed_optimizer else 1.0
     return StaticMemory(
         weight_bytes=WEIGHT_BYTES_PER_PARAM * num_params,
-        gradient_bytes=GRADIENT_BYTES_PER_PARAM * num_params,
+        gradient_bytes=gradient_bytes_per_param * num_params,
         optimizer_bytes=OPTIMIZER_BYTES_PER_PARAM * num_params * optimizer_share,
     )

@@ -17,10 +17,22 @@ from simcluster.workload.layer import LayerOps, layer_ops
 from simcluster.workload.layer_config import LayerConfig
 
 FP32_BYTES = 4
+BF16_BYTES = 2
 # HBM traffic of one optimizer step per parameter on a rank (Megatron mixed precision, fp32
 # main grads, apex FusedAdam): grad-norm read 4; Adam reads grad, master, m, v (16) and
 # writes master, m, v (12); master→bf16 copy reads 4, writes 2; zeroing main grads writes 4.
 OPTIMIZER_STEP_BYTES_PER_PARAM = 4 + 16 + 12 + 6 + 4
+
+
+def optimizer_step_bytes(params: float, grad_bytes: int, optimizer_shards: int) -> float:
+    """HBM bytes of one optimizer step on a rank: OPTIMIZER_STEP_BYTES_PER_PARAM with fp32 grads
+    and no sharding. With the distributed optimizer (`optimizer_shards` = d·c) grad norm, Adam
+    and the master→bf16 copy run on the rank's 1/(d·c) shard (Megatron-core
+    `DistributedOptimizer.step` over its shard of the main params), while zeroing the grad
+    buffer (`zero_grad_buffer`) still writes every parameter's main grad; grad reads and the
+    zeroing move `grad_bytes` (2 with --grad-reduce-in-bf16)."""
+    per_shard = grad_bytes + (grad_bytes + 12) + 12 + (FP32_BYTES + BF16_BYTES)
+    return params * (grad_bytes + per_shard / optimizer_shards)
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +191,11 @@ def build_workload(scenario: Scenario) -> Workload:
         untied = scenario.model.untie_embeddings_and_output_weights
         tied = par.pp > 1 and stage in (0, par.pp - 1) and not untied
         # the distributed optimizer shards over DP × CP (CP ranks hold identical weights)
-        static = memory.static_memory(params, par.dp * par.cp, scenario.training.use_distributed_optimizer)
+        grad_bytes = BF16_BYTES if scenario.training.grad_reduce_in_bf16 else FP32_BYTES
+        shards = par.dp * par.cp if scenario.training.use_distributed_optimizer else 1
+        static = memory.static_memory(
+            params, par.dp * par.cp, scenario.training.use_distributed_optimizer, grad_bytes
+        )
         if cfg.dtype is Dtype.FP8:
             fp8_copies = sum(chunk.num_layers for chunk in chunks) * fp8_weight_bytes_per_layer(layer.forward)
             static = replace(static, weight_bytes=static.weight_bytes + fp8_copies)
@@ -189,10 +205,10 @@ def build_workload(scenario: Scenario) -> Workload:
                 num_params=params,
                 static=static,
                 chunks=chunks,
-                dp_gradient_bytes=FP32_BYTES * params,
-                optimizer_step_bytes=OPTIMIZER_STEP_BYTES_PER_PARAM * params,
+                dp_gradient_bytes=grad_bytes * params,
+                optimizer_step_bytes=optimizer_step_bytes(params, grad_bytes, shards),
                 embedding_grad_bytes=(
-                    FP32_BYTES
+                    grad_bytes
                     * padded_vocab_size(scenario.model.vocab_size, par.tp)
                     * scenario.model.hidden_size
                     / par.tp

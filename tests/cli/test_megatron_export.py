@@ -121,6 +121,8 @@ def modern_scenarios(draw):
             "normalization": draw(st.sampled_from(["layernorm", "rmsnorm"])),
             "position_embedding": draw(st.sampled_from(["learned", "rope"])),
             "untie_embeddings_and_output_weights": draw(st.booleans()),
+            "hidden_dropout": draw(st.sampled_from([0.0, 0.1, 0.05])),
+            "attention_dropout": draw(st.sampled_from([0.0, 0.1])),
         },
         "parallel": {
             "tp": tp, "pp": pp, "cp": cp, "dp": dp, "vpp": vpp, "sequence_parallel": sp,
@@ -138,6 +140,7 @@ def modern_scenarios(draw):
             "overlap_grad_reduce": draw(st.booleans()),
             "overlap_param_gather": distributed and draw(st.booleans()),
             "tp_comm_overlap": sp and draw(st.booleans()),
+            "grad_reduce_in_bf16": draw(st.booleans()),
         },
     }  # fmt: skip
     if data["model"]["activation"] == "swiglu" and data["model"]["ffn_hidden_size"] is None:

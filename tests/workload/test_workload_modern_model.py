@@ -103,3 +103,34 @@ def test_gqa_unfused_scenario_runs_and_keeps_s_squared_terms():
     flash = build_workload(parse_scenario(data, "f.yaml"))
     assert unfused.layer.saved_bytes > flash.layer.saved_bytes
     assert run_simulation(unfused.scenario, load_hardware("a100-sxm4-80gb")).result.iteration_time_s > 0
+
+
+def _training(**training):
+    data = yaml.safe_load(yaml.safe_dump(LLAMA3_8B))
+    data["training"].update(training)
+    return parse_scenario(data, "llama.yaml")
+
+
+def test_grad_reduce_in_bf16_halves_the_grad_buffer_and_the_dp_bytes():
+    """--grad-reduce-in-bf16: the main-grad buffer takes the bf16 param dtype, so 2 bytes per
+    parameter are kept and reduced instead of 4; weights and optimizer state do not change."""
+    fp32 = build_workload(_training(use_distributed_optimizer=True)).stages[0]
+    bf16 = build_workload(_training(use_distributed_optimizer=True, grad_reduce_in_bf16=True)).stages[0]
+    assert fp32.static.gradient_bytes == 4 * fp32.num_params
+    assert bf16.static.gradient_bytes == 2 * bf16.num_params
+    assert bf16.dp_gradient_bytes == fp32.dp_gradient_bytes / 2
+    assert (bf16.static.weight_bytes, bf16.static.optimizer_bytes) == (
+        fp32.static.weight_bytes,
+        fp32.static.optimizer_bytes,
+    )
+
+
+def test_distributed_optimizer_steps_only_its_shard_but_zeroes_every_grad():
+    """Without sharding 42 B/param (grad norm 4, Adam 16 + 12, master→bf16 6, zeroing 4); the
+    distributed optimizer over d = 8 runs all but the zeroing on 1/8 of the parameters."""
+    plain = build_workload(_training()).stages[0]
+    sharded = build_workload(_training(use_distributed_optimizer=True)).stages[0]
+    assert plain.optimizer_step_bytes == 42 * plain.num_params
+    assert sharded.optimizer_step_bytes == pytest.approx((4 + 38 / 8) * sharded.num_params)
+    bf16 = build_workload(_training(use_distributed_optimizer=True, grad_reduce_in_bf16=True)).stages[0]
+    assert bf16.optimizer_step_bytes == pytest.approx((2 + 34 / 8) * bf16.num_params)
