@@ -57,7 +57,20 @@ def _top_table(outcome: SweepOutcome, count: int) -> str:
     headers = [*(_LABELS.get(c, c) for c in columns), "MFU %", "iter s", "peak GB", "headroom GB"]
     if not rows:
         return f"no simulated configuration fits with headroom {outcome.headroom_fraction:g}"
-    return format_table(headers, rows)
+    return "\n".join([format_table(headers, rows), "", *_winner_flags(outcome, str(best.iloc[0].config_id))])
+
+
+def _winner_flags(outcome: SweepOutcome, config_id: str) -> list[str]:
+    """The best row's Megatron-LM launch line (as `plan` prints its winner's)."""
+    from simcluster.sweep.summary import configs_by_id, megatron_args
+
+    try:
+        return [
+            "Megatron-LM (the first row):",
+            megatron_args(outcome.spec, configs_by_id(outcome)[config_id]),
+        ]
+    except ConfigError as error:
+        return [f"Megatron-LM: the first row cannot be launched: {'; '.join(error.problems)}"]
 
 
 def _summary(outcome: SweepOutcome, out: Path, show_invalid: bool) -> str:

@@ -1,5 +1,6 @@
 """A finished sweep as data: the summary counts and the best rows, JSON-ready (finite
-numbers or null, never NaN), for `simcluster sweep --json` and notebooks."""
+numbers or null, never NaN), each with its Megatron-LM launch line, for `simcluster sweep
+--json` and notebooks."""
 
 from __future__ import annotations
 
@@ -10,10 +11,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from simcluster.config.errors import ConfigError
+from simcluster.config.megatron_args import to_megatron_args
 from simcluster.sweep.axes import MODEL_COLUMN
 
 if TYPE_CHECKING:
+    from simcluster.sweep.expand import SweepConfig
     from simcluster.sweep.run import SweepOutcome
+    from simcluster.sweep.spec import SweepSpec
 
 DEFAULT_TOP = 10
 
@@ -25,6 +30,29 @@ def swept_columns(outcome: SweepOutcome) -> list[str]:
     named = [name for name in outcome.spec.axes if name not in ("tp", "pp")]
     model = [MODEL_COLUMN] if len(outcome.spec.bases) > 1 else []
     return [*model, "tp", "pp", "dp", *named]
+
+
+def megatron_args(spec: SweepSpec, config: SweepConfig) -> str:
+    """The configuration's Megatron-LM launch line, as `plan` and `export-megatron` write it
+    (`to_megatron_args`, torchrun's --nproc_per_node from its hardware profile): one string
+    that `import-megatron` reads back to the same layout. ConfigError for a configuration
+    Megatron-LM cannot run (the GPipe schedule)."""
+    profile = spec.profiles[config.scenario.hardware]
+    return to_megatron_args(config.scenario, profile.network.gpus_per_node)
+
+
+def configs_by_id(outcome: SweepOutcome) -> dict[str, SweepConfig]:
+    """Each valid configuration of the sweep by its id (a table row's `config_id`)."""
+    return {config.config_id: config for config in outcome.expansion.configs}
+
+
+def _megatron_args_or_none(spec: SweepSpec, config: SweepConfig | None) -> str | None:
+    if config is None:  # a row of the output that this spec does not expand to
+        return None
+    try:
+        return megatron_args(spec, config)
+    except ConfigError:
+        return None
 
 
 def _plain(value: Any) -> Any:
@@ -43,10 +71,12 @@ def row_json(row: pd.Series) -> dict[str, Any]:
 
 
 def sweep_json(outcome: SweepOutcome, out: Path, top: int = DEFAULT_TOP) -> dict[str, Any]:
-    """The summary of `outcome` and its best `top` rows by MFU that fit, every column."""
+    """The summary of `outcome` and its best `top` rows by MFU that fit, every column and
+    `megatron_args` (null where Megatron-LM cannot run the configuration: GPipe)."""
     from simcluster.sweep.run import best_by_mfu
 
     expansion = outcome.expansion
+    configs = configs_by_id(outcome)
     return {
         "spec": str(outcome.spec.source),
         "out": str(out),
@@ -62,5 +92,11 @@ def sweep_json(outcome: SweepOutcome, out: Path, top: int = DEFAULT_TOP) -> dict
         "num_resumed": outcome.num_resumed,
         "status_counts": outcome.status_counts,
         "elapsed_s": outcome.elapsed_s,
-        "top": [row_json(row) for _, row in best_by_mfu(outcome.table, top).iterrows()],
+        "top": [
+            {
+                **row_json(row),
+                "megatron_args": _megatron_args_or_none(outcome.spec, configs.get(row["config_id"])),
+            }
+            for _, row in best_by_mfu(outcome.table, top).iterrows()
+        ],
     }
