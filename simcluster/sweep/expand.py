@@ -91,6 +91,23 @@ def _scenario_data(base_data: dict[str, Any], layout: dict[str, AxisValue | None
     return data
 
 
+def layout_config(spec: SweepSpec, layout: dict[str, AxisValue]) -> SweepConfig:
+    """The configuration of a table row's layout (its `LAYOUT_COLUMNS` values, plain Python):
+    its base by the model column, with the layout applied and loaded again, as `expand`
+    builds it. A row resumed from an earlier run of the same inputs need not be in this
+    spec's expansion (its axes may have changed). ConfigError when no base has that name
+    or the loader rejects the layout."""
+    full: dict[str, AxisValue | None] = {name: layout[name] for name in LAYOUT_COLUMNS}
+    base = next((b for b in spec.bases if b.name == full[MODEL_COLUMN]), None)
+    if base is None:
+        names = ", ".join(b.name for b in spec.bases)
+        raise ConfigError(
+            spec.source, [f"model: value {full[MODEL_COLUMN]!r}: not a base of this spec ({names})"]
+        )
+    scenario = parse_scenario(_scenario_data(base.model_dump(mode="json"), full), spec.source, base.name)
+    return SweepConfig(config_id(full), full, scenario)  # type: ignore[arg-type]
+
+
 def expand(spec: SweepSpec) -> Expansion:
     """Every combination of the spec's axes for each base, split into valid configurations
     and rejects."""

@@ -13,7 +13,8 @@ import pandas as pd
 
 from simcluster.config.errors import ConfigError
 from simcluster.config.megatron_args import to_megatron_args
-from simcluster.sweep.axes import MODEL_COLUMN
+from simcluster.sweep.axes import LAYOUT_COLUMNS, MODEL_COLUMN
+from simcluster.sweep.expand import layout_config
 
 if TYPE_CHECKING:
     from simcluster.sweep.expand import SweepConfig
@@ -37,8 +38,21 @@ def megatron_args(spec: SweepSpec, config: SweepConfig) -> str:
     (`to_megatron_args`, torchrun's --nproc_per_node from its hardware profile): one string
     that `import-megatron` reads back to the same layout. ConfigError for a configuration
     Megatron-LM cannot run (the GPipe schedule)."""
-    profile = spec.profiles[config.scenario.hardware]
+    profile = spec.profiles.get(config.scenario.hardware)
+    if profile is None:  # a resumed row of a profile this spec no longer sweeps
+        raise ConfigError(
+            spec.source, [f"hardware: value {config.scenario.hardware!r}: not a profile of this spec"]
+        )
     return to_megatron_args(config.scenario, profile.network.gpus_per_node)
+
+
+def row_megatron_args(outcome: SweepOutcome, row: pd.Series, configs: dict[str, SweepConfig]) -> str:
+    """`megatron_args` of a table row: its configuration from `configs` (by id), else
+    rebuilt from the row's layout (a row resumed from an earlier spec's axes)."""
+    config = configs.get(str(row["config_id"]))
+    if config is None:
+        config = layout_config(outcome.spec, {name: _plain(row[name]) for name in LAYOUT_COLUMNS})
+    return megatron_args(outcome.spec, config)
 
 
 def configs_by_id(outcome: SweepOutcome) -> dict[str, SweepConfig]:
@@ -46,11 +60,11 @@ def configs_by_id(outcome: SweepOutcome) -> dict[str, SweepConfig]:
     return {config.config_id: config for config in outcome.expansion.configs}
 
 
-def _megatron_args_or_none(spec: SweepSpec, config: SweepConfig | None) -> str | None:
-    if config is None:  # a row of the output that this spec does not expand to
-        return None
+def _megatron_args_or_none(
+    outcome: SweepOutcome, row: pd.Series, configs: dict[str, SweepConfig]
+) -> str | None:
     try:
-        return megatron_args(spec, config)
+        return row_megatron_args(outcome, row, configs)
     except ConfigError:
         return None
 
@@ -95,7 +109,7 @@ def sweep_json(outcome: SweepOutcome, out: Path, top: int = DEFAULT_TOP) -> dict
         "top": [
             {
                 **row_json(row),
-                "megatron_args": _megatron_args_or_none(outcome.spec, configs.get(row["config_id"])),
+                "megatron_args": _megatron_args_or_none(outcome, row, configs),
             }
             for _, row in best_by_mfu(outcome.table, top).iterrows()
         ],

@@ -88,3 +88,20 @@ def test_uneven_405b_style_split_round_trips(tmp_path):
     assert {"--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"} <= set(flags)
     assert flags[flags.index("--num-virtual-stages-per-pipeline-rank") + 1] == "8"
     _round_trips(spec, [row])
+
+
+def test_a_winner_resumed_from_wider_axes_still_gets_its_flags(write_sweep, tmp_path):
+    """Resume keeps an earlier run's rows (same inputs, other axes): a winner outside this
+    spec's expansion is rebuilt from its layout, and its flags still import back to it."""
+    spec, out = write_sweep(), tmp_path / "o.parquet"
+    wide = json.loads(_sweep(spec, out, "--json", "--top", "1").stdout)["top"][0]
+    data = yaml.safe_load(spec.read_text())
+    data["axes"] = {"tp": [3 - wide["tp"]], "pp": [1]}  # tp 1 or 2: not the wide winner's
+    narrow = tmp_path / "narrow.yaml"
+    narrow.write_text(yaml.safe_dump(data))
+    text = _sweep(narrow, out, "--resume", "--top", "1")
+    assert text.exit_code == 0, text.output
+    assert text.output.splitlines()[-1] == wide["megatron_args"]
+    again = json.loads(_sweep(narrow, out, "--resume", "--json", "--top", "1").stdout)["top"][0]
+    assert again["config_id"] == wide["config_id"] and again["megatron_args"] == wide["megatron_args"]
+    _round_trips(spec, [again])
