@@ -14,6 +14,8 @@ from simcluster.config.errors import ConfigError
 from simcluster.headroom import DEFAULT_HEADROOM_FRACTION
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from simcluster.sweep import SweepOutcome
 
 
@@ -57,7 +59,17 @@ def _top_table(outcome: SweepOutcome, count: int) -> str:
     headers = [*(_LABELS.get(c, c) for c in columns), "MFU %", "iter s", "peak GB", "headroom GB"]
     if not rows:
         return f"no simulated configuration fits with headroom {outcome.headroom_fraction:g}"
-    return format_table(headers, rows)
+    return "\n".join([format_table(headers, rows), "", *_winner_flags(outcome, best.iloc[0])])
+
+
+def _winner_flags(outcome: SweepOutcome, row: pd.Series) -> list[str]:
+    """The best row's Megatron-LM launch line (as `plan` prints its winner's)."""
+    from simcluster.sweep.summary import configs_by_id, row_megatron_args
+
+    try:
+        return ["Megatron-LM (the first row):", row_megatron_args(outcome, row, configs_by_id(outcome))]
+    except ConfigError as error:
+        return [f"Megatron-LM: the first row cannot be launched: {'; '.join(error.problems)}"]
 
 
 def _summary(outcome: SweepOutcome, out: Path, show_invalid: bool) -> str:

@@ -2,8 +2,9 @@
 
 The base scenario fixes the model, the global batch, dtype, sequence length and hardware;
 the plan varies the axes in `PLAN_AXES` (each a sweep axis of `simcluster.sweep.axes`, so
-its values come from the same `auto` rule a sweep uses; cp, and pp / vpp from the split
-rules, are computed here), sets dp = N / (tp · cp · pp) and the
+its values come from the same `auto` rule a sweep uses: pp / vpp are what the pipeline
+split rules accept with the base's split flags, `split_values`; cp, not a sweep axis, is
+computed here), sets dp = N / (tp · cp · pp) and the
 1F1B schedule (interleaved when vpp > 1; Megatron has no GPipe), and keeps a combination
 only if the scenario loader's own cross-field rules (`cross_field_problems`) accept it:
 one source of truth for what Megatron allows. Adding an axis (ep, …) is adding its
@@ -27,9 +28,8 @@ from typing import Any
 
 from simcluster.config.choices import AttentionBackend, ScheduleKind
 from simcluster.config.hardware import HardwareProfile
-from simcluster.config.pipeline_split import SplitRequest, split_problems
 from simcluster.config.scenario import Scenario, cross_field_problems
-from simcluster.sweep.axes import AXES, MAX_AUTO_VPP, AutoContext, AxisValue, divisors
+from simcluster.sweep.axes import AXES, AutoContext, AxisValue, divisors, split_values
 
 PLAN_AXES: tuple[str, ...] = (
     "tp",
@@ -48,7 +48,7 @@ DP_ONLY_AXES = ("use_distributed_optimizer", "overlap_grad_reduce")
 
 PLAN_ONLY_SECTIONS = {"cp": "parallel"}
 """Plan axes that are not sweep axes, with their scenario section; their values are
-computed here (`_cp_values`, and pp / vpp from the split rules in `_split_values`)."""
+computed here (`_cp_values`)."""
 
 
 def axis_section(name: str) -> str:
@@ -89,46 +89,23 @@ def search_space(base: Scenario, hardware: HardwareProfile, num_gpus: int) -> Se
     per_node = hardware.network.gpus_per_node
     values["tp"] = tuple(t for t in values["tp"] if int(t) <= per_node)
     values["cp"] = _cp_values(base, num_gpus, per_node)
-    values["pp"], values["vpp"] = _split_values(base, num_gpus)
     values = {name: values[name] for name in PLAN_AXES}
     return SearchSpace(base=base, hardware=hardware, num_gpus=num_gpus, values=values)
 
 
 def _cp_values(base: Scenario, num_gpus: int, gpus_per_node: int) -> tuple[int, ...]:
+    """The cp sizes of `_cp_sizes` that divide the GPU count (1 if none does)."""
+    return tuple(c for c in _cp_sizes(base, gpus_per_node) if num_gpus % c == 0) or (1,)
+
+
+def _cp_sizes(base: Scenario, gpus_per_node: int) -> tuple[int, ...]:
     """cp sizes Megatron-core accepts for this model: 1 unless attention is flash (its ring
     runs inside TE's fused attention); with flash, the divisors of seq_length / 2 (the
-    sequence splits into 2·cp chunks) that divide the GPU count, at most gpus_per_node
-    (bounded like tp)."""
+    sequence splits into 2·cp chunks), at most gpus_per_node (bounded like tp)."""
     if base.training.attention_backend is not AttentionBackend.FLASH:
         return (1,)
     half = base.model.seq_length // 2
-    return tuple(c for c in divisors(half, min(half, gpus_per_node)) if num_gpus % c == 0) or (1,)
-
-
-def _split_values(base: Scenario, num_gpus: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """pp and vpp values the pipeline split accepts with the base scenario's split flags
-    (`split_problems`, the loader's own rules): pp divides the GPU count and some vpp ≤ 8
-    splits the layers with it; vpp ≤ 8 splits them with some such pp (pp 1 included, as
-    before). Without split flags these are the divisors of num_layers, as the sweep's auto
-    values; with the account-for flags, 126 layers take pp 16 × vpp 8."""
-    par, layers = base.parallel, base.model.num_layers
-
-    def accepts(pp: int, vpp: int) -> bool:
-        request = SplitRequest(
-            num_layers=layers,
-            pp=pp,
-            vpp=vpp,
-            account_for_embedding=par.account_for_embedding_in_pipeline_split,
-            account_for_loss=par.account_for_loss_in_pipeline_split,
-            first_pipeline_num_layers=par.first_pipeline_num_layers,
-            last_pipeline_num_layers=par.last_pipeline_num_layers,
-        )
-        return not split_problems(request)
-
-    vpp_range = range(1, min(layers, MAX_AUTO_VPP) + 1)
-    pps = tuple(p for p in divisors(num_gpus, min(num_gpus, layers)) if any(accepts(p, v) for v in vpp_range))
-    vpps = tuple(v for v in vpp_range if any(accepts(p, v) for p in pps))
-    return pps, vpps
+    return divisors(half, min(half, gpus_per_node)) or (1,)
 
 
 def _scenario(base: dict[str, Any], layout: dict[str, AxisValue], dp: int) -> Scenario:
@@ -162,28 +139,77 @@ def candidates(space: SearchSpace) -> Iterator[Scenario]:
 
 
 def usable_gpu_counts(space: SearchSpace, near: int, span: int = 64) -> tuple[int | None, int | None]:
-    """The closest GPU counts below and above `near` that some (tp, pp, dp) of this model
-    and batch can use (micro_batch_size 1; None if none within `span`)."""
-    base = space.base
-    tps = [t for t in divisors(base.model.num_attention_heads) if t <= space.hardware.network.gpus_per_node]
-    tps = [t for t in tps if base.model.ffn_size % t == 0]
-    pps, dps = divisors(base.model.num_layers), divisors(base.training.global_batch_size)
-    sizes = {t * p * d for t in tps for p in pps for d in dps}
+    """The closest GPU counts below and above `near` that some (tp, cp, pp, dp) of this
+    model and batch can use (micro_batch_size 1; None if none within `span`): the axes'
+    values without the GPU count's own divisibility."""
+    base, per_node = space.base, space.hardware.network.gpus_per_node
+    sizes = {
+        t * c * p * d
+        for t in _tp_sizes(space)
+        for c in _cp_sizes(base, per_node)
+        for p in split_values(base, None)[0]
+        for d in divisors(base.training.global_batch_size)
+    }
     below = max((n for n in sizes if near - span <= n < near), default=None)
     above = min((n for n in sizes if near < n <= near + span), default=None)
     return below, above
 
 
+def _tp_sizes(space: SearchSpace) -> list[int]:
+    m = space.base.model
+    return [
+        t
+        for t in divisors(m.num_attention_heads, space.hardware.network.gpus_per_node)
+        if m.ffn_size % t == 0
+    ]
+
+
+def _cp_rule(space: SearchSpace) -> str:
+    """How cp was searched, or why it was not."""
+    base = space.base
+    if base.training.attention_backend is not AttentionBackend.FLASH:
+        return (
+            "cp 1 (context parallelism is searched only with training.attention_backend flash, whose "
+            "fused kernel runs Megatron-core's ring; this scenario's is "
+            f"{base.training.attention_backend.value})"
+        )
+    sizes = ", ".join(map(str, _cp_sizes(base, space.hardware.network.gpus_per_node)))
+    return (
+        f"cp one of {sizes} (context parallelism, with flash attention: divisors of seq_length / 2 "
+        f"({base.model.seq_length // 2}) up to gpus_per_node)"
+    )
+
+
+def _pp_rule(space: SearchSpace) -> str:
+    """Which pp the pipeline split accepts, in the words of the base's split flags."""
+    par, layers = space.base.parallel, space.base.model.num_layers
+    flags = [
+        name
+        for name, on in (
+            ("account_for_embedding_in_pipeline_split", par.account_for_embedding_in_pipeline_split),
+            ("account_for_loss_in_pipeline_split", par.account_for_loss_in_pipeline_split),
+            ("first_pipeline_num_layers", par.first_pipeline_num_layers is not None),
+            ("last_pipeline_num_layers", par.last_pipeline_num_layers is not None),
+        )
+        if on
+    ]
+    if not flags:
+        return f"pp dividing num_layers ({layers})"
+    pps = ", ".join(map(str, split_values(space.base, None)[0]))
+    return f"pp one of {pps} (the pipeline split of num_layers ({layers}) with {', '.join(flags)})"
+
+
 def explain_no_layout(space: SearchSpace) -> str:
-    """Why no layout uses `num_gpus` GPUs: the rules, and the nearest counts that work."""
+    """Why no layout uses `num_gpus` GPUs: the rules (cp's included), and the nearest counts
+    that work."""
     m, training = space.base.model, space.base.training
     below, above = usable_gpu_counts(space, space.num_gpus)
     near = " or ".join(str(n) for n in (below, above) if n is not None)
     return (
         f"--gpus: value {space.num_gpus}: no layout of this model uses exactly {space.num_gpus} GPUs. "
-        f"The GPU count must be tp * pp * dp with tp dividing num_attention_heads ({m.num_attention_heads}) "
-        f"and ffn_hidden_size ({m.ffn_size}) and at most gpus_per_node "
-        f"({space.hardware.network.gpus_per_node}), pp dividing num_layers ({m.num_layers}), and "
+        "The GPU count must be tp * cp * pp * dp with tp dividing num_attention_heads "
+        f"({m.num_attention_heads}) and ffn_hidden_size ({m.ffn_size}) and at most gpus_per_node "
+        f"({space.hardware.network.gpus_per_node}), {_cp_rule(space)}, {_pp_rule(space)}, and "
         f"dp dividing global_batch_size ({training.global_batch_size}) with at least one sample "
         f"per micro-batch; {f'usable counts near it: {near}' if near else 'no usable count within 64 of it'}"
     )

@@ -1,10 +1,11 @@
 """The sweepable axes: which scenario field each one sets, what values it takes, and what
 `auto` expands to.
 
-`dp` is not an axis: a sweep fixes the GPU count and `dp = num_gpus / (tp · pp)`
-(Megatron: world size = t · p · d). `auto` lists candidate values from the model shape
-alone; the loader's cross-field rules (`cross_field_problems`) then drop the combinations
-that do not fit together, so a sweep stays `product()` plus a filter.
+`dp` is not an axis: a sweep fixes the GPU count and `dp = num_gpus / (tp · cp · pp)`
+with the base's cp (Megatron: world size = t · c · p · d). `auto` lists candidate values
+from the model shape (pp / vpp from the pipeline split rules with the base's split flags);
+the loader's cross-field rules (`cross_field_problems`) then drop the combinations that do
+not fit together, so a sweep stays `product()` plus a filter.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, Literal
 
 from simcluster.config.choices import Dtype, Recompute, ScheduleKind
 from simcluster.config.errors import shorten
+from simcluster.config.pipeline_split import SplitRequest, split_problems
 from simcluster.config.scenario import Scenario, divisors
 from simcluster.config.strict import MAX_INT
 
@@ -78,13 +80,41 @@ def _tp(ctx: AutoContext) -> tuple[int, ...]:
     return tuple(d for d in divisors(heads) if ctx.num_gpus % d == 0)
 
 
+def split_values(base: Scenario, num_gpus: int | None) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The pp and vpp values the pipeline split accepts with `base`'s split flags
+    (`split_problems`, the scenario loader's own rules): pp ≤ num_layers divides the GPU count
+    (any pp ≤ num_layers when `num_gpus` is None) and some vpp ≤ 8 splits the layers with it;
+    vpp ≤ 8 splits them with some such pp (pp 1 included). Without split flags these are the
+    divisors of num_layers; with
+    account_for_embedding / account_for_loss_in_pipeline_split, Llama 3 405B's 126 layers
+    (128 counted) take pp 16 × vpp 8 (Megatron-core get_num_layers_to_build)."""
+    par, layers = base.parallel, base.model.num_layers
+
+    def accepts(pp: int, vpp: int) -> bool:
+        request = SplitRequest(
+            num_layers=layers,
+            pp=pp,
+            vpp=vpp,
+            account_for_embedding=par.account_for_embedding_in_pipeline_split,
+            account_for_loss=par.account_for_loss_in_pipeline_split,
+            first_pipeline_num_layers=par.first_pipeline_num_layers,
+            last_pipeline_num_layers=par.last_pipeline_num_layers,
+        )
+        return not split_problems(request)
+
+    vpp_range = range(1, min(layers, MAX_AUTO_VPP) + 1)
+    pp_range = range(1, layers + 1) if num_gpus is None else divisors(num_gpus, min(num_gpus, layers))
+    pps = tuple(p for p in pp_range if any(accepts(p, v) for v in vpp_range))
+    vpps = tuple(v for v in vpp_range if any(accepts(p, v) for p in pps))
+    return pps, vpps
+
+
 def _pp(ctx: AutoContext) -> tuple[int, ...]:
-    return tuple(d for d in divisors(ctx.base.model.num_layers) if ctx.num_gpus % d == 0)
+    return split_values(ctx.base, ctx.num_gpus)[0]
 
 
 def _vpp(ctx: AutoContext) -> tuple[int, ...]:
-    layers = ctx.base.model.num_layers
-    return divisors(layers, min(layers, MAX_AUTO_VPP))
+    return split_values(ctx.base, ctx.num_gpus)[1]
 
 
 def _micro_batch_size(ctx: AutoContext) -> tuple[int, ...]:

@@ -71,8 +71,16 @@ def _layout(spec: SweepSpec, base: Scenario, chosen: dict[str, AxisValue]) -> di
     layout[MODEL_COLUMN] = base.name
     tp, pp = layout["tp"], layout["pp"]
     assert isinstance(tp, int) and isinstance(pp, int)
-    layout["dp"] = spec.num_gpus // (tp * pp) if spec.num_gpus % (tp * pp) == 0 else None
+    model_parallel = tp * base.parallel.cp * pp  # cp is not an axis: the base's context parallelism
+    layout["dp"] = spec.num_gpus // model_parallel if spec.num_gpus % model_parallel == 0 else None
     return {name: layout[name] for name in LAYOUT_COLUMNS}
+
+
+def _indivisible(num_gpus: int, base: Scenario, layout: dict[str, AxisValue | None]) -> str:
+    tp, pp, cp = int(layout["tp"]), int(layout["pp"]), base.parallel.cp  # type: ignore[arg-type]
+    if cp == 1:
+        return f"num_gpus: value {num_gpus}: not divisible by tp * pp ({tp * pp})"
+    return f"num_gpus: value {num_gpus}: not divisible by tp * cp * pp ({tp} * {cp} * {pp} = {tp * cp * pp})"
 
 
 def _scenario_data(base_data: dict[str, Any], layout: dict[str, AxisValue | None]) -> dict[str, Any]:
@@ -81,6 +89,23 @@ def _scenario_data(base_data: dict[str, Any], layout: dict[str, AxisValue | None
     for name, axis in AXES.items():
         (data if axis.section == "scenario" else data[axis.section])[name] = layout[name]
     return data
+
+
+def layout_config(spec: SweepSpec, layout: dict[str, AxisValue]) -> SweepConfig:
+    """The configuration of a table row's layout (its `LAYOUT_COLUMNS` values, plain Python):
+    its base by the model column, with the layout applied and loaded again, as `expand`
+    builds it. A row resumed from an earlier run of the same inputs need not be in this
+    spec's expansion (its axes may have changed). ConfigError when no base has that name
+    or the loader rejects the layout."""
+    full: dict[str, AxisValue | None] = {name: layout[name] for name in LAYOUT_COLUMNS}
+    base = next((b for b in spec.bases if b.name == full[MODEL_COLUMN]), None)
+    if base is None:
+        names = ", ".join(b.name for b in spec.bases)
+        raise ConfigError(
+            spec.source, [f"model: value {full[MODEL_COLUMN]!r}: not a base of this spec ({names})"]
+        )
+    scenario = parse_scenario(_scenario_data(base.model_dump(mode="json"), full), spec.source, base.name)
+    return SweepConfig(config_id(full), full, scenario)  # type: ignore[arg-type]
 
 
 def expand(spec: SweepSpec) -> Expansion:
@@ -106,8 +131,7 @@ def _expand_base(
         layout = _layout(spec, base, dict(zip(names, combination)))
         key = config_id(layout)
         if layout["dp"] is None:
-            total = int(layout["tp"]) * int(layout["pp"])  # type: ignore[arg-type]
-            invalid.append((key, (f"num_gpus: value {spec.num_gpus}: not divisible by tp * pp ({total})",)))
+            invalid.append((key, (_indivisible(spec.num_gpus, base, layout),)))
             continue
         try:
             scenario = parse_scenario(_scenario_data(base_data, layout), spec.source, base.name)

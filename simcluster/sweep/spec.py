@@ -3,7 +3,7 @@
 ```yaml
 base: ../scenarios/paper/gpt3-175b.yaml   # a scenario file, relative to the spec,
                                            # or a list of them (one model each)
-num_gpus: 1024                             # dp = num_gpus / (tp * pp)
+num_gpus: 1024                             # dp = num_gpus / (tp * cp * pp), cp the base's
 axes:                                      # each a list, or auto = every valid value
   tp: [1, 2, 4, 8]
   pp: auto
@@ -103,7 +103,7 @@ def _resolve_axes(
 ) -> dict[str, tuple[AxisValue, ...]]:
     unknown = [name for name in raw if name not in AXES]
     for name in unknown:
-        hint = " (dp follows from num_gpus / (tp * pp))" if name == "dp" else ""
+        hint = " (dp follows from num_gpus / (tp * cp * pp))" if name == "dp" else ""
         problems.append(f"axes.{name}: unknown axis{hint}; allowed: {', '.join(AXES)}")
     for name, values in raw.items():
         if name in AXES and values != AUTO and not isinstance(values, list):

@@ -1,5 +1,6 @@
 """A finished sweep as data: the summary counts and the best rows, JSON-ready (finite
-numbers or null, never NaN), for `simcluster sweep --json` and notebooks."""
+numbers or null, never NaN), each with its Megatron-LM launch line, for `simcluster sweep
+--json` and notebooks."""
 
 from __future__ import annotations
 
@@ -10,10 +11,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from simcluster.sweep.axes import MODEL_COLUMN
+from simcluster.config.errors import ConfigError
+from simcluster.config.megatron_args import to_megatron_args
+from simcluster.sweep.axes import LAYOUT_COLUMNS, MODEL_COLUMN
+from simcluster.sweep.expand import layout_config
 
 if TYPE_CHECKING:
+    from simcluster.sweep.expand import SweepConfig
     from simcluster.sweep.run import SweepOutcome
+    from simcluster.sweep.spec import SweepSpec
 
 DEFAULT_TOP = 10
 
@@ -25,6 +31,42 @@ def swept_columns(outcome: SweepOutcome) -> list[str]:
     named = [name for name in outcome.spec.axes if name not in ("tp", "pp")]
     model = [MODEL_COLUMN] if len(outcome.spec.bases) > 1 else []
     return [*model, "tp", "pp", "dp", *named]
+
+
+def megatron_args(spec: SweepSpec, config: SweepConfig) -> str:
+    """The configuration's Megatron-LM launch line, as `plan` and `export-megatron` write it
+    (`to_megatron_args`, torchrun's --nproc_per_node from its hardware profile): one string
+    that `import-megatron` reads back to the same layout. ConfigError for a configuration
+    Megatron-LM cannot run (the GPipe schedule)."""
+    profile = spec.profiles.get(config.scenario.hardware)
+    if profile is None:  # a resumed row of a profile this spec no longer sweeps
+        raise ConfigError(
+            spec.source, [f"hardware: value {config.scenario.hardware!r}: not a profile of this spec"]
+        )
+    return to_megatron_args(config.scenario, profile.network.gpus_per_node)
+
+
+def row_megatron_args(outcome: SweepOutcome, row: pd.Series, configs: dict[str, SweepConfig]) -> str:
+    """`megatron_args` of a table row: its configuration from `configs` (by id), else
+    rebuilt from the row's layout (a row resumed from an earlier spec's axes)."""
+    config = configs.get(str(row["config_id"]))
+    if config is None:
+        config = layout_config(outcome.spec, {name: _plain(row[name]) for name in LAYOUT_COLUMNS})
+    return megatron_args(outcome.spec, config)
+
+
+def configs_by_id(outcome: SweepOutcome) -> dict[str, SweepConfig]:
+    """Each valid configuration of the sweep by its id (a table row's `config_id`)."""
+    return {config.config_id: config for config in outcome.expansion.configs}
+
+
+def _megatron_args_or_none(
+    outcome: SweepOutcome, row: pd.Series, configs: dict[str, SweepConfig]
+) -> str | None:
+    try:
+        return row_megatron_args(outcome, row, configs)
+    except ConfigError:
+        return None
 
 
 def _plain(value: Any) -> Any:
@@ -43,10 +85,12 @@ def row_json(row: pd.Series) -> dict[str, Any]:
 
 
 def sweep_json(outcome: SweepOutcome, out: Path, top: int = DEFAULT_TOP) -> dict[str, Any]:
-    """The summary of `outcome` and its best `top` rows by MFU that fit, every column."""
+    """The summary of `outcome` and its best `top` rows by MFU that fit, every column and
+    `megatron_args` (null where Megatron-LM cannot run the configuration: GPipe)."""
     from simcluster.sweep.run import best_by_mfu
 
     expansion = outcome.expansion
+    configs = configs_by_id(outcome)
     return {
         "spec": str(outcome.spec.source),
         "out": str(out),
@@ -62,5 +106,11 @@ def sweep_json(outcome: SweepOutcome, out: Path, top: int = DEFAULT_TOP) -> dict
         "num_resumed": outcome.num_resumed,
         "status_counts": outcome.status_counts,
         "elapsed_s": outcome.elapsed_s,
-        "top": [row_json(row) for _, row in best_by_mfu(outcome.table, top).iterrows()],
+        "top": [
+            {
+                **row_json(row),
+                "megatron_args": _megatron_args_or_none(outcome, row, configs),
+            }
+            for _, row in best_by_mfu(outcome.table, top).iterrows()
+        ],
     }

@@ -107,3 +107,39 @@ def test_model_that_fits_nowhere_names_the_smallest_memory(tiny_file, tmp_path):
     assert result.exit_code == 2
     assert "no layout fits in 0.0 GB" in result.stderr
     assert "the smallest peak is" in result.stderr and "tp " in result.stderr and "pp " in result.stderr
+
+
+def test_gpu_count_error_names_the_cp_values_searched(tiny_file):
+    """Flash attention at sequence 384: cp takes the divisors of 192 up to 8, so 6 GPUs
+    (tp 1 · cp 3 · dp 2) are usable and named next to 7, and plan --gpus 6 finds cp 3.
+    Unfused, the same error says cp was not searched and why, and 6 is not usable."""
+    data = yaml.safe_load(tiny_file.read_text())
+    data["model"]["seq_length"] = 384
+    data["training"]["attention_backend"] = "flash"
+    tiny_file.write_text(yaml.safe_dump(data))
+    h100 = ("--hardware", "h100-sxm5-80gb")
+    result = _plan(tiny_file, "--gpus", 7, *h100)
+    assert result.exit_code == 2
+    assert "tp * cp * pp * dp" in result.stderr
+    assert "cp one of 1, 2, 3, 4, 6, 8 (context parallelism, with flash attention" in result.stderr
+    assert "usable counts near it: 6 or 8" in result.stderr
+    six = json.loads(_plan(tiny_file, "--gpus", 6, *h100, "--top", 1, "--json").stdout)
+    assert six["candidates"][0]["scenario"]["parallel"]["cp"] == 3
+    data["training"]["attention_backend"] = "unfused"
+    tiny_file.write_text(yaml.safe_dump(data))
+    unfused = _plan(tiny_file, "--gpus", 7, *h100)
+    assert unfused.exit_code == 2
+    error = unfused.stderr
+    assert "cp 1 (context parallelism is searched only with training.attention_backend flash" in error
+    assert "this scenario's is unfused" in error and "usable counts near it: 4 or 8" in error
+
+
+def test_gpu_count_error_names_the_pp_the_uneven_split_accepts():
+    """Llama 3 405B (126 layers, both account-for flags) on 16,383 GPUs: the pp values are
+    the split's (powers of two: 128 counted layers), not the divisors of 126, and 16,384
+    is the usable count near it."""
+    result = _plan(ROOT / "scenarios" / "modern" / "llama3-405b-h100-16k.yaml", "--gpus", 16383)
+    assert result.exit_code == 2
+    assert "pp one of 1, 2, 4, 8, 16, 32, 64 (the pipeline split of num_layers (126) with " in result.stderr
+    assert "account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split" in result.stderr
+    assert "usable counts near it: 16384" in result.stderr

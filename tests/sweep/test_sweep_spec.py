@@ -48,7 +48,7 @@ def test_axes_not_named_keep_the_base_value_and_num_gpus_defaults_to_the_base(wr
     ("axes", "expected"),
     [
         ({"tensor": [1]}, "axes.tensor: unknown axis; allowed: tp, pp, vpp"),
-        ({"dp": [1, 2]}, "axes.dp: unknown axis (dp follows from num_gpus / (tp * pp))"),
+        ({"dp": [1, 2]}, "axes.dp: unknown axis (dp follows from num_gpus / (tp * cp * pp))"),
         ({"recompute": ["partial"]}, "axes.recompute: value 'partial': allowed: none, selective, full"),
         ({"tp": [0, 2]}, "axes.tp: value 0: allowed: positive integers"),
         ({"tp": [True]}, "axes.tp: value True: allowed: positive integers"),
