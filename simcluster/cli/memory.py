@@ -67,13 +67,23 @@ def memory(
         return
     typer.echo(format_memory_report(report))
     if measured:
+        cp = spec.parallel.cp
+        ring = f", rank 0 of the cp = {cp} K/V ring on s/cp = {spec.model.seq_length // cp} tokens"
         typer.echo(
-            f"\nmeasured on {device} (real layer, rank 0 of t = {spec.parallel.tp}): "
+            f"\nmeasured on {device} (real layer, rank 0 of t = {spec.parallel.tp}"
+            + (ring if cp > 1 else "")
+            + "): "
             f"{measured['activation_bytes']:,} bytes per layer kept for backward "
             f"(+ {measured['negligible_bytes']:,} of layer-norm statistics the paper neglects); "
             f"predicted {report.predicted_bytes_per_layer:,.0f}"
         )
-        if measured["view_held_bytes"]:
+        if measured["view_held_bytes"] and cp > 1:
+            typer.echo(
+                f"the difference, {measured['view_held_bytes']:,} bytes, is the QKV output kept "
+                "alive by Q's view (no RoPE) beside the K/V buffer the ring saves (TE's "
+                "AttnFuncWithCPAndKVP2P): the op graph counts Q, K and V once"
+            )
+        elif measured["view_held_bytes"]:
             # Not hidden: the real layer keeps bytes the op graph does not count.
             typer.echo(
                 f"the difference, {measured['view_held_bytes']:,} bytes, is the QKV output kept "
@@ -107,7 +117,8 @@ def _measure(spec, device: str) -> dict[str, int]:
     except ImportError:
         fail("--measure needs torch: pip install 'simcluster[torch]' (torch==2.13.0 for the CPU wheel)")
     cfg = layer_config(spec)
-    layer = LayerSpec.from_layer_config(cfg, dtype=spec.training.dtype)
+    # cfg is one rank's layer on s/cp tokens; cp > 1 runs it as rank 0 of the K/V ring.
+    layer = LayerSpec.from_layer_config(cfg, dtype=spec.training.dtype, cp=spec.parallel.cp)
     if device == "cpu":
         _check_cpu_fits(spec, cfg)
     measured = measure_saved_bytes(layer, device=device)

@@ -9,6 +9,7 @@ runs on a bare GPU machine; what it measures is written as `simcluster.calibrati
                  Figures 4-5; column- and row-parallel linears.
 - `ops`          fused scale-mask-softmax, 1-byte-mask dropout, dropout mask sources.
 - `weights`      deterministic serial init and Megatron sharding.
+- `context_parallel` zig-zag sequence chunks and TE's p2p K/V ring attention (cp > 1).
 - `transformer`  ParallelTransformerLayer and its builders (serial, sharded, local shapes).
 - `checks`       sharded layer vs serial layer, operator definitions.
 - `accounting`   bytes saved for backward vs Table 2 (measure_saved_bytes, table2_bytes).

@@ -26,13 +26,13 @@ OPTIONS = {
 EXACT = {"swiglu", "squared_relu", "rmsnorm", "flash"}
 
 
-def _scenario(tmp_path: Path, model: dict, training: dict) -> Path:
+def _scenario(tmp_path: Path, model: dict, training: dict, cp: int = 1) -> Path:
     data = {
         "name": "modern-tiny",
         "hardware": "h100-sxm5-80gb",
         "model": {"num_layers": 4, "hidden_size": 256, "num_attention_heads": 8,
                   "ffn_hidden_size": 512, "seq_length": 64, "vocab_size": 1024, **model},
-        "parallel": {"tp": 2, "pp": 1, "dp": 1, "sequence_parallel": True},
+        "parallel": {"tp": 2, "cp": cp, "pp": 1, "dp": 1, "sequence_parallel": True},
         "training": {"micro_batch_size": 2, "global_batch_size": 4, **training},
     }
     path = tmp_path / "modern.yaml"
@@ -60,3 +60,26 @@ def test_memory_measure_names_the_view_held_difference(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     # e·S·(q + k)/t = 2 · 128 · (256 + 128) / 2
     assert "the difference, 49,152 bytes, is the QKV output kept alive by V's view" in result.output
+
+
+def _measure_json(path: Path) -> dict:
+    result = runner.invoke(app, ["memory", str(path), "--measure", "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_memory_measure_context_parallel(tmp_path: Path) -> None:
+    """cp = 2: the real layer runs as rank 0 of the K/V ring on s/cp = 32 tokens. Llama mix:
+    the ring saves a K/V buffer and RoPE'd Q, nothing holds the QKV output, measured ==
+    predicted. MHA without RoPE: Q's view keeps the QKV output's K/V part beside the ring's
+    buffer, e·S·2k/t = 2 · 64 · 512 / 2 bytes, named."""
+    llama = _measure_json(_scenario(tmp_path, *OPTIONS["llama"], cp=2))
+    assert llama["measured_bytes_per_layer"] == llama["predicted_bytes_per_layer"]
+    assert llama["measured"]["view_held_bytes"] == 0
+    flash = _measure_json(_scenario(tmp_path, *OPTIONS["flash"], cp=2))
+    assert flash["measured"]["view_held_bytes"] == 32_768
+    assert flash["measured_bytes_per_layer"] == flash["predicted_bytes_per_layer"] + 32_768
+    result = runner.invoke(app, ["memory", str(_scenario(tmp_path, *OPTIONS["flash"], cp=2)),
+                                 "--measure"])
+    assert "rank 0 of the cp = 2 K/V ring on s/cp = 32 tokens" in result.output
+    assert "the difference, 32,768 bytes, is the QKV output kept alive by Q's view" in result.output

@@ -19,6 +19,12 @@ the RNG state per checkpointed region (torch.get_rng_state(): 5,056 B on CPU; 16
 device), held by the checkpoint frame, not as a saved tensor. Nothing else is saved: the
 causal mask is rebuilt in forward, dropout masks are the only RNG products kept, and the
 layer input under full recompute is the one saved tensor (2sbh, or 2sbh/t with SP).
+
+With context parallelism (spec.cp > 1) the layer is rank 0 of the cp ring too, its K/V
+"received" from the stand-in (a new buffer, as on a real ring), and the prediction is the op
+graph's CP layer (`workload.context_parallel`): the same bytes as the local flash kernel on
+s/c tokens. The ring saves the last received K/V buffer instead of the layer's K and V,
+which changes what views keep alive (`view_held_terms`).
 """
 
 from __future__ import annotations
@@ -40,7 +46,8 @@ from simcluster.config.choices import (
 from simcluster.profiler.layer.parallel import ShardStandInComm
 from simcluster.profiler.layer.spec import LayerSpec
 from simcluster.profiler.layer.transformer import layer_input, local_layer
-from simcluster.workload.layer import saved_activation_bytes
+from simcluster.workload.context_parallel import context_parallel_layer_ops
+from simcluster.workload.layer import layer_ops
 
 
 @dataclass(frozen=True)
@@ -119,8 +126,10 @@ def _category(tensor: Tensor) -> str:
 
 
 def measure_saved_bytes(spec: LayerSpec, device: str = "cpu", seed: int = 0) -> SavedBytes:
-    """Bytes one layer forward keeps for backward on rank 0 of `spec.tp` (stand-in comm)."""
-    layer = local_layer(spec, ShardStandInComm(spec.tp), seed, device)
+    """Bytes one layer forward keeps for backward on rank 0 of `spec.tp` and of `spec.cp`
+    (stand-in comms)."""
+    layer = local_layer(spec, ShardStandInComm(spec.tp), seed, device,
+                        cp_comm=ShardStandInComm(spec.cp))
     x = layer_input(spec, seed, rank=0, device=device).requires_grad_()
     with SavedTensorCounter(layer) as counter:
         out = layer(x)
@@ -150,9 +159,13 @@ def table2_bytes(spec: LayerSpec) -> int:
     input, which with SP is the [s/t, b, h] shard, so this is 2sbh/t there. For another
     element size e the same terms read sbh((4e + 2)·r + 12e/t) + as²b(2e + 1)/t, r = 1/t
     under SP, else 1. Using the op graph here is the one-source-of-truth link: measured
-    bytes == op graph + named negligible buffers is tested for every row.
+    bytes == op graph + named negligible buffers is tested for every row. With CP it is the
+    op graph's CP layer on s/c tokens (`context_parallel_layer_ops`), what `simcluster
+    memory` predicts per rank.
     """
-    return _exact(Fraction(saved_activation_bytes(spec.config())).limit_denominator(1 << 20))
+    cfg = spec.config()
+    ops = context_parallel_layer_ops(layer_ops(cfg), cfg, spec.cp)
+    return _exact(Fraction(ops.saved_bytes).limit_denominator(1 << 20))
 
 
 def _exact(value: Fraction) -> int:
@@ -235,6 +248,12 @@ def view_held_terms(spec: LayerSpec) -> dict[str, int]:
     is a copy — Megatron's `query.reshape` to [s, b, a/t, d] copies when a rank holds more
     than one group of more than one head (eSq/t more). The unfused GQA path keeps the QKV
     output when Q is a view (RoPE off): 2eSk/t beyond Q.
+
+    Context parallelism without recompute: TE's ring saves Q as given and the last received
+    K/V buffer (`context_parallel`), not the layer's K and V, so the QKV output stays alive
+    only while the saved Q is a view of it (RoPE off, Q a view): then its K and V part,
+    2eSk/t, is kept beside the K/V buffer that §4 counts. With RoPE, or a copied Q, nothing
+    holds it. Selective recompute's checkpoint still saves the layer's Q, K, V (rule above).
     """
     if spec.recompute is Recompute.FULL:
         return {}
@@ -243,7 +262,9 @@ def view_held_terms(spec: LayerSpec) -> dict[str, int]:
     rope = spec.position_embedding is PositionEmbedding.ROPE
     q_view = spec.kv_heads_per_rank == 1 or spec.heads_per_group == 1
     flash = spec.attention_backend is AttentionBackend.FLASH
-    if flash or spec.recompute is Recompute.SELECTIVE or k == q:
+    if spec.cp > 1 and spec.recompute is Recompute.NONE:
+        extra = 2 * k if (q_view and not rope) else 0
+    elif flash or spec.recompute is Recompute.SELECTIVE or k == q:
         extra = (q + k) if rope else (0 if q_view else q)
     else:  # unfused GQA: Q view or copy, K and V repeated copies
         extra = 2 * k if (q_view and not rope) else 0  # §4 counted Q; its storage has K, V too

@@ -8,7 +8,10 @@ full serial mask of each dropout site from a generator seeded by (seed, site) an
 own slice (its heads for the attention probabilities, its sequence rows under SP).
 
 Run it on every rank of a process group (`launch.run_distributed`) or alone with a
-`ShardStandInComm(1)`.
+`ShardStandInComm(1)`. With context parallelism, `compare_with_serial_cp` splits the world
+into tp × cp (× dp replicas) groups in Megatron's tp-cp-dp order and compares each cp rank's
+two sequence chunks; parameter gradients are summed over the cp group first, as Megatron's
+DP × CP gradient reduction does.
 """
 
 from __future__ import annotations
@@ -20,12 +23,15 @@ import torch
 from torch import Tensor
 
 from simcluster.config.choices import Recompute
+from simcluster.profiler.layer.context_parallel import local_rows
 from simcluster.profiler.layer.parallel import (
     Comm,
+    ShardStandInComm,
     copy_to_tensor_parallel,
     gather_from_sequence_parallel,
     reduce_from_tensor_parallel,
     reduce_scatter_to_sequence_parallel,
+    tp_cp_comms,
 )
 from simcluster.profiler.layer.spec import LayerSpec
 from simcluster.profiler.layer.transformer import (
@@ -56,20 +62,39 @@ def compare_with_serial(comm: Comm, specs: Sequence[LayerSpec], seed: int = 0
     return [_compare(comm, spec, seed) for spec in specs]
 
 
-def _compare(comm: Comm, spec: LayerSpec, seed: int) -> Comparison:
+def compare_with_serial_cp(world: Comm, specs: Sequence[LayerSpec], seed: int = 0
+                           ) -> list[Comparison]:
+    """`compare_with_serial` for specs with context parallelism: each spec's tp·cp must
+    divide world.world_size (the rest are data-parallel replicas). Comparison.rank is the
+    world rank."""
+    results = []
+    for spec in specs:
+        comm, cp_comm = tp_cp_comms(world, spec.tp, spec.cp)
+        comparison = _compare(comm, spec, seed, cp_comm)
+        results.append(replace(comparison, rank=world.rank))
+    return results
+
+
+def _compare(comm: Comm, spec: LayerSpec, seed: int, cp_comm: Comm | None = None
+             ) -> Comparison:
+    cp_comm = cp_comm or ShardStandInComm(1)
     reference = replace(spec.serial(), recompute=Recompute.NONE)
     ref_out, ref_dx, ref_grads = _forward_backward(
         serial_layer(reference, seed), layer_input(reference, seed),
         layer_input(reference, seed + 1))
     out, dx, grads = _forward_backward(
-        sharded_layer(spec, comm, seed), layer_input(spec, seed, comm.rank),
-        layer_input(spec, seed + 1, comm.rank))
+        sharded_layer(spec, comm, seed, cp_comm=cp_comm),
+        layer_input(spec, seed, comm.rank, cp_rank=cp_comm.rank),
+        layer_input(spec, seed + 1, comm.rank, cp_rank=cp_comm.rank))
     if spec.sequence_parallel:  # replicated params saw s/t tokens: sum their grads
         grads = {n: comm.all_reduce(g.clone()) if n in REPLICATED else g
                  for n, g in grads.items()}
+    if spec.cp > 1:  # every param saw s/c tokens: sum over the cp group
+        grads = {n: cp_comm.all_reduce(g.clone()) for n, g in grads.items()}
     expected = shard(ref_grads, spec, comm.rank)
-    errors = {"output": _rel_error(out, _local_rows(ref_out, spec, comm.rank)),
-              "input_grad": _rel_error(dx, _local_rows(ref_dx, spec, comm.rank))}
+    rows = {"tp_rank": comm.rank, "cp_rank": cp_comm.rank}
+    errors = {"output": _rel_error(out, _local_rows(ref_out, spec, **rows)),
+              "input_grad": _rel_error(dx, _local_rows(ref_dx, spec, **rows))}
     errors.update({f"grad/{n}": _rel_error(grads[n], expected[n]) for n in grads})
     return Comparison(spec, comm.rank, errors)
 
@@ -130,10 +155,12 @@ def _grad(leaf: Tensor) -> Tensor:
     return leaf.grad
 
 
-def _local_rows(full: Tensor, spec: LayerSpec, rank: int) -> Tensor:
-    """This rank's sequence rows of a serial [s, b, h] tensor (all of them without SP)."""
-    start = rank * spec.local_seq_length if spec.sequence_parallel else 0
-    return full.narrow(0, start, spec.local_seq_length)
+def _local_rows(full: Tensor, spec: LayerSpec, tp_rank: int, cp_rank: int = 0) -> Tensor:
+    """This rank's sequence rows of a serial [s, b, h] tensor: its cp chunks, then its SP
+    slice of them (all of them without SP)."""
+    chunks = local_rows(full, spec.cp, cp_rank)
+    start = tp_rank * spec.local_seq_length if spec.sequence_parallel else 0
+    return chunks.narrow(0, start, spec.local_seq_length)
 
 
 def _rel_error(actual: Tensor, expected: Tensor) -> float:

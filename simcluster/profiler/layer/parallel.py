@@ -12,8 +12,10 @@ With sequence parallelism (Figure 5) the layer-norm/dropout regions hold s/t of 
 
 All of them talk through a small `Comm`: `DistributedComm` wraps a torch.distributed process
 group (gloo on CPU, NCCL on GPU); `ShardStandInComm` lets one process play rank 0 with the
-right shard shapes (all-reduce = identity, all-gather = t copies, reduce-scatter = first 1/t),
-which is what a single-GPU timing or memory run needs. The sequence is dim 0 ([s, b, h]).
+right shard shapes (all-reduce = identity, all-gather = t copies, reduce-scatter = first 1/t,
+ring shift = a copy), which is what a single-GPU timing or memory run needs. The sequence is
+dim 0 ([s, b, h]). A context-parallel layer holds a second `Comm` over its cp group, used only
+for the K/V ring's `shift` (`context_parallel`).
 
 `column_parallel_linear(..., sequence_parallel=True)` is Megatron's
 LinearWithGradAccumulationAndAsyncCommunication without the overlap: it all-gathers the
@@ -56,6 +58,12 @@ class Comm(Protocol):
         """Sum over ranks and keep this rank's 1/t slice of dim 0: [s, ...] -> [s/t, ...]."""
         ...
 
+    def shift(self, x: Tensor, offset: int) -> Tensor:
+        """Send `x` to rank + offset and return (a new tensor) what rank − offset sent, ranks
+        modulo world_size: one step of context parallelism's K/V ring (TE
+        `flash_attn_p2p_communicate`, batched isend/irecv)."""
+        ...
+
 
 class DistributedComm:
     """`Comm` over a torch.distributed process group (default: the world)."""
@@ -96,13 +104,29 @@ class DistributedComm:
         dist.all_reduce(summed, group=self.group)
         return summed.chunk(t, dim=0)[self.rank].clone()
 
+    def shift(self, x: Tensor, offset: int) -> Tensor:
+        n, r = self.world_size, self.rank
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        if n == 1:
+            return out.copy_(x)
+        # P2POp takes global ranks; the group's ranks are mapped through the group.
+        dst, src = ((r + offset) % n, (r - offset) % n)
+        if self.group is not None:
+            dst, src = dist.get_global_rank(self.group, dst), dist.get_global_rank(self.group, src)
+        ops = [dist.P2POp(dist.isend, x, dst, self.group), dist.P2POp(dist.irecv, out, src, self.group)]
+        for request in dist.batch_isend_irecv(ops if r % 2 == 0 else ops[::-1]):
+            request.wait()
+        return out
+
 
 class ShardStandInComm:
     """One process standing in for `rank` of a `world_size` group: shapes right, values not.
 
     all-reduce returns its input (this rank's partial sum), all-gather concatenates t copies
-    of the local shard, reduce-scatter keeps a copy of the first 1/t slice. Good for timing
-    kernels and measuring memory at per-rank shard shapes on one device (paper, Table 4).
+    of the local shard, reduce-scatter keeps a copy of the first 1/t slice, shift returns a
+    copy. Good for timing kernels and measuring memory at per-rank shard shapes on one device
+    (paper, Table 4).
     """
 
     def __init__(self, world_size: int, rank: int = 0) -> None:
@@ -135,6 +159,41 @@ class ShardStandInComm:
         if t == 1:
             return x
         return x[: x.shape[0] // t].clone()
+
+    def shift(self, x: Tensor, offset: int) -> Tensor:
+        """A copy of `x`: what arrives is a new buffer of the sender's shape, as on a ring."""
+        return x.clone(memory_format=torch.contiguous_format)
+
+
+_GROUPS: dict[tuple[int, int], tuple[Comm, Comm]] = {}
+
+
+def tp_cp_comms(world: Comm, tp: int, cp: int) -> tuple[Comm, Comm]:
+    """(tensor-parallel, context-parallel) comms of this process in a torch.distributed
+    world of tp·cp·dp ranks, Megatron's tp-cp-dp order: global rank = tp_rank + tp·(cp_rank
+    + cp·dp_rank), so TP groups are contiguous and CP groups have stride tp (modern.md §3.1).
+    Every rank must call it with the same (tp, cp) in the same order (new_group is
+    collective); groups are made once per process. A group of one is a `ShardStandInComm(1)`.
+    """
+    size = world.world_size
+    if size % (tp * cp):
+        raise ValueError(f"world of {size} ranks is not a multiple of tp·cp = {tp}·{cp}")
+    if (tp, cp) not in _GROUPS:
+        tp_comm: Comm = ShardStandInComm(1)
+        cp_comm: Comm = ShardStandInComm(1)
+        blocks = [[tp * (c + cp * d) + i for c in range(cp) for i in range(tp)]
+                  for d in range(size // (tp * cp))]
+        for block in blocks:  # the same new_group calls, in the same order, on every rank
+            for members in ([block[c * tp:(c + 1) * tp] for c in range(cp)] if tp > 1 else []):
+                group = dist.new_group(members)
+                if world.rank in members:
+                    tp_comm = DistributedComm(group)
+            for members in ([block[i::tp] for i in range(tp)] if cp > 1 else []):
+                group = dist.new_group(members)
+                if world.rank in members:
+                    cp_comm = DistributedComm(group)
+        _GROUPS[(tp, cp)] = (tp_comm, cp_comm)
+    return _GROUPS[(tp, cp)]
 
 
 class _CopyToTensorParallel(torch.autograd.Function):

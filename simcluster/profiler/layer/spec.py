@@ -30,11 +30,17 @@ class LayerSpec(LayerConfig):
     `attention_dropout` (on the attention probabilities); Table 2's mask terms assume > 0.
     The flash path applies no attention dropout (Megatron's Llama recipes set
     --attention-dropout 0; a flash kernel keeps no mask either way, only an RNG seed).
+
+    `cp` > 1 makes the rank one of a context-parallel ring (modern.md §3.2): like the
+    simulator's layer config (`workload.model.layer_config`), `seq_length` is then the s/cp
+    tokens this rank holds, chunks r and 2cp − 1 − r of the 2·cp chunks of the sequence;
+    `full_seq_length` is s. Needs flash attention and an even `seq_length`.
     """
 
     dropout_prob: float | None = None
     layernorm_epsilon: float = field(default=1e-5, repr=False)
     rotary_base: float = field(default=10000.0, repr=False)
+    cp: int = 1
 
     def __post_init__(self) -> None:
         if self.dropout_prob is not None:  # one knob for both dropout sites
@@ -50,6 +56,28 @@ class LayerSpec(LayerConfig):
         object.__setattr__(self, "attention_backend", backend)
         if self.position_embedding is PositionEmbedding.ROPE and self.head_dim % 2:
             raise ValueError(f"LayerSpec: RoPE rotates head-dim halves; head_dim={self.head_dim} is odd")
+        self._check_context_parallel()
+
+    def _check_context_parallel(self) -> None:
+        """Megatron-core's rules for --context-parallel-size (modern.md §3.2)."""
+        if self.cp < 1:
+            raise ValueError(f"LayerSpec.cp must be >= 1, got {self.cp}")
+        if self.cp == 1:
+            return
+        if self.attention_backend is not AttentionBackend.FLASH:
+            raise ValueError(
+                f"LayerSpec.cp={self.cp} needs attention_backend=flash, got "
+                f"{self.attention_backend.value}: context parallelism runs the attention core as "
+                "TE's flash-attention K/V ring (AttnFuncWithCPAndKVP2P)")
+        if self.seq_length % 2:
+            raise ValueError(
+                f"LayerSpec.seq_length={self.seq_length} (tokens per cp rank, s/cp) must be even "
+                f"with cp={self.cp}: the sequence is split into 2·cp chunks, two per rank")
+
+    @property
+    def full_seq_length(self) -> int:
+        """s: the whole sequence, over the cp ranks (seq_length · cp)."""
+        return self.seq_length * self.cp
 
     @property
     def heads_per_group(self) -> int:
@@ -74,5 +102,5 @@ class LayerSpec(LayerConfig):
         return LayerConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(LayerConfig)})
 
     def serial(self) -> LayerSpec:
-        """The same layer with no parallelism (t = 1, no SP)."""
-        return replace(self, tp=1, sequence_parallel=False)
+        """The same layer with no parallelism (t = 1, no SP, cp = 1 on the whole sequence)."""
+        return replace(self, tp=1, sequence_parallel=False, cp=1, seq_length=self.full_seq_length)

@@ -21,6 +21,12 @@ the unfused core, SwiGLU or squared ReLU in place of GeLU. What they keep is in 
 Recompute: SELECTIVE checkpoints the attention core (its saved inputs are Q, K, V); FULL
 checkpoints the whole layer (only its input is kept), both with torch.utils.checkpoint
 (use_reentrant=False, RNG state preserved).
+
+Context parallelism (spec.cp > 1, a second `Comm` over the cp group): the layer holds the
+s/c tokens of chunks r and 2c − 1 − r (`context_parallel`); RoPE uses those tokens' global
+positions, dropout masks their rows, and the flash core becomes TE's K/V ring
+(`context_parallel.ring_attention`). Parameters are the same on every cp rank; their
+gradients are partial sums over the cp group (Megatron reduces them over DP × CP).
 """
 
 from __future__ import annotations
@@ -38,6 +44,12 @@ from simcluster.config.choices import (
     Normalization,
     PositionEmbedding,
     Recompute,
+)
+from simcluster.profiler.layer.context_parallel import (
+    contiguous_runs,
+    local_positions,
+    local_rows,
+    ring_attention,
 )
 from simcluster.profiler.layer.ops import (
     LocalMasks,
@@ -68,7 +80,8 @@ from simcluster.profiler.layer.weights import (
 
 
 class ParallelTransformerLayer(nn.Module):
-    """The layer on rank `comm.rank` of `spec.tp`; parameters are this rank's shards.
+    """The layer on rank `comm.rank` of `spec.tp` (and `cp_comm.rank` of `spec.cp`);
+    parameters are this tensor-parallel rank's shards.
 
     q = a·d and k = g·d (k = q = h without GQA); fc1 is 2f wide under SwiGLU.
     """
@@ -85,14 +98,17 @@ class ParallelTransformerLayer(nn.Module):
     fc1_bias: nn.Parameter  # [f/t], [2f/t] under SwiGLU
     fc2_weight: nn.Parameter  # [h, f/t]
     fc2_bias: nn.Parameter  # [h], added once after f̄ / ḡ
-    rope_cos: Tensor  # [s, 1, 1, d], RoPE only: constant buffers, not activations
+    rope_cos: Tensor  # [s/c, 1, 1, d], RoPE only: constant buffers, not activations
     rope_sin: Tensor
 
     def __init__(self, spec: LayerSpec, weights: dict[str, Tensor], comm: Comm,
-                 masks: MaskSource) -> None:
+                 masks: MaskSource, cp_comm: Comm | None = None) -> None:
         super().__init__()
         if comm.world_size != spec.tp:
             raise ValueError(f"comm has world_size {comm.world_size}, spec.tp is {spec.tp}")
+        cp_comm = cp_comm or ShardStandInComm(1)
+        if cp_comm.world_size != spec.cp:
+            raise ValueError(f"cp_comm has world_size {cp_comm.world_size}, spec.cp is {spec.cp}")
         shapes = param_shapes(spec)
         for name in param_names(spec):
             if tuple(weights[name].shape) != shapes[name]:
@@ -102,13 +118,16 @@ class ParallelTransformerLayer(nn.Module):
         if spec.position_embedding is PositionEmbedding.ROPE:
             # Megatron computes the rotary tables once per model forward and hands them to
             # every layer, so they belong to no layer's activations (modern.md §4 row 4).
+            # With CP, the rank's two chunks' global positions (Megatron-core
+            # `get_pos_emb_on_this_cp_rank`).
             weight = weights["qkv_weight"]
-            cos, sin = rope_tables(torch.arange(spec.seq_length), spec.head_dim,
-                                   spec.rotary_base, spec.torch_dtype)
+            positions = local_positions(spec.full_seq_length, spec.cp, cp_comm.rank)
+            cos, sin = rope_tables(positions, spec.head_dim, spec.rotary_base, spec.torch_dtype)
             self.register_buffer("rope_cos", cos.to(weight.device), persistent=False)
             self.register_buffer("rope_sin", sin.to(weight.device), persistent=False)
         self.spec = spec
         self.comm = comm
+        self.cp_comm = cp_comm
         self.masks = masks
 
     def forward(self, x: Tensor) -> Tensor:
@@ -165,6 +184,9 @@ class ParallelTransformerLayer(nn.Module):
         [s, b, a/t, d] in memory, so the reshape below is a view and the projection saves
         the same storage (row 6).
         """
+        if self.spec.cp > 1:
+            context = ring_attention(q, k, v, self.cp_comm)  # [s/c, b, a/t, d], a new tensor
+            return context.reshape(*context.shape[:2], -1)
         s, b, heads, d = q.shape
         out = F.scaled_dot_product_attention(
             q.permute(1, 2, 0, 3), k.permute(1, 2, 0, 3), v.permute(1, 2, 0, 3),
@@ -211,22 +233,35 @@ class ParallelTransformerLayer(nn.Module):
     def _bias_dropout_add(self, x: Tensor, bias: Tensor, residual: Tensor, site: str) -> Tensor:
         """residual + dropout(x + bias): keeps only the sbh (sbh/t with SP) 1-byte mask."""
         spec = self.spec
-        start = self.comm.rank * spec.local_seq_length if spec.sequence_parallel else 0
-        keep = self.masks.keep_mask(site, (spec.seq_length, spec.micro_batch_size,
-                                           spec.hidden_size), 0, start,
-                                    start + spec.local_seq_length, spec.hidden_dropout, x.device)
-        return residual + dropout(x + bias, keep, spec.hidden_dropout)
+        p = spec.hidden_dropout
+        full = (spec.full_seq_length, spec.micro_batch_size, spec.hidden_size)
+        rows = _region_positions(spec, self.comm.rank, self.cp_comm.rank)
+        runs = contiguous_runs(rows)  # one run without CP; up to two with it
+        masks = [self.masks.keep_mask(site, full, 0, start, stop, p, x.device)
+                 for start, stop in runs]
+        keep = masks[0] if len(masks) == 1 or masks[0] is None else torch.cat(masks)  # type: ignore[arg-type]
+        return residual + dropout(x + bias, keep, p)
+
+
+def _region_positions(spec: LayerSpec, tp_rank: int, cp_rank: int) -> Tensor:
+    """Global sequence positions of the rows this rank holds outside the tensor-parallel
+    regions: its cp chunks, then its 1/t slice of them under SP."""
+    positions = local_positions(spec.full_seq_length, spec.cp, cp_rank)
+    start = tp_rank * spec.local_seq_length if spec.sequence_parallel else 0
+    return positions.narrow(0, start, spec.local_seq_length)
 
 
 def sharded_layer(spec: LayerSpec, comm: Comm, seed: int = 0, device: str = "cpu",
-                  masks: MaskSource | None = None) -> ParallelTransformerLayer:
-    """Rank `comm.rank`'s layer with weights sliced from `serial_weights(spec, seed)`.
+                  masks: MaskSource | None = None, cp_comm: Comm | None = None
+                  ) -> ParallelTransformerLayer:
+    """Rank `comm.rank`'s layer with weights sliced from `serial_weights(spec, seed)`
+    (the same on every cp rank of `cp_comm`, default: no CP).
 
     Default masks are `SlicedMasks(seed)`: the same dropped elements as the serial layer.
     """
     weights = shard(serial_weights(spec, seed), spec, comm.rank)
     weights = {n: w.to(device=device, dtype=spec.torch_dtype) for n, w in weights.items()}
-    return ParallelTransformerLayer(spec, weights, comm, masks or SlicedMasks(seed))
+    return ParallelTransformerLayer(spec, weights, comm, masks or SlicedMasks(seed), cp_comm)
 
 
 def serial_layer(spec: LayerSpec, seed: int = 0, device: str = "cpu",
@@ -236,17 +271,22 @@ def serial_layer(spec: LayerSpec, seed: int = 0, device: str = "cpu",
 
 
 def local_layer(spec: LayerSpec, comm: Comm, seed: int = 0, device: str = "cpu",
-                masks: MaskSource | None = None) -> ParallelTransformerLayer:
+                masks: MaskSource | None = None, cp_comm: Comm | None = None
+                ) -> ParallelTransformerLayer:
     """A layer of rank shapes with weights drawn on `device` (timing and memory runs)."""
     weights = local_weights(spec, seed, torch.device(device))
-    return ParallelTransformerLayer(spec, weights, comm, masks or LocalMasks())
+    return ParallelTransformerLayer(spec, weights, comm, masks or LocalMasks(), cp_comm)
 
 
-def layer_input(spec: LayerSpec, seed: int, rank: int = 0, device: str = "cpu") -> Tensor:
-    """Rank `rank`'s slice of a seeded serial input [s, b, h] (all of it without SP)."""
+def layer_input(spec: LayerSpec, seed: int, rank: int = 0, device: str = "cpu",
+                cp_rank: int = 0) -> Tensor:
+    """Rank `rank`'s slice of a seeded serial input [s, b, h] (all of it without SP), of
+    cp rank `cp_rank`'s chunks with CP."""
     gen = torch.Generator(device="cpu")
     gen.manual_seed(seed)
-    full = torch.randn(spec.seq_length, spec.micro_batch_size, spec.hidden_size, generator=gen)
+    full = torch.randn(spec.full_seq_length, spec.micro_batch_size, spec.hidden_size,
+                       generator=gen)
+    full = local_rows(full, spec.cp, cp_rank)
     start = rank * spec.local_seq_length if spec.sequence_parallel else 0
     local = full.narrow(0, start, spec.local_seq_length).clone()
     return local.to(device=device, dtype=spec.torch_dtype)
