@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 from dataclasses import replace
 
+from simcluster.config.choices import PositionEmbedding, Recompute
 from simcluster.workload.layer import LayerOps, flash_attention_shape
 from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.ops import Op, OpKind, RingAttention
@@ -63,13 +64,37 @@ def _ring_op(op: Op, cfg: LayerConfig, cp: int) -> Op:
 def context_parallel_layer_ops(ops: LayerOps, cfg: LayerConfig, cp: int) -> LayerOps:
     """`ops` (the layer on s/c tokens) with its flash-attention kernels, forward, backward
     and the selective-recompute forward, turned into the K/V ring over c ranks; unchanged
-    for c = 1. Saved bytes stay those of the local kernel."""
+    for c = 1. Saved bytes stay those of the local kernel (TE `AttnFuncWithCPAndKVP2P.forward`
+    saves Q as given, the last received K/V chunk, O and the LSE), plus `ring_held_bytes`."""
     if cp == 1:
         return ops
+    held = ring_held_bytes(cfg)
 
     def convert(seq: tuple[Op, ...]) -> tuple[Op, ...]:
         return tuple(
             _ring_op(op, cfg, cp) if op.kind is OpKind.ATTENTION and op.name in RING_OPS else op for op in seq
         )
 
-    return LayerOps(convert(ops.forward), convert(ops.backward), convert(ops.recompute))
+    forward = convert(ops.forward)
+    if held:
+        forward = tuple(
+            replace(op, saved_bytes=op.saved_bytes + held) if op.name == "attn.flash" else op
+            for op in forward
+        )
+    return LayerOps(forward, convert(ops.backward), convert(ops.recompute))
+
+
+def ring_held_bytes(cfg: LayerConfig) -> float:
+    """The QKV output's K/V part, e·S·2k/t, kept alive under CP without recompute when the Q the
+    ring saves is still a view of the QKV GEMM output: TE's `DotProductAttention` keeps the
+    views when their layout is one it accepts (`get_qkv_layout`: MHA-style split, no RoPE;
+    see `layer.qkv_output_held_bytes` for when Megatron-core's Q is a view), the ring then
+    saves that Q and its own K/V buffer (a `torch.cat` copy), so the layer's K and V storage
+    stays beside it. Only MHA without RoPE keeps the views (sbh3d): a RoPE'd Q/K, or any GQA
+    split (K, V of another shape than Q), is made contiguous by TE; selective recompute's
+    checkpoint is counted by `qkv_output_held_bytes`."""
+    if cfg.recompute is not Recompute.NONE or cfg.position_embedding is PositionEmbedding.ROPE:
+        return 0.0
+    if cfg.query_groups != cfg.num_attention_heads:
+        return 0.0
+    return cfg.element_bytes * cfg.tokens * 2 * cfg.kv_width / cfg.tp

@@ -72,14 +72,14 @@ def _layer_ops_16bit(cfg: LayerConfig) -> LayerOps:
         # keeps Q, K, V (the storage the kernel would save) and proj still keeps O, so only
         # the LSE is freed; the backward re-runs the flash forward (modern.md §3.6, §4).
         q, k = _slice_bytes(cfg, cfg.query_width), _slice_bytes(cfg, cfg.kv_width)
-        kept = {"attn.flash": q + 2 * k, "attn.proj": q}
+        kept = {"attn.flash": q + 2 * k + qkv_output_held_bytes(cfg), "attn.proj": q}
         forward = tuple(_with_saved(op, kept[op.name]) if op.name in kept else op for op in forward)
         return LayerOps(forward, backward, recompute=tuple(_with_saved(op, 0.0) for op in core))
     if cfg.recompute is Recompute.SELECTIVE:
         # Only the checkpoint's inputs Q, K, V stay (4sbh/t on QKᵀ, 2sbh/t on ×V): Table 2 row 4/5.
         # With GQA they are K and V before the per-head repeat (k wide each).
         q, k = _slice_bytes(cfg, cfg.query_width), _slice_bytes(cfg, cfg.kv_width)
-        kept = {"attn.qk": q + k, "attn.av": k}
+        kept = {"attn.qk": q + k + qkv_output_held_bytes(cfg), "attn.av": k}
         forward = tuple(
             _with_saved(op, kept.get(op.name, 0.0)) if op in core else op for op in forward
         )
@@ -89,6 +89,32 @@ def _layer_ops_16bit(cfg: LayerConfig) -> LayerOps:
         forward = (forward[0],) + tuple(_with_saved(op, 0.0) for op in forward[1:])
         return LayerOps(forward, backward, recompute=tuple(_with_saved(op, 0.0) for op in forward))
     return LayerOps(forward, backward, recompute=())
+
+
+def qkv_output_held_bytes(cfg: LayerConfig) -> float:
+    """Bytes the selective-recompute checkpoint keeps beyond Q, K and V themselves: the rest
+    of the QKV GEMM output, held alive by V's view (modern.md open question 1, settled).
+
+    Megatron-core `SelfAttention.get_query_key_value_tensors` views the QKV output as
+    [s, b, g/t, (a/g + 2)·d] and splits it (torch.split or TE's SplitAlongDim: views), then
+    `query.reshape`s to [s, b, a/t, d], a view only when a rank holds one group or groups of
+    one head; RoPE (`apply_rotary_pos_emb`, fused or not) returns new Q and K. With
+    `--recompute-granularity selective` `Attention._checkpointed_attention_forward` hands
+    these Q, K, V to `tensor_parallel.checkpoint`, whose `CheckpointFunction.forward` keeps
+    them with `ctx.save_for_backward(*args)`; V is still the view, so the whole output
+    eS(q + 2k)/t stays, beside a copied or RoPE'd Q (eSq/t more) and a RoPE'd K (eSk/t).
+    (MLM @00c2c0a attention.py; random.py.) Without the checkpoint nothing holds the
+    output: TE's DotProductAttention makes Q, K, V contiguous whenever their layout is not
+    one it accepts (TE `get_qkv_layout`), which is exactly these cases, and saves the
+    copies (see the real layer's `ops.te_qkv_layout`). 0 otherwise, and at the paper's
+    layer (MHA, learned positions: Q, K, V stay views of the one output)."""
+    if cfg.recompute is not Recompute.SELECTIVE:
+        return 0.0
+    rope = cfg.position_embedding is PositionEmbedding.ROPE
+    groups, per_group = cfg.kv_heads_per_rank, cfg.num_attention_heads // cfg.query_groups
+    query_copied = rope or (groups > 1 and per_group > 1)
+    width = (cfg.query_width if query_copied else 0) + (cfg.kv_width if rope else 0)
+    return _slice_bytes(cfg, width)
 
 
 def saved_activation_bytes(cfg: LayerConfig) -> float:

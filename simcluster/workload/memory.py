@@ -81,6 +81,7 @@ def layer_activation_bytes(
     hidden_dropout: bool = True,
     attention_dropout: bool = True,
     element_bytes: int = 2,
+    rope: bool = False,
 ) -> float:
     """Activation bytes per layer per rank for every layer option (README "Activation memory
     of the modern layer"; modern.md §4): Table 2 generalised, with q = h, k = g·h/a,
@@ -92,7 +93,9 @@ def layer_activation_bytes(
         MLP                   = sb·e·f·(2 if SwiGLU else 1)/t + sb·e·f/t    (activation, fc2 input)
 
     Selective recompute keeps the core's checkpoint inputs: unfused sb·e·(q + 2k)/t + the
-    projection input sb·e·q/t; flash sb·e·(2q + 2k)/t (only the LSE goes). Full recompute
+    projection input sb·e·q/t; flash sb·e·(2q + 2k)/t (only the LSE goes); plus, because V is
+    a view of the QKV output, sb·e·(q·[RoPE or Q copied] + k·[RoPE])/t (Q is copied when a
+    rank holds several groups of several heads; `layer.qkv_output_held_bytes`). Full recompute
     keeps the layer input, sb·e·h·r. At the defaults this is `table2_bytes_per_layer`.
     The norms' fp32 statistics are not counted (Table 2 does not count layer norm's)."""
     e = element_bytes
@@ -104,11 +107,16 @@ def layer_activation_bytes(
         return sb * e * h * r
     regions = sb * h * r * (4 * e + (2 * MASK_BYTES if hidden_dropout else 0))
     mlp = sb * e * f * (2 if activation is Activation.SWIGLU else 1) / t + sb * e * f / t
+    held = 0.0
+    if recompute is Recompute.SELECTIVE:
+        groups_per_rank, heads_per_group = (query_groups or a) // t, a // (query_groups or a)
+        query_copied = rope or (groups_per_rank > 1 and heads_per_group > 1)
+        held = sb * e * ((q if query_copied else 0) + (k if rope else 0)) / t
     if flash:
         lse = 0.0 if recompute is Recompute.SELECTIVE else FLASH_LSE_BYTES * sb * a / t
-        attention = sb * e * (2 * q + 2 * k) / t + lse
+        attention = sb * e * (2 * q + 2 * k) / t + lse + held
     elif recompute is Recompute.SELECTIVE:
-        attention = sb * e * (q + 2 * k) / t + sb * e * q / t
+        attention = sb * e * (q + 2 * k) / t + sb * e * q / t + held
     else:
         probs = e + (e + MASK_BYTES if attention_dropout else 0)
         attention = sb * 4 * e * q / t + float(a) * s * s * b * probs / t

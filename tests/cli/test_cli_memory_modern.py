@@ -1,5 +1,5 @@
-"""`simcluster memory --measure` for the modern layer options: predicted == measured, apart
-from the one named difference (the QKV output kept alive by V's view)."""
+"""`simcluster memory --measure` for the modern layer options: predicted == measured, the QKV
+output a selective checkpoint keeps through V's view counted and named."""
 
 import json
 from pathlib import Path
@@ -22,10 +22,6 @@ OPTIONS = {
     "llama": ({"num_query_groups": 4, "activation": "swiglu", "normalization": "rmsnorm",
                "position_embedding": "rope"}, {"attention_backend": "flash"}),
 }
-# Options after which every saved tensor is the op graph's own (no view keeps more).
-EXACT = {"swiglu", "squared_relu", "rmsnorm", "flash"}
-
-
 def _scenario(tmp_path: Path, model: dict, training: dict, cp: int = 1) -> Path:
     data = {
         "name": "modern-tiny",
@@ -48,18 +44,34 @@ def test_memory_measure_modern_option(tmp_path: Path, name: str) -> None:
     assert result.exit_code == 0, result.output
     payload = json.loads(result.output)
     measured, predicted = payload["measured_bytes_per_layer"], payload["predicted_bytes_per_layer"]
-    assert measured == predicted + payload["measured"]["view_held_bytes"]
-    if name in EXACT:
-        assert measured == predicted
+    assert measured == predicted
+    assert payload["measured"]["view_held_bytes"] == 0  # no checkpoint: TE copies, nothing held
 
 
-def test_memory_measure_names_the_view_held_difference(tmp_path: Path) -> None:
-    """RoPE: the text output states the difference and its cause."""
+@pytest.mark.parametrize("name", ["rope", "llama", "gqa"])
+def test_memory_measure_selective_counts_the_held_qkv_output(tmp_path: Path, name: str) -> None:
+    """Selective recompute: the checkpoint keeps V's view, so the QKV output stays; the
+    prediction counts it and equals the measurement."""
+    model, training = OPTIONS[name]
+    result = runner.invoke(app, ["memory", str(_scenario(tmp_path, model, {
+        **training, "recompute": "selective"})), "--measure", "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output)
+    assert payload["measured_bytes_per_layer"] == payload["predicted_bytes_per_layer"]
+    # e·S·(q + k)/t with S = 128 tokens, t = 2: RoPE q = k = 256; llama k = 256·4/8 = 128;
+    # GQA without RoPE: a rank holds 2 groups of 2 heads, Q is copied (e·S·q/t)
+    held = {"rope": 2 * 128 * 512 // 2, "llama": 2 * 128 * 384 // 2, "gqa": 2 * 128 * 256 // 2}
+    assert payload["measured"]["view_held_bytes"] == held[name]
+
+
+def test_memory_measure_names_the_held_qkv_output(tmp_path: Path) -> None:
+    """The text output states the counted term and its cause."""
     model, training = OPTIONS["llama"]
-    result = runner.invoke(app, ["memory", str(_scenario(tmp_path, model, training)), "--measure"])
+    result = runner.invoke(app, ["memory", str(_scenario(tmp_path, model, {
+        **training, "recompute": "selective"})), "--measure"])
     assert result.exit_code == 0, result.output
     # e·S·(q + k)/t = 2 · 128 · (256 + 128) / 2
-    assert "the difference, 49,152 bytes, is the QKV output kept alive by V's view" in result.output
+    assert "of these, 49,152 bytes are the QKV output kept alive by V's view" in result.output
 
 
 def _measure_json(path: Path) -> dict:
@@ -70,16 +82,16 @@ def _measure_json(path: Path) -> dict:
 
 def test_memory_measure_context_parallel(tmp_path: Path) -> None:
     """cp = 2: the real layer runs as rank 0 of the K/V ring on s/cp = 32 tokens. Llama mix:
-    the ring saves a K/V buffer and RoPE'd Q, nothing holds the QKV output, measured ==
-    predicted. MHA without RoPE: Q's view keeps the QKV output's K/V part beside the ring's
-    buffer, e·S·2k/t = 2 · 64 · 512 / 2 bytes, named."""
+    the ring saves a K/V buffer and RoPE'd Q, nothing holds the QKV output. MHA without RoPE:
+    TE keeps the views, so Q's view keeps the QKV output's K/V part beside the ring's buffer,
+    e·S·2k/t = 2 · 64 · 512 / 2 bytes, counted (`ring_held_bytes`) and named. Both equal."""
     llama = _measure_json(_scenario(tmp_path, *OPTIONS["llama"], cp=2))
     assert llama["measured_bytes_per_layer"] == llama["predicted_bytes_per_layer"]
     assert llama["measured"]["view_held_bytes"] == 0
     flash = _measure_json(_scenario(tmp_path, *OPTIONS["flash"], cp=2))
     assert flash["measured"]["view_held_bytes"] == 32_768
-    assert flash["measured_bytes_per_layer"] == flash["predicted_bytes_per_layer"] + 32_768
+    assert flash["measured_bytes_per_layer"] == flash["predicted_bytes_per_layer"]
     result = runner.invoke(app, ["memory", str(_scenario(tmp_path, *OPTIONS["flash"], cp=2)),
                                  "--measure"])
     assert "rank 0 of the cp = 2 K/V ring on s/cp = 32 tokens" in result.output
-    assert "the difference, 32,768 bytes, is the QKV output kept alive by Q's view" in result.output
+    assert "of these, 32,768 bytes are the QKV output kept alive by Q's view" in result.output

@@ -21,7 +21,6 @@ from simcluster.profiler.layer.accounting import (
     negligible_buffers,
     section4_terms,
     table2_bytes,
-    view_held_terms,
 )
 from simcluster.profiler.layer.checks import compare_with_serial_cp
 from simcluster.profiler.layer.context_parallel import (
@@ -35,6 +34,7 @@ from simcluster.profiler.layer.context_parallel import (
 from simcluster.profiler.layer.parallel import ShardStandInComm
 from simcluster.profiler.layer.spec import LayerSpec
 from simcluster.profiler.layer.transformer import sharded_layer
+from simcluster.workload.context_parallel import ring_held_bytes
 from simcluster.workload.layer import saved_activation_bytes
 
 RTOL = 1e-5  # fp32, max |parallel - serial| / max |serial|
@@ -122,8 +122,9 @@ def test_measured_equals_op_graph_with_cp(name: str, recompute: Recompute, sp: b
         measured = measure_saved_bytes(spec)
         assert measured.total_bytes == expected_saved_bytes(spec, "cpu")
         assert measured.layernorm_stats_bytes == negligible_buffers(spec)["layernorm_stats"]
-        assert table2_bytes(spec) == saved_activation_bytes(spec.config())
-        assert table2_bytes(spec) == sum(section4_terms(spec).values())
+        held = ring_held_bytes(spec.config())
+        assert table2_bytes(spec) == saved_activation_bytes(spec.config()) + held
+        assert table2_bytes(spec) == sum(section4_terms(spec).values()) + held
 
 
 def test_ring_frees_the_qkv_output_unless_q_is_its_view() -> None:
@@ -132,13 +133,14 @@ def test_ring_frees_the_qkv_output_unless_q_is_its_view() -> None:
     the QKV output's K and V part, e·S·2k/t = 2 · 32 · 256 / 2, stays beside the K/V buffer."""
     for options in (LLAMA, {**FLASH, **ROPE}, {**FLASH, "num_query_groups": 4}):
         spec = LayerSpec(128, 8, 16, 2, tp=2, cp=2, sequence_parallel=True, **options)
-        assert view_held_terms(spec) == {}
+        assert ring_held_bytes(spec.config()) == 0
         measured = measure_saved_bytes(spec).total_bytes
         assert measured == table2_bytes(spec) + negligible_buffers(spec)["layernorm_stats"]
     spec = LayerSpec(128, 8, 16, 2, tp=2, cp=2, sequence_parallel=True, **FLASH)
-    assert view_held_terms(spec) == {"qkv_output_held_by_views": 8192}
+    assert ring_held_bytes(spec.config()) == 8192
+    local = saved_activation_bytes(spec.config())
     assert measure_saved_bytes(spec).total_bytes == (
-        table2_bytes(spec) + 8192 + negligible_buffers(spec)["layernorm_stats"])
+        local + 8192 + negligible_buffers(spec)["layernorm_stats"])
 
 
 @pytest.mark.parametrize("kwargs,message", [

@@ -1,10 +1,11 @@
 """The modern layer options (GQA, SwiGLU, squared ReLU, RMSNorm, RoPE, flash attention) in the
-real layer: saved bytes measured == the op graph + named extras, and the op graph == modern.md
-§4's term-by-term formula."""
+real layer: saved bytes measured == the op graph + norm statistics, and the op graph ==
+modern.md §4's term-by-term formula."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,9 +23,10 @@ from simcluster.profiler.layer.accounting import (
     negligible_buffers,
     section4_terms,
     table2_bytes,
-    view_held_terms,
 )
+from simcluster.profiler.layer.ops import te_qkv_layout
 from simcluster.profiler.layer.spec import LayerSpec
+from simcluster.workload.layer import qkv_output_held_bytes
 
 GQA = {"num_query_groups": 4}
 SWIGLU = {"activation": Activation.SWIGLU}
@@ -50,8 +52,8 @@ def _spec(options: dict, recompute: Recompute = Recompute.NONE, sp: bool = True,
 @pytest.mark.parametrize("name", list(OPTIONS))
 def test_measured_equals_op_graph_plus_named_extras(name: str, recompute: Recompute,
                                                     sp: bool) -> None:
-    """bf16, rank 0 of t = 2, dropout 0.1 and 0: every saved byte is the op graph's, a view's
-    storage the op graph does not count, or a norm statistic."""
+    """bf16, rank 0 of t = 2, dropout 0.1 and 0: every saved byte is the op graph's or a norm
+    statistic (the QKV output a selective checkpoint keeps through V's view included)."""
     for p in (0.1, 0.0):
         spec = _spec(OPTIONS[name], recompute, sp, dropout_prob=p)
         measured = measure_saved_bytes(spec)
@@ -67,7 +69,7 @@ def test_flash_keeps_q_k_v_o_and_lse_only() -> None:
     s4 = section4_terms(spec)
     assert s4["attention_qkv"] + s4["attention_output"] == 2 * 64 * (2 * 128 + 2 * 128) // 2
     assert s4["attention_lse"] == 4 * 64 * 4
-    assert "attention_scores" not in s4 and view_held_terms(spec) == {}
+    assert "attention_scores" not in s4 and qkv_output_held_bytes(spec.config()) == 0
     measured = measure_saved_bytes(spec)
     assert measured.total_bytes == table2_bytes(spec) + 2 * 2 * 32 * 2  # + bf16 LN mean, rstd
     assert measured.dropout_mask_bytes == 0
@@ -88,22 +90,68 @@ def test_rmsnorm_keeps_fp32_rsigma() -> None:
     assert measure_saved_bytes(spec).layernorm_stats_bytes == 2 * 32 * 4
 
 
-def test_rope_keeps_the_qkv_output_alive_through_v() -> None:
-    """RoPE makes Q and K new tensors; V stays a view of the QKV output, so the whole output
-    stays alive beside them: e·S·(q + k)/t beyond the op graph (modern.md open question 1)."""
-    spec = _spec({**ROPE, **FLASH})
-    assert view_held_terms(spec) == {"qkv_output_held_by_views": 2 * 64 * (128 + 128) // 2}
+def _held(options: dict, recompute: Recompute = Recompute.NONE, **kw: object) -> int:
+    """Bytes the real layer keeps beyond Q, K, V, O, LSE as new tensors: measured minus the
+    op graph without the held term."""
+    spec = _spec(options, recompute, dropout_prob=0.0, **kw)
+    extra = sum(negligible_buffers(spec).values())
+    return measure_saved_bytes(spec).total_bytes - extra - (
+        table2_bytes(spec) - int(qkv_output_held_bytes(spec.config())))
+
+
+@pytest.mark.parametrize("name", ["rope", "flash_rope", "gqa", "flash_gqa", "llama"])
+def test_without_a_checkpoint_te_copies_so_the_qkv_output_is_freed(name: str) -> None:
+    """RoPE (new Q, K beside V's view) and the GQA split (K, V views at an offset) are no
+    layout TE's get_qkv_layout accepts, so DotProductAttention makes Q, K, V contiguous and
+    the QKV output is freed: measured == the op graph, nothing held by a view. Reverting the
+    real layer to hand V's view to the kernel keeps e·S·(q + k)/t (RoPE) more."""
+    options = {**OPTIONS.get(name, {}), **({**ROPE, **FLASH} if name == "flash_rope" else {})}
+    assert _held(options) == 0
+
+
+@pytest.mark.parametrize(("options", "held"), [
+    # e·S·(q + k)/t = 2·64·(128 + 128)/2: RoPE'd Q and K beside the whole QKV output
+    ({**ROPE, **FLASH}, 2 * 64 * (128 + 128) // 2),
+    ({**ROPE}, 2 * 64 * (128 + 128) // 2),
+    # GQA, a rank holding 2 groups of 2 heads: query.reshape copies Q (e·S·q/t = 2·64·128/2)
+    ({**GQA, **FLASH}, 2 * 64 * 128 // 2),
+    ({**GQA}, 2 * 64 * 128 // 2),
+    # one group per rank: Q stays a view, the checkpoint keeps just the one output
+    ({**FLASH, "num_query_groups": 2}, 0),
+    # GQA and RoPE: q + k again, with k = 128·4/8 = 64
+    (LLAMA, 2 * 64 * (128 + 64) // 2),
+    # the paper's layer: MHA, learned positions, Q, K, V three views of one output
+    ({}, 0),
+])
+def test_selective_checkpoint_keeps_the_qkv_output_through_v(options: dict, held: int) -> None:
+    """Megatron's CheckpointFunction saves its inputs Q, K, V as given: V's view keeps the QKV
+    output alive beside a new Q and K. The op graph counts it (qkv_output_held_bytes), and
+    the measured bytes agree (the held term, removed from the op graph, is what is left)."""
+    spec = _spec(options, Recompute.SELECTIVE, dropout_prob=0.0)
+    assert int(qkv_output_held_bytes(spec.config())) == held
+    assert _held(options, Recompute.SELECTIVE) == held
     assert measure_saved_bytes(spec).total_bytes == expected_saved_bytes(spec)
-    # RoPE's cos/sin tables are layer buffers: no activation bytes of their own.
-    assert view_held_terms(_spec(FLASH)) == {}
 
 
-def test_gqa_query_reshape_copies_when_a_rank_holds_several_groups() -> None:
-    """Megatron's query.reshape is a view with one group per rank and a copy with two
-    groups of two heads: then the QKV output is kept beside Q (e·S·q/t more)."""
-    assert view_held_terms(_spec({**FLASH, "num_query_groups": 2})) == {}
-    assert view_held_terms(_spec({**FLASH, **GQA})) == {
-        "qkv_output_held_by_views": 2 * 64 * 128 // 2}
+def test_te_qkv_layout_keeps_packed_layouts_and_copies_the_rest() -> None:
+    """TE's get_qkv_layout, mirrored: Megatron's MHA split (sbh3d) stays three views of one
+    storage; a RoPE'd Q and K beside V's view, or the GQA split, become contiguous copies."""
+    s, b, n, d = 4, 2, 3, 8
+    qkv = torch.randn(s, b, n, 3 * d)
+    q, k, v = qkv.split([d, d, d], dim=-1)
+    assert all(x is y for x, y in zip(te_qkv_layout(q, k, v), (q, k, v), strict=True))
+    new_q, new_k = q * 2, k * 2  # what RoPE returns
+    out = te_qkv_layout(new_q, new_k, v)
+    assert out[2].untyped_storage().data_ptr() != qkv.untyped_storage().data_ptr()
+    assert out[0] is new_q and out[2].is_contiguous() and torch.equal(out[2], v)
+    groups = torch.randn(s, b, 1, (n + 2) * d)  # one group of n heads: K, V at an offset
+    gq, gk, gv = groups.split([n * d, d, d], dim=-1)
+    _, ck, cv = te_qkv_layout(gq.reshape(s, b, n, d), gk, gv)
+    assert ck.is_contiguous() and cv.is_contiguous()
+    assert cv.untyped_storage().data_ptr() != groups.untyped_storage().data_ptr()
+    # contiguous, separate Q, K, V (sbhd_sbhd_sbhd) are kept as they are
+    sep = [torch.randn(s, b, n, d) for _ in range(3)]
+    assert all(x is y for x, y in zip(te_qkv_layout(*sep), sep, strict=True))
 
 
 @settings(max_examples=200, deadline=None)

@@ -68,14 +68,16 @@ def test_gqa_shrinks_the_qkv_gemm_and_the_saved_kv_by_hand():
 
 def test_gqa_unfused_core_repeats_kv_as_megatron_core():
     """The unfused core repeats K/V to the a/t query heads (repeat_interleave): saved bytes
-    equal MHA's; selective recompute keeps the un-repeated K and V (2·s·b·(q + 2k)/t)."""
+    equal MHA's; selective recompute keeps the un-repeated K and V (2·s·b·(q + 2k)/t) and,
+    V being a view of the QKV output, that whole output beside the RoPE'd Q and K
+    (2·s·b·(q + k)/t more)."""
     shape = dict(attention_backend=AttentionBackend.UNFUSED, seq_length=512)
     gqa, mha = _llama3_8b(**shape), _llama3_8b(num_query_groups=32, **shape)
     assert layer_ops(gqa).saved_bytes == layer_ops(mha).saved_bytes
     assert "attn.kv_repeat" in _ops(gqa) and "attn.kv_repeat" not in _ops(mha)
     sel = layer_ops(replace(gqa, recompute=Recompute.SELECTIVE))
     core = {op.name: op.saved_bytes for op in sel.forward if op.name in ("attn.qk", "attn.av")}
-    assert sum(core.values()) == 2 * 512 * (4096 + 2 * 1024) / 8
+    assert sum(core.values()) == 2 * 512 * (4096 + 2 * 1024) / 8 + 2 * 512 * (4096 + 1024) / 8
 
 
 def test_swiglu_widths_and_saved_bytes():
@@ -118,10 +120,22 @@ def test_flash_removes_every_s_squared_term():
 
 def test_flash_selective_recompute_frees_only_the_lse_and_reruns_the_forward():
     """Megatron-core `--recompute-modules core_attn`: Q, K, V kept by the checkpoint, O by
-    proj; only the LSE goes; the backward re-runs the flash forward kernel."""
-    cfg = _llama3_8b()
+    proj; only the LSE goes; the backward re-runs the flash forward kernel. Learned
+    positions and one group per rank (Q, K, V views of the QKV output): that is all."""
+    cfg = _llama3_8b(position_embedding=PositionEmbedding.LEARNED)
     sel = layer_ops(replace(cfg, recompute=Recompute.SELECTIVE))
     assert layer_ops(cfg).saved_bytes - sel.saved_bytes == 4 * 8192 * 32 / 8
+    assert [op.name for op in sel.recompute] == ["attn.flash"]
+    assert sel.recompute[0].flops == _ops(cfg)["attn.flash"].flops
+
+
+def test_flash_selective_recompute_with_rope_keeps_more_than_no_recompute():
+    """With RoPE the checkpoint keeps the new Q and K and, through V's view, the whole QKV
+    output: e·S·(q + k)/t more, against the 4·S·a/t LSE freed. Llama-3-8B, t = 8,
+    S = 8192: 2·8192·5120/8 − 4·8192·32/8 = 10,354,688 bytes more per layer."""
+    cfg = _llama3_8b()
+    sel = layer_ops(replace(cfg, recompute=Recompute.SELECTIVE))
+    assert sel.saved_bytes - layer_ops(cfg).saved_bytes == 2 * 8192 * 5120 / 8 - 4 * 8192 * 32 / 8
     assert [op.name for op in sel.recompute] == ["attn.flash"]
     assert sel.recompute[0].flops == _ops(cfg)["attn.flash"].flops
 
@@ -189,6 +203,7 @@ def test_closed_forms_equal_the_op_graph_for_any_shape(cfg):
         cfg.sequence_parallel, cfg.recompute, ffn=cfg.ffn_hidden_size, query_groups=cfg.query_groups,
         activation=cfg.activation, flash=cfg.flash, hidden_dropout=cfg.hidden_dropout > 0,
         attention_dropout=cfg.attention_dropout > 0,
+        rope=cfg.position_embedding is PositionEmbedding.ROPE,
     )
     assert layer_ops(cfg).saved_bytes == pytest.approx(expected, rel=1e-12)
 

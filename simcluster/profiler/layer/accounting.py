@@ -24,7 +24,7 @@ With context parallelism (spec.cp > 1) the layer is rank 0 of the cp ring too, i
 "received" from the stand-in (a new buffer, as on a real ring), and the prediction is the op
 graph's CP layer (`workload.context_parallel`): the same bytes as the local flash kernel on
 s/c tokens. The ring saves the last received K/V buffer instead of the layer's K and V,
-which changes what views keep alive (`view_held_terms`).
+which changes what views keep alive (`workload.layer.qkv_output_held_bytes`).
 """
 
 from __future__ import annotations
@@ -126,8 +126,7 @@ def _category(tensor: Tensor) -> str:
 
 
 def measure_saved_bytes(spec: LayerSpec, device: str = "cpu", seed: int = 0) -> SavedBytes:
-    """Bytes one layer forward keeps for backward on rank 0 of `spec.tp` and of `spec.cp`
-    (stand-in comms)."""
+    """Bytes one layer forward keeps for backward on rank 0 of `spec.tp` (stand-in comm)."""
     layer = local_layer(spec, ShardStandInComm(spec.tp), seed, device,
                         cp_comm=ShardStandInComm(spec.cp))
     x = layer_input(spec, seed, rank=0, device=device).requires_grad_()
@@ -205,8 +204,11 @@ def section4_terms(spec: LayerSpec) -> dict[str, int]:
     - bias-dropout-add masks 2T·h (none at p = 0; rows 7, 12).
 
     Selective recompute keeps the core's inputs (Q, K, V, before any repeat) and drops what
-    the core saved inside; full recompute keeps the layer input eTh only. RoPE's tables are
-    not activations (row 4). Norm statistics are in `negligible_buffers`.
+    the core saved inside; V being a view of the QKV output, the checkpoint also keeps the
+    rest of that output where Q or K is a new tensor: eS·q/t for a RoPE'd or copied Q (a
+    rank with several groups of several heads), eS·k/t for a RoPE'd K
+    (`workload.layer.qkv_output_held_bytes`). Full recompute keeps the layer input eTh only.
+    RoPE's tables are not activations (row 4). Norm statistics are in `negligible_buffers`.
     """
     e, t, h = spec.dtype.num_bytes, spec.tp, spec.hidden_size
     region, full = spec.local_seq_length * spec.micro_batch_size, spec.tokens
@@ -221,6 +223,12 @@ def section4_terms(spec: LayerSpec) -> dict[str, int]:
     else:  # Megatron's unfused path: K and V repeated to a/t heads before the bmms
         terms["attention_q"] = _exact(Fraction(e * full * q, t))
         terms["attention_kv_repeated"] = _exact(Fraction(2 * e * full * q, t))
+    if selective:
+        rope = spec.position_embedding is PositionEmbedding.ROPE
+        q_copied = rope or (spec.kv_heads_per_rank > 1 and spec.heads_per_group > 1)
+        held = (q if q_copied else 0) + (k if rope else 0)
+        if held:
+            terms["qkv_output_held_by_checkpoint"] = _exact(Fraction(e * full * held, t))
     if flash and not selective:
         terms["attention_lse"] = 4 * full * spec.heads_per_rank
     if not flash and not selective:
@@ -237,43 +245,9 @@ def section4_terms(spec: LayerSpec) -> dict[str, int]:
     return terms
 
 
-def view_held_terms(spec: LayerSpec) -> dict[str, int]:
-    """Bytes the torch layer keeps beyond the op graph and §4, because a saved tensor is a
-    view that keeps a larger storage alive (modern.md, open question 1).
-
-    Megatron splits Q, K, V out of the QKV GEMM output as views and passes V to attention as
-    is; the flash kernel (and the checkpoint of selective recompute) saves V, so the whole
-    QKV output eS(q + 2k)/t stays alive. §4 counts it once as Q, K, V; it is kept twice where
-    Q and K are new tensors: after RoPE (eS(q + k)/t more), or, without RoPE, where Q alone
-    is a copy — Megatron's `query.reshape` to [s, b, a/t, d] copies when a rank holds more
-    than one group of more than one head (eSq/t more). The unfused GQA path keeps the QKV
-    output when Q is a view (RoPE off): 2eSk/t beyond Q.
-
-    Context parallelism without recompute: TE's ring saves Q as given and the last received
-    K/V buffer (`context_parallel`), not the layer's K and V, so the QKV output stays alive
-    only while the saved Q is a view of it (RoPE off, Q a view): then its K and V part,
-    2eSk/t, is kept beside the K/V buffer that §4 counts. With RoPE, or a copied Q, nothing
-    holds it. Selective recompute's checkpoint still saves the layer's Q, K, V (rule above).
-    """
-    if spec.recompute is Recompute.FULL:
-        return {}
-    e, t, full = spec.dtype.num_bytes, spec.tp, spec.tokens
-    q, k = spec.query_width, spec.kv_width
-    rope = spec.position_embedding is PositionEmbedding.ROPE
-    q_view = spec.kv_heads_per_rank == 1 or spec.heads_per_group == 1
-    flash = spec.attention_backend is AttentionBackend.FLASH
-    if spec.cp > 1 and spec.recompute is Recompute.NONE:
-        extra = 2 * k if (q_view and not rope) else 0
-    elif flash or spec.recompute is Recompute.SELECTIVE or k == q:
-        extra = (q + k) if rope else (0 if q_view else q)
-    else:  # unfused GQA: Q view or copy, K and V repeated copies
-        extra = 2 * k if (q_view and not rope) else 0  # §4 counted Q; its storage has K, V too
-    return {"qkv_output_held_by_views": _exact(Fraction(e * full * extra, t))} if extra else {}
-
-
 def expected_saved_bytes(spec: LayerSpec, device_type: str = "cpu") -> int:
     """What `measure_saved_bytes` should report: the op graph's bytes (Table 2 for the
-    paper's layer, §4 for the modern options), the bytes kept by views beyond it, and the
-    negligible buffers."""
-    return (table2_bytes(spec) + sum(view_held_terms(spec).values())
-            + sum(negligible_buffers(spec, device_type).values()))
+    paper's layer, §4 for the modern options, the QKV output a selective checkpoint keeps
+    included) and the negligible buffers. Nothing else: the real layer hands Q, K, V to its
+    core as TE's DotProductAttention does (`ops.te_qkv_layout`)."""
+    return table2_bytes(spec) + sum(negligible_buffers(spec, device_type).values())

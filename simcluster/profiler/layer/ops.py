@@ -214,3 +214,46 @@ def rope_tables(positions: Tensor, head_dim: int, base: float, dtype: torch.dtyp
     angles = torch.outer(positions.to(torch.float64), inv_freq)  # (s, d/2)
     emb = torch.cat((angles, angles), dim=-1)[:, None, None, :]  # (s, 1, 1, d)
     return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def te_qkv_layout(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Q, K, V [s, b, n, d] as Transformer Engine's DotProductAttention hands them to its
+    backends: TE `attention/dot_product_attention/utils.py::get_qkv_layout` (TE @002a3e5)
+    accepts one of its sbhd layouts as is (sb3hd, sbh3d, sbhd_sb2hd, sbhd_sbh2d,
+    sbhd_sbhd_sbhd) and otherwise makes all three contiguous; `DotProductAttention.forward`
+    (TE @9c0b6db) replaces its inputs with the result before picking a backend.
+
+    So Megatron's MHA split without RoPE (three views of the QKV output, interleaved per
+    head: sbh3d) is kept as views, while a RoPE'd Q/K beside V's view, or the GQA split
+    (K and V views at a non-zero offset), is "not_supported" and V becomes a copy: the QKV
+    output is then freed once the layer's forward is done with it. The same checks here,
+    in elements (storage identity by data pointer, as TE does)."""
+    ptr = q.untyped_storage().data_ptr()
+    ptrs_qkv = all(x.untyped_storage().data_ptr() == ptr for x in (k, v))
+    ptrs_qk = k.untyped_storage().data_ptr() == ptr
+    ptrs_kv = v.untyped_storage().data_ptr() == k.untyped_storage().data_ptr()
+    shapes_qkv = q.shape == k.shape == v.shape
+    shapes_kv = k.shape[:-1] == v.shape[:-1]
+    strides_qkv = q.stride() == k.stride() == v.stride()
+    strides_kv = (tuple(x / k.shape[-1] for x in k.stride()[:-1])
+                  == tuple(x / v.shape[-1] for x in v.stride()[:-1]))
+    offsets = [x.storage_offset() for x in (q, k, v)]
+    hd = q.shape[-1] * q.shape[-2]
+    offsets_3hd = offsets == [0, hd, 2 * hd]
+    offsets_h3d = offsets == [0, q.shape[-1], 2 * q.shape[-1]]
+    numel_q, numel_k = q.numel(), k.numel()
+    base = numel_q if ptrs_qkv else 0
+    kv_hd = k.shape[-1] * k.shape[-2]
+    offsets_2hd = offsets[1:] == [base, base + kv_hd]
+    offsets_h2d = offsets[1:] == [base, base + k.shape[-1]]
+    hd_qkv = offsets == ([0, numel_q, numel_q + numel_k] if ptrs_qkv else [0, 0, 0])
+    hd_qk = offsets[:2] == ([0, numel_q] if not ptrs_qkv and ptrs_qk else [0, 0])
+    hd_kv = offsets[1:] == ([0, numel_k] if not ptrs_qkv and ptrs_kv else [0, 0])
+    supported = (
+        (ptrs_qkv and strides_qkv and shapes_qkv and (offsets_3hd or offsets_h3d))
+        or (ptrs_kv and strides_kv and shapes_kv and (offsets_2hd or offsets_h2d))
+        or (strides_kv and shapes_kv and (hd_qkv or hd_kv or hd_qk))
+    )
+    if supported:
+        return q, k, v
+    return q.contiguous(), k.contiguous(), v.contiguous()

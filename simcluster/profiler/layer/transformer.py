@@ -15,8 +15,11 @@ neglects (see `accounting`). Q, K and V stay views of the QKV GEMM output (one s
 
 Modern options (modern.md §3.8): GQA (QKV (q + 2k)/t wide, per-group layout), RMSNorm,
 RoPE on Q and K after the split, flash attention (scaled_dot_product_attention) in place of
-the unfused core, SwiGLU or squared ReLU in place of GeLU. What they keep is in `accounting`
-(op graph + the QKV output kept alive by V's view + norm statistics).
+the unfused core, SwiGLU or squared ReLU in place of GeLU. Either core first passes Q, K, V
+through `ops.te_qkv_layout`, as TE's DotProductAttention (the TE spec's core for every
+backend) does: views in a layout TE accepts stay views, others become contiguous copies, so
+the QKV output is freed unless the selective checkpoint, which keeps its inputs as given,
+holds V's view. What they keep is in `accounting` (op graph + norm statistics).
 
 Recompute: SELECTIVE checkpoints the attention core (its saved inputs are Q, K, V); FULL
 checkpoints the whole layer (only its input is kept), both with torch.utils.checkpoint
@@ -62,6 +65,7 @@ from simcluster.profiler.layer.ops import (
     scale_mask_softmax,
     squared_relu,
     swiglu,
+    te_qkv_layout,
 )
 from simcluster.profiler.layer.parallel import (
     Comm,
@@ -178,12 +182,17 @@ class ParallelTransformerLayer(nn.Module):
     def _flash_core(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         """Causal flash attention via scaled_dot_product_attention; [s, b, n, d] -> [s, b, q/t].
 
-        GQA runs natively (enable_gqa: K/V are not repeated). torch's CPU flash kernel
+        Q, K, V first take TE's layout rule (`te_qkv_layout`, inside the selective
+        checkpoint as in Megatron). GQA runs natively (enable_gqa: K/V are not repeated).
+        torch's CPU flash kernel
         saves q, k, v as given, its output and the fp32 logsumexp [b, a/t, s], as flash
         attention does (modern.md §4 row 5); no s² tensor. Its output is laid out
         [s, b, a/t, d] in memory, so the reshape below is a view and the projection saves
         the same storage (row 6).
         """
+        # TE's DotProductAttention settles the layout (`get_qkv_layout`) before it dispatches
+        # to the CP ring or a local kernel, so both see the same (copied or viewed) Q, K, V.
+        q, k, v = te_qkv_layout(q, k, v)
         if self.spec.cp > 1:
             context = ring_attention(q, k, v, self.cp_comm)  # [s/c, b, a/t, d], a new tensor
             return context.reshape(*context.shape[:2], -1)
@@ -198,9 +207,11 @@ class ParallelTransformerLayer(nn.Module):
 
         Keeps Q and K (QKᵀ), the softmax output, the 1-byte dropout mask, the dropout output
         and V (×V): 5as²b/t + 6sbh/t bytes without GQA, Q/K/V being views of one QKV
-        storage. With GQA, K and V are first repeated to a/t heads (Megatron's unfused
-        DotProductAttention: repeat_interleave), and the bmms keep those copies.
+        storage (TE's sbh3d layout, kept as is by `te_qkv_layout`, as TE's unfused backend
+        gets them). With GQA, K and V are first repeated to a/t heads (repeat_interleave,
+        as Megatron's and TE's unfused cores do), and the bmms keep those copies.
         """
+        q, k, v = te_qkv_layout(q, k, v)
         s, b, heads, d = q.shape
         if k.shape[2] != heads:
             k = k.repeat_interleave(heads // k.shape[2], dim=2)  # (s, b, a/t, d)
