@@ -12,7 +12,7 @@ from simcluster.config.scenario import Scenario
 from simcluster.workload import memory
 from simcluster.workload.context_parallel import context_parallel_layer_ops
 from simcluster.workload.embedding import embedding_ops, output_ops, padded_vocab_size
-from simcluster.workload.fp8 import fp8_weight_bytes_per_layer
+from simcluster.workload.fp8 import FP8_WEIGHT_BYTES_PER_PARAM, fp8_weight_bytes_per_layer
 from simcluster.workload.layer import LayerOps, layer_ops
 from simcluster.workload.layer_config import LayerConfig
 
@@ -21,6 +21,25 @@ FP32_BYTES = 4
 # main grads, apex FusedAdam): grad-norm read 4; Adam reads grad, master, m, v (16) and
 # writes master, m, v (12); master→bf16 copy reads 4, writes 2; zeroing main grads writes 4.
 OPTIMIZER_STEP_BYTES_PER_PARAM = 4 + 16 + 12 + 6 + 4
+# Of those, what touches only the rank's shard under the distributed optimizer (grad norm,
+# Adam, master→bf16 copy: `DistributedOptimizer` steps its own shard of the main params and
+# grads, `_copy_main_params_to_model_params` writes that shard back) and what touches the
+# whole local grad buffer (`zero_grad_buffer` zeroes all of it every step).
+SHARDED_STEP_BYTES_PER_PARAM = 4 + 16 + 12 + 6
+GRAD_ZEROING_BYTES_PER_PARAM = 4
+# FP8: Transformer Engine casts each TE linear's bf16 weight to FP8 once per step, on the
+# first microbatch (`is_first_microbatch`; later microbatches reuse the cached copies):
+# reads 2 bytes, writes the row-wise and the column-wise (transposed) FP8 copies, 1 + 1.
+FP8_WEIGHT_CAST_BYTES_PER_PARAM = 2 + 1 + 1
+
+
+def optimizer_step_bytes(params: float, shards: int, distributed_optimizer: bool) -> float:
+    """HBM bytes of one optimizer step on a rank holding `params` parameters: the whole
+    `OPTIMIZER_STEP_BYTES_PER_PARAM` each, or with the distributed optimizer its 1/`shards`
+    (DP × CP) share of the sharded work plus the zeroing of the whole grad buffer."""
+    if not distributed_optimizer:
+        return OPTIMIZER_STEP_BYTES_PER_PARAM * params
+    return SHARDED_STEP_BYTES_PER_PARAM * params / shards + GRAD_ZEROING_BYTES_PER_PARAM * params
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,9 +199,14 @@ def build_workload(scenario: Scenario) -> Workload:
         tied = par.pp > 1 and stage in (0, par.pp - 1) and not untied
         # the distributed optimizer shards over DP × CP (CP ranks hold identical weights)
         static = memory.static_memory(params, par.dp * par.cp, scenario.training.use_distributed_optimizer)
+        step_bytes = optimizer_step_bytes(
+            params, par.dp * par.cp, scenario.training.use_distributed_optimizer
+        )
         if cfg.dtype is Dtype.FP8:
             fp8_copies = sum(chunk.num_layers for chunk in chunks) * fp8_weight_bytes_per_layer(layer.forward)
             static = replace(static, weight_bytes=static.weight_bytes + fp8_copies)
+            # the once-per-step weight casts, priced with the step's other HBM-bound work
+            step_bytes += FP8_WEIGHT_CAST_BYTES_PER_PARAM * fp8_copies / FP8_WEIGHT_BYTES_PER_PARAM
         stages.append(
             StageWork(
                 stage=stage,
@@ -190,7 +214,7 @@ def build_workload(scenario: Scenario) -> Workload:
                 static=static,
                 chunks=chunks,
                 dp_gradient_bytes=FP32_BYTES * params,
-                optimizer_step_bytes=OPTIMIZER_STEP_BYTES_PER_PARAM * params,
+                optimizer_step_bytes=step_bytes,
                 embedding_grad_bytes=(
                     FP32_BYTES
                     * padded_vocab_size(scenario.model.vocab_size, par.tp)

@@ -103,3 +103,29 @@ def test_gqa_unfused_scenario_runs_and_keeps_s_squared_terms():
     flash = build_workload(parse_scenario(data, "f.yaml"))
     assert unfused.layer.saved_bytes > flash.layer.saved_bytes
     assert run_simulation(unfused.scenario, load_hardware("a100-sxm4-80gb")).result.iteration_time_s > 0
+
+
+def _step_bytes(**training):
+    data = yaml.safe_load(yaml.safe_dump(LLAMA3_8B))
+    data["training"].update(training)
+    workload = build_workload(parse_scenario(data, "step.yaml"))
+    (stage,) = workload.stages
+    return stage.num_params, stage.optimizer_step_bytes, workload
+
+
+def test_distributed_optimizer_steps_only_its_shard():
+    """42 bytes per parameter without it; with it, over dp = 8 ranks, (4 + 16 + 12 + 6)/8 for
+    grad norm, Adam and the bf16 copy of the shard, plus 4 to zero the whole grad buffer
+    (Megatron `DistributedOptimizer.step`, `zero_grad_buffer`)."""
+    params, plain, _ = _step_bytes()
+    _, sharded, _ = _step_bytes(use_distributed_optimizer=True)
+    assert plain == pytest.approx(42 * params)
+    assert sharded == pytest.approx((38 / 8 + 4) * params)
+
+
+def test_fp8_step_casts_each_te_linear_weight_once():
+    """FP8 adds TE's once-per-step weight cast (read 2, write FP8 row- and column-wise copies,
+    1 + 1) over the TE linears' weights: 32 layers × 218,103,808 on tp = 1."""
+    _, bf16, _ = _step_bytes()
+    _, fp8, _ = _step_bytes(dtype="fp8")
+    assert fp8 - bf16 == pytest.approx(4 * 32 * 218_103_808)
