@@ -53,6 +53,13 @@ def test_measured_fp8_gemm_points_set_the_rate_at_their_shapes():
     assert fp8_gemm_time_s(shape, H100) > 1.09 * fp8_gemm_time_s(shape, H100_CEILING_ONLY) - LAUNCH_S
 
 
+def test_h200_prices_fp8_from_its_own_measured_gemms():
+    """H200's cuBLASLt table (Azure ND H200 v5): 4096³ at 1249.1 TFLOP/s, not H100's 1216.9."""
+    h200 = load_hardware("h200-sxm-141gb")
+    shape = GemmShape(m=4096, n=4096, k=4096)
+    assert fp8_gemm_time_s(shape, h200) == pytest.approx(LAUNCH_S + 2 * 4096**3 / 1249.1e12)
+
+
 def test_measured_fp8_rates_never_exceed_the_ceiling():
     """Between and beyond the points the blend is capped at the FP8 MAMF (1979 · 0.709)."""
     for shape in (FULL_WAVES, GemmShape(m=65536, n=65536, k=65536), GemmShape(m=3000, n=5000, k=7000)):
