@@ -171,6 +171,12 @@ class ComputeModel(_Section):
         default_factory=list,
         description="measured GEMMs; when present they override the analytical efficiency",
     )
+    fp8_gemm_points: list[GemmPoint] = Field(
+        default_factory=list,
+        description="measured FP8 GEMMs (e4m3 operands, 16-bit output, as Transformer Engine runs "
+        "them); when present they set the FP8 rate at each shape (`costs.compute.fp8_gemm_time_s`), "
+        "absent = the FP8 ceiling with wave quantization",
+    )
     elementwise_points: list[tuple[float, float]] = Field(
         default_factory=list,
         description="measured (bytes moved, achieved GB/s) for memory-bound kernels",
@@ -314,6 +320,11 @@ class HardwareProfile(StrictModel):
     def _fp8_ceiling_needs_fp8_peak(self) -> HardwareProfile:
         if self.compute.fp8_gemm_max_efficiency is not None and self.gpu.peak_fp8_tflop_per_s is None:
             raise ValueError("compute.fp8_gemm_max_efficiency needs gpu.peak_fp8_tflop_per_s")
+        if self.compute.fp8_gemm_points and self.compute.fp8_gemm_max_efficiency is None:
+            raise ValueError(
+                "compute.fp8_gemm_points needs compute.fp8_gemm_max_efficiency (the ceiling that caps "
+                "the rates interpolated between the points)"
+            )
         return self
 
     # SI views, converted once here.

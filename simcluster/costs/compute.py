@@ -117,22 +117,31 @@ FP8_GEMM_OUTPUT_BYTES = 2  # Transformer Engine's FP8 GEMMs write bf16 outputs
 def fp8_gemm_time_s(shape: GemmShape, hw: HardwareProfile) -> float:
     """A Transformer Engine FP8 GEMM: the roofline of `gemm_time_s` at the FP8 peak times
     `fp8_gemm_max_efficiency` (the profile's FP8 MAMF) and the same wave quantization, with
-    1-byte operands and a bf16 output (fp32 when accumulating into main_grad). A calibrated
-    profile's bf16 `gemm_points` are scaled by the ratio of the FP8 to the BF16 ceiling
-    (a declared assumption: no FP8 GEMM is measured yet)."""
+    1-byte operands and a bf16 output (fp32 when accumulating into main_grad). A profile
+    with measured FP8 GEMMs (`fp8_gemm_points`) takes the rate at the shape from them
+    (`interpolated_flop_per_s`, capped at the ceiling) instead: the ceiling is the best rate
+    of a shape sweep (MAMF), which the 4k-sized GEMMs of a training step do not reach. A
+    calibrated profile's bf16 `gemm_points` are otherwise scaled by the ratio of the FP8 to
+    the BF16 ceiling (a declared assumption: no FP8 GEMM is measured there yet)."""
     peak, ceiling = hw.peak_fp8_flop_per_s, hw.compute.fp8_gemm_max_efficiency
     if peak is None or ceiling is None:
         raise ValueError(f"hardware {hw.name!r} has no FP8 tensor-core peak and FP8 GEMM ceiling")
+    output_bytes = 8 if shape.accumulate_fp32 else FP8_GEMM_OUTPUT_BYTES
+    operands = FP8_INPUT_BYTES * (shape.m * shape.k + shape.k * shape.n)
+    moved = float(shape.batch * (operands + output_bytes * shape.m * shape.n))
+    memory_s = moved / achieved_bandwidth_bytes_per_s(moved, hw)
+    if hw.compute.fp8_gemm_points:
+        # Measured FP8 GEMMs: the rate at this shape, interpolated between them as
+        # `measured_gemm_flop_per_s` does, capped at the ceiling; the memory roofline stays
+        # for shapes far from the (compute-bound) points.
+        rate = interpolated_flop_per_s(shape, hw.compute.fp8_gemm_points, hw, cap_flop_per_s=peak * ceiling)
+        return hw.kernel_launch_s + max(shape.flops / rate, memory_s)
     if hw.compute.gemm_points:
         bf16_ceiling = hw.peak_flop_per_s(Dtype.BF16) * hw.compute.gemm_max_efficiency
         rate = measured_gemm_flop_per_s(shape, hw) * peak * ceiling / bf16_ceiling
         return hw.kernel_launch_s + shape.flops / rate
     wave = wave_efficiency(shape, hw.gpu.num_sms, hw.compute.gemm_tiles)
     compute_s = shape.flops / (peak * ceiling * wave)
-    output_bytes = 8 if shape.accumulate_fp32 else FP8_GEMM_OUTPUT_BYTES
-    operands = FP8_INPUT_BYTES * (shape.m * shape.k + shape.k * shape.n)
-    moved = float(shape.batch * (operands + output_bytes * shape.m * shape.n))
-    memory_s = moved / achieved_bandwidth_bytes_per_s(moved, hw)
     return hw.kernel_launch_s + max(compute_s, memory_s)
 
 
@@ -171,9 +180,19 @@ def _interp_log(x: float, points: list[tuple[float, float]]) -> float:
 def measured_gemm_flop_per_s(shape: GemmShape, hw: HardwareProfile, dtype: Dtype = Dtype.BF16) -> float:
     """Rate interpolated from `gemm_points` (module docstring). The points are 16-bit
     measurements; an fp32 GEMM is scaled by the profile's fp32 / bf16 peak ratio."""
+    peak = units.tflop_per_s_to_flop_per_s(hw.gpu.peak_bf16_tflop_per_s)
+    rate = interpolated_flop_per_s(shape, hw.compute.gemm_points, hw, cap_flop_per_s=peak)
+    return rate * (hw.peak_flop_per_s(dtype) / hw.peak_flop_per_s(Dtype.BF16))
+
+
+def interpolated_flop_per_s(
+    shape: GemmShape, points: list[GemmPoint], hw: HardwareProfile, cap_flop_per_s: float
+) -> float:
+    """The rate at `shape` from measured `points`, as `measured_gemm_flop_per_s` blends them
+    (the nearest few in log(M, N, K, batch), weights 1/distance², each point's rate moved to
+    this shape's wave efficiency), at most `cap_flop_per_s`."""
     tiles = hw.compute.gemm_tiles
     target = np.log([shape.m, shape.n, shape.k, shape.batch])
-    points = hw.compute.gemm_points
     coords = np.log([[p.m, p.n, p.k, p.batch] for p in points])
     distance2 = np.sum((coords - target) ** 2, axis=1)
     nearest = np.argsort(distance2, kind="stable")[:NEAREST_GEMM_POINTS]
@@ -185,9 +204,8 @@ def measured_gemm_flop_per_s(shape: GemmShape, hw: HardwareProfile, dtype: Dtype
         math.log(points[i].tflop_per_s * wave / wave_efficiency(_shape_of(points[i]), hw.gpu.num_sms, tiles))
         for i in chosen
     ]
-    tflop_per_s = min(math.exp(float(np.average(log_rates, weights=weights))), hw.gpu.peak_bf16_tflop_per_s)
-    dtype_scale = hw.peak_flop_per_s(dtype) / hw.peak_flop_per_s(Dtype.BF16)
-    return units.tflop_per_s_to_flop_per_s(tflop_per_s) * dtype_scale
+    rate = units.tflop_per_s_to_flop_per_s(math.exp(float(np.average(log_rates, weights=weights))))
+    return min(rate, cap_flop_per_s)
 
 
 def _shape_of(point: GemmPoint) -> GemmShape:

@@ -7,8 +7,11 @@ the rank's own K/V (TE's `p2p_comm_buffers[0]` is the local K/V: nothing to wait
 send is posted only while i < c − 1); the last step has no transfer beside it, and the
 backward ends with the accumulated dK/dV sent back to its owner:
 
-    forward  = Σ_{i < c−1} max(attn_i, send_i) + attn_{c−1}
-    backward = Σ_{i < c−1} max(attn_i, send_i) + attn_{c−1} + send(dK, dV)
+    forward  = Σ_{i < c−1} max(attn_i, send_i) + attn_{c−1} + merges
+    backward = Σ_{i < c−1} max(attn_i, send_i) + attn_{c−1} + send(dK, dV) + merges
+
+where the merges are the element-wise kernels that fold each step's partial output (or dQ,
+dK/dV) into the result (`ring_merge_time_s`).
 
 Every step after the first waits for the slower of the two tile kinds that ranks compute at
 that step (`RingAttention.lower` / `upper`), since the ring advances in lock-step. A
@@ -19,7 +22,7 @@ else over the GPU's NIC (`costs.placement.cp_group`).
 from __future__ import annotations
 
 from simcluster.config.hardware import HardwareProfile
-from simcluster.costs.compute import attention_time_s
+from simcluster.costs.compute import attention_time_s, elementwise_time_s
 from simcluster.costs.network import GroupPlacement, p2p_time_s
 from simcluster.workload.ops import RingAttention
 
@@ -38,13 +41,23 @@ def ring_transfer_times_s(ring: RingAttention, hw: HardwareProfile, cp: GroupPla
     return tuple(first if i == 0 else rest for i in range(ring.cp_size - 1))
 
 
+def ring_merge_time_s(ring: RingAttention, hw: HardwareProfile) -> float:
+    """Seconds of the element-wise kernels merging the steps' partial results
+    (`RingAttention.first_merge_bytes`, `merge_bytes`). TE runs them on the compute stream
+    after the ring (forward) or after each step once its dK/dV has arrived (backward), so
+    they add to the ring's time rather than hide behind a transfer."""
+    return elementwise_time_s(ring.first_merge_bytes, hw) + (ring.cp_size - 1) * elementwise_time_s(
+        ring.merge_bytes, hw
+    )
+
+
 def ring_attention_cost_s(
     ring: RingAttention, hw: HardwareProfile, cp: GroupPlacement
 ) -> tuple[float, float]:
-    """(attention seconds, exposed transfer seconds) of one direction of the ring."""
+    """(attention and merge seconds, exposed transfer seconds) of one direction of the ring."""
     steps = ring_step_times_s(ring, hw)
     transfers = ring_transfer_times_s(ring, hw, cp)
-    compute_s = sum(steps)
+    attention_s = sum(steps)
     overlapped_s = sum(max(step, send) for step, send in zip(steps, transfers)) + steps[-1]
     final_s = p2p_time_s(ring.final_message_bytes, not cp.crosses_nodes, hw)
-    return compute_s, overlapped_s - compute_s + final_s
+    return attention_s + ring_merge_time_s(ring, hw), overlapped_s - attention_s + final_s

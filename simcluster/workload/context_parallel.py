@@ -32,6 +32,30 @@ def kv_chunk_bytes(cfg: LayerConfig) -> float:
     return 2.0 * cfg.element_bytes * cfg.tokens * cfg.kv_width / cfg.tp
 
 
+def output_bytes(cfg: LayerConfig) -> float:
+    """The rank's attention output O (or its gradient dQ): s/c · b tokens × q/t, 16-bit."""
+    return cfg.element_bytes * cfg.tokens * cfg.query_width / cfg.tp
+
+
+def merge_bytes(cfg: LayerConfig, backward: bool) -> tuple[float, float]:
+    """HBM bytes of the element-wise work that merges each step's partial result (step 0,
+    then each later step), as TE's `AttnFuncWithCPAndKVP2P` does it in 16 bits:
+    * forward, after the ring: `flash_attn_fwd_out_correction_init` scales step 0's O into
+      the output (read O_0, write O: 2·|O|); `flash_attn_fwd_out_correction` adds each later
+      step's rescaled O_i (read O_i, read and write O: 3·|O|);
+    * backward, after each step: `dq.copy_` / `dq.add_` of the step's dQ (2·|O| then
+      3·|O|); `combine_tensors([dk_, dv_])` packs the step's dK, dV (2·|KV|), then
+      `dkv.copy_` / `dkv.add_` folds them into the travelling dK/dV buffer (2·|KV| then
+      3·|KV|).
+    Counted for the full-size tile (a rank's lower tile; the upper tile touches half of O);
+    the softmax-LSE corrections (fp32, one per query and head) and the `.contiguous()`
+    copies of half tensors are left out, so these are lower bounds."""
+    o, kv = output_bytes(cfg), kv_chunk_bytes(cfg)
+    if backward:
+        return 2 * o + 4 * kv, 3 * o + 5 * kv
+    return 2 * o, 3 * o
+
+
 def ring_attention(cfg: LayerConfig, cp: int, backward: bool = False) -> RingAttention:
     """One direction of the ring on a rank whose layer is `cfg` (seq_length = s/c).
 
@@ -44,6 +68,7 @@ def ring_attention(cfg: LayerConfig, cp: int, backward: bool = False) -> RingAtt
     lower = replace(diagonal, seq_q=local, seq_k=half, causal=False)
     upper = replace(diagonal, seq_q=half, seq_k=local, causal=False)
     kv = kv_chunk_bytes(cfg)
+    first_merge, later_merge = merge_bytes(cfg, backward)
     return RingAttention(
         cp_size=cp,
         diagonal=diagonal,
@@ -52,6 +77,8 @@ def ring_attention(cfg: LayerConfig, cp: int, backward: bool = False) -> RingAtt
         message_bytes=2 * kv if backward else kv,
         first_message_bytes=kv,
         final_message_bytes=kv if backward else 0.0,
+        first_merge_bytes=first_merge,
+        merge_bytes=later_merge,
     )
 
 

@@ -12,7 +12,7 @@ from simcluster.config.scenario import Scenario
 from simcluster.workload import memory
 from simcluster.workload.context_parallel import context_parallel_layer_ops
 from simcluster.workload.embedding import embedding_ops, output_ops, padded_vocab_size
-from simcluster.workload.fp8 import fp8_weight_bytes_per_layer
+from simcluster.workload.fp8 import FP8_WEIGHT_BYTES_PER_PARAM, fp8_weight_bytes_per_layer
 from simcluster.workload.layer import LayerOps, layer_ops
 from simcluster.workload.layer_config import LayerConfig
 
@@ -22,6 +22,10 @@ BF16_BYTES = 2
 # main grads, apex FusedAdam): grad-norm read 4; Adam reads grad, master, m, v (16) and
 # writes master, m, v (12); master→bf16 copy reads 4, writes 2; zeroing main grads writes 4.
 OPTIMIZER_STEP_BYTES_PER_PARAM = 4 + 16 + 12 + 6 + 4
+# FP8: Transformer Engine casts each TE linear's bf16 weight to FP8 once per step, on the
+# first microbatch (`is_first_microbatch`; later microbatches reuse the cached copies):
+# reads 2 bytes, writes the row-wise and the column-wise (transposed) FP8 copies, 1 + 1.
+FP8_WEIGHT_CAST_BYTES_PER_PARAM = 2 + 1 + 1
 
 
 def optimizer_step_bytes(params: float, grad_bytes: int, optimizer_shards: int) -> float:
@@ -193,12 +197,15 @@ def build_workload(scenario: Scenario) -> Workload:
         # the distributed optimizer shards over DP × CP (CP ranks hold identical weights)
         grad_bytes = BF16_BYTES if scenario.training.grad_reduce_in_bf16 else FP32_BYTES
         shards = par.dp * par.cp if scenario.training.use_distributed_optimizer else 1
+        step_bytes = optimizer_step_bytes(params, grad_bytes, shards)
         static = memory.static_memory(
             params, par.dp * par.cp, scenario.training.use_distributed_optimizer, grad_bytes
         )
         if cfg.dtype is Dtype.FP8:
             fp8_copies = sum(chunk.num_layers for chunk in chunks) * fp8_weight_bytes_per_layer(layer.forward)
             static = replace(static, weight_bytes=static.weight_bytes + fp8_copies)
+            # the once-per-step weight casts, priced with the step's other HBM-bound work
+            step_bytes += FP8_WEIGHT_CAST_BYTES_PER_PARAM * fp8_copies / FP8_WEIGHT_BYTES_PER_PARAM
         stages.append(
             StageWork(
                 stage=stage,
@@ -206,7 +213,7 @@ def build_workload(scenario: Scenario) -> Workload:
                 static=static,
                 chunks=chunks,
                 dp_gradient_bytes=grad_bytes * params,
-                optimizer_step_bytes=optimizer_step_bytes(params, grad_bytes, shards),
+                optimizer_step_bytes=step_bytes,
                 embedding_grad_bytes=(
                     grad_bytes
                     * padded_vocab_size(scenario.model.vocab_size, par.tp)

@@ -105,7 +105,10 @@ class RingAttention:
     the ring waits for the slower of the two. `message_bytes` is what each step sends: K and
     V forward; K, V and the partial dK, dV backward (the first backward step has no dK/dV
     yet: `first_message_bytes`). `final_message_bytes` is the dK/dV sent home after the last
-    backward step (0 forward)."""
+    backward step (0 forward). `first_merge_bytes` and `merge_bytes` are the HBM bytes of the
+    element-wise kernels that fold step 0's and each later step's partial result into the
+    rank's output (forward: the softmax-LSE output correction; backward: the dQ and dK/dV
+    accumulation), 0 where not counted."""
 
     cp_size: int
     diagonal: AttentionShape
@@ -114,6 +117,8 @@ class RingAttention:
     message_bytes: float
     first_message_bytes: float
     final_message_bytes: float = 0.0
+    first_merge_bytes: float = 0.0
+    merge_bytes: float = 0.0
 
     @property
     def flops(self) -> float:

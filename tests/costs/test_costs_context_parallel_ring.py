@@ -8,8 +8,13 @@ import yaml
 
 from simcluster.config import ConfigError, load_hardware, parse_scenario
 from simcluster.costs.chunk import price_ops
-from simcluster.costs.compute import attention_time_s
-from simcluster.costs.context_parallel import ring_attention_cost_s, ring_step_times_s, ring_transfer_times_s
+from simcluster.costs.compute import attention_time_s, elementwise_time_s
+from simcluster.costs.context_parallel import (
+    ring_attention_cost_s,
+    ring_merge_time_s,
+    ring_step_times_s,
+    ring_transfer_times_s,
+)
 from simcluster.costs.network import GroupPlacement, p2p_time_s
 from simcluster.costs.placement import cp_group, tp_group
 from simcluster.simulation import run_simulation
@@ -89,8 +94,9 @@ def test_step_count_and_overlap_by_hand():
     assert steps[1:] == (later,) * 3
     send = p2p_time_s(forward.message_bytes, False, H100)
     compute, exposed = ring_attention_cost_s(forward, H100, group)
-    assert compute == pytest.approx(sum(steps))
-    assert compute + exposed == pytest.approx(max(steps[0], send) + 2 * max(later, send) + later)
+    merges = ring_merge_time_s(forward, H100)
+    assert compute == pytest.approx(sum(steps) + merges)
+    assert compute + exposed == pytest.approx(max(steps[0], send) + 2 * max(later, send) + later + merges)
 
     bsteps = ring_step_times_s(backward, H100)
     first, rest = (
@@ -100,6 +106,21 @@ def test_step_count_and_overlap_by_hand():
     bcompute, bexposed = ring_attention_cost_s(backward, H100, group)
     assert bcompute + bexposed == pytest.approx(
         max(bsteps[0], first) + max(bsteps[1], rest) + max(bsteps[2], rest) + bsteps[3] + first
+        + ring_merge_time_s(backward, H100)
+    )
+
+
+def test_merges_follow_te_out_correction_and_grad_accumulation():
+    """s 8192, c 4, t 4: |O| = 2048 tokens × q/t = 256 × 2 bytes, |KV| = 2 · 2048 · 64 · 2.
+    Forward: init correction 2|O|, then 3|O| per later step (`flash_attn_fwd_out_correction`);
+    backward: 2|O| + 4|KV| on step 0 (dq.copy_, combine dK/dV, dkv.copy_), then 3|O| + 5|KV|
+    (dq.add_, combine, dkv.add_); each step its own kernel, after the ring's attention."""
+    forward, backward = _rings(_scenario(tp=4))
+    o, kv = 2048 * 256 * 2, 2 * 2048 * 64 * 2
+    assert (forward.first_merge_bytes, forward.merge_bytes) == (2 * o, 3 * o)
+    assert (backward.first_merge_bytes, backward.merge_bytes) == (2 * o + 4 * kv, 3 * o + 5 * kv)
+    assert ring_merge_time_s(forward, H100) == pytest.approx(
+        elementwise_time_s(2 * o, H100) + 3 * elementwise_time_s(3 * o, H100)
     )
 
 

@@ -134,3 +134,19 @@ def test_distributed_optimizer_steps_only_its_shard_but_zeroes_every_grad():
     assert sharded.optimizer_step_bytes == pytest.approx((4 + 38 / 8) * sharded.num_params)
     bf16 = build_workload(_training(use_distributed_optimizer=True, grad_reduce_in_bf16=True)).stages[0]
     assert bf16.optimizer_step_bytes == pytest.approx((2 + 34 / 8) * bf16.num_params)
+
+
+def _step_bytes(**training):
+    data = yaml.safe_load(yaml.safe_dump(LLAMA3_8B))
+    data["training"].update(training)
+    workload = build_workload(parse_scenario(data, "step.yaml"))
+    (stage,) = workload.stages
+    return stage.num_params, stage.optimizer_step_bytes, workload
+
+
+def test_fp8_step_casts_each_te_linear_weight_once():
+    """FP8 adds TE's once-per-step weight cast (read 2, write FP8 row- and column-wise copies,
+    1 + 1) over the TE linears' weights: 32 layers × 218,103,808 on tp = 1."""
+    _, bf16, _ = _step_bytes()
+    _, fp8, _ = _step_bytes(dtype="fp8")
+    assert fp8 - bf16 == pytest.approx(4 * 32 * 218_103_808)
