@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from simcluster.schedule import (
     interleaved_comm_points,
     warmup_microbatches,
 )
+from simcluster.schedule.tasks import Task
 from simcluster.steady_state import simulate_steady_state
 from simcluster.workload import flops
 from simcluster.workload.model import (
@@ -237,23 +239,37 @@ def schedule_plan(
     """`priced_stages` with each stage's task order and Megatron's p2p points for m."""
     par, kind = scenario.parallel, scenario.training.schedule
     m = num_microbatches or scenario.num_microbatches
-    schedule = build_schedule(kind, par.pp, m, par.vpp)
-    interleaved = kind is ScheduleKind.ONE_F_ONE_B and par.vpp > 1
-    stages = []
-    for r, stage in enumerate(priced):
-        comm = (
-            interleaved_comm_points(schedule[r], warmup_microbatches(kind, par.pp, r, m, par.vpp))
-            if interleaved
-            else default_comm_points(schedule[r])
-        )
-        stages.append(
-            replace(stage, tasks=schedule[r], send_after=comm.send_after, extra_waits=comm.extra_waits)
-        )
+    orders = stage_orders(kind, par.pp, m, par.vpp)
+    stages = tuple(
+        replace(stage, tasks=tasks, send_after=send_after, extra_waits=extra_waits)
+        for stage, (tasks, send_after, extra_waits) in zip(priced, orders)
+    )
     return PipelinePlan(
-        stages=tuple(stages),
+        stages=stages,
         num_chunks=par.vpp,
         overlap_grad_reduce=scenario.training.overlap_grad_reduce,
     )
+
+
+StageOrder = tuple[tuple[Task, ...], tuple[int, ...], tuple[tuple[int, ...], ...]]
+
+
+@lru_cache(maxsize=64)
+def stage_orders(kind: ScheduleKind, pp: int, m: int, vpp: int) -> tuple[StageOrder, ...]:
+    """Per stage: its task order and Megatron's p2p points (send after, extra waits).
+    Cached: a sweep's layouts share a few (schedule, p, m, v), and plans that share these
+    tuples share the engine's and the certificate's per-stage wiring (`stage_shape`)."""
+    schedule = build_schedule(kind, pp, m, vpp)
+    interleaved = kind is ScheduleKind.ONE_F_ONE_B and vpp > 1
+    orders = []
+    for r in range(pp):
+        comm = (
+            interleaved_comm_points(schedule[r], warmup_microbatches(kind, pp, r, m, vpp))
+            if interleaved
+            else default_comm_points(schedule[r])
+        )
+        orders.append((tuple(schedule[r]), comm.send_after, comm.extra_waits))
+    return tuple(orders)
 
 
 def _time_breakdown(engine: EngineResult) -> dict[str, float]:
