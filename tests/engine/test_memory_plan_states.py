@@ -1,0 +1,50 @@
+"""The memory estimate's peaks from in-flight states equal the replay of the task order
+bit for bit wherever it uses them (whole bytes, sums below 2^53), and it replays otherwise."""
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from simcluster.config.choices import ScheduleKind
+from simcluster.memory_plan import exact_peaks, replayed_peaks
+from simcluster.schedule import build_schedule
+from simcluster.schedule.in_flight import chunk_in_flight_states
+
+
+@st.composite
+def orders(draw):
+    kind = draw(st.sampled_from([ScheduleKind.ONE_F_ONE_B, ScheduleKind.GPIPE]))
+    p = draw(st.integers(1, 8))
+    v = draw(st.integers(1, 3))
+    interleaved = kind is ScheduleKind.ONE_F_ONE_B and v > 1
+    m = p * draw(st.integers(1, 6)) if interleaved else draw(st.integers(1, 40))
+    r = draw(st.integers(0, p - 1))
+    return build_schedule(kind, p, m, v)[r], v
+
+
+@given(orders(), st.data())
+def test_states_give_the_replayed_peaks_for_whole_bytes(order, data):
+    tasks, v = order
+    chunk_saved = [float(data.draw(st.integers(0, 2**40))) for _ in range(v)]
+    transient = float(data.draw(st.integers(0, 2**40)))
+    peaks = exact_peaks(chunk_in_flight_states(tasks, v), chunk_saved, transient)
+    assert peaks is not None
+    assert peaks == replayed_peaks(tasks, chunk_saved, transient)
+
+
+@given(orders(), st.data())
+def test_fractional_or_huge_bytes_are_replayed(order, data):
+    tasks, v = order
+    states = chunk_in_flight_states(tasks, v)
+    fractional = [data.draw(st.floats(0.5, 1e12)) + 0.25 for _ in range(v)]
+    assert exact_peaks(states, fractional, 0.0) is None
+    assert exact_peaks(states, [1.0] * v, 0.5) is None
+    assert exact_peaks(states, [2.0**53] * v, 0.0) is None
+
+
+def test_states_of_a_one_f_one_b_stage():
+    """Rank 0 of 1F1B on 4 stages stashes up to 4 microbatches (min(p − r, m))."""
+    tasks = build_schedule(ScheduleKind.ONE_F_ONE_B, 4, 8, 1)[0]
+    after_forward, before_backward = chunk_in_flight_states(tasks, 1)
+    assert after_forward == {(1,), (2,), (3,), (4,)}
+    assert before_backward == {(4,), (3,), (2,), (1,)}
+    assert exact_peaks((after_forward, before_backward), [10.0], 3.0) == (40.0, 43.0)
