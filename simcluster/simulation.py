@@ -12,7 +12,13 @@ from simcluster.config.choices import Dtype, ScheduleKind
 from simcluster.config.errors import ConfigError
 from simcluster.config.hardware import HardwareProfile
 from simcluster.config.scenario import Scenario, require_hardware_fits
-from simcluster.costs.chunk import ChunkCost, price_chunk, price_ops
+from simcluster.costs.chunk import (
+    NO_CONTEXT_PARALLEL,
+    ChunkCost,
+    compose_chunk,
+    fp8_amax_reduction_s,
+    price_layer_ops,
+)
 from simcluster.costs.compute import elementwise_time_s
 from simcluster.costs.network import GroupPlacement, collective_time_s, p2p_time_s
 from simcluster.costs.placement import cp_group, dp_cp_group, stages_share_node, strided_group, tp_group
@@ -29,7 +35,9 @@ from simcluster.schedule import (
 from simcluster.schedule.tasks import Task
 from simcluster.steady_state import simulate_steady_state
 from simcluster.workload import flops
+from simcluster.workload.layer import LayerOps
 from simcluster.workload.model import (
+    ChunkWork,
     StageWork,
     Workload,
     build_workload,
@@ -211,7 +219,7 @@ def priced_stages(scenario: Scenario, hw: HardwareProfile, workload: Workload) -
         for chunk in stage.chunks:
             key = (chunk.num_layers, chunk.embedding is not None, chunk.output is not None)
             if key not in cost_cache:
-                cost_cache[key] = price_chunk(chunk, hw, tp, dtype, cp, overlap, amax)
+                cost_cache[key] = _chunk_cost(chunk, hw, tp, dtype, cp, overlap, amax)
             costs.append(cost_cache[key])
         forward, backward = _task_works(tuple(costs), stage, transient)
         r, p = stage.stage, par.pp
@@ -231,6 +239,40 @@ def priced_stages(scenario: Scenario, hw: HardwareProfile, workload: Workload) -
             )
         )
     return tuple(stages)
+
+
+_LAYER_COSTS: dict[tuple[object, ...], tuple[LayerOps, HardwareProfile, ChunkCost]] = {}
+_MAX_LAYER_COSTS = 4096
+
+
+def layer_cost(
+    ops: LayerOps, hw: HardwareProfile, tp: GroupPlacement, dtype: Dtype,
+    cp: GroupPlacement = NO_CONTEXT_PARALLEL, tp_comm_overlap: bool = False,
+) -> ChunkCost:  # fmt: skip
+    """`price_layer_ops`, cached. Layer, embedding and output ops are cached objects
+    (`workload.layer.layer_ops`, `embedding_ops`, `output_ops`): the layouts of a sweep
+    share a few, so they are keyed by identity (the entry keeps the ops and the profile
+    alive, so no identity is reused while it exists) with the other inputs by value."""
+    key = (id(ops), id(hw), tp, dtype, cp, tp_comm_overlap)
+    hit = _LAYER_COSTS.get(key)
+    if hit is not None:
+        return hit[2]
+    cost = price_layer_ops(ops, hw, tp, dtype, cp, tp_comm_overlap)
+    if len(_LAYER_COSTS) >= _MAX_LAYER_COSTS:
+        _LAYER_COSTS.clear()
+    _LAYER_COSTS[key] = (ops, hw, cost)
+    return cost
+
+
+def _chunk_cost(
+    chunk: ChunkWork, hw: HardwareProfile, tp: GroupPlacement, dtype: Dtype, cp: GroupPlacement,
+    tp_comm_overlap: bool, amax: GroupPlacement | None,
+) -> ChunkCost:  # fmt: skip
+    """`price_chunk(chunk, …)` from cached layer prices: the same calls, composed the same way."""
+    extras = [layer_cost(extra, hw, tp, dtype) for extra in (chunk.embedding, chunk.output) if extra]
+    amax_s = fp8_amax_reduction_s(amax, hw) if dtype is Dtype.FP8 and amax is not None else 0.0
+    layer = layer_cost(chunk.layer, hw, tp, dtype, cp, tp_comm_overlap)
+    return compose_chunk(chunk.num_layers, layer, extras, amax_s)
 
 
 def schedule_plan(
@@ -295,15 +337,10 @@ def _stage_memory(workload: Workload, engine: EngineResult, hw: HardwareProfile)
 
 def layer_times(workload: Workload, hw: HardwareProfile, scenario: Scenario) -> LayerTimes:
     tp, cp = tp_group(scenario, hw), cp_group(scenario, hw)
-    dtype: Dtype = scenario.training.dtype
-    layer = workload.layer
-    overlap = scenario.training.tp_comm_overlap
-    forward = price_ops(layer.forward, hw, tp, dtype, cp, overlap).total_s
-    backward = (
-        price_ops(layer.backward, hw, tp, dtype, cp, overlap).total_s
-        + price_ops(layer.recompute, hw, tp, dtype, cp, overlap).total_s
-    )
-    return LayerTimes(forward_s=forward, backward_s=backward)
+    tr = scenario.training
+    cost = layer_cost(workload.layer, hw, tp, tr.dtype, cp, tr.tp_comm_overlap)
+    backward_s = cost.backward.total_s + cost.recompute.total_s
+    return LayerTimes(forward_s=cost.forward.total_s, backward_s=backward_s)
 
 
 def run_simulation(
