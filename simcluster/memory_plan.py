@@ -52,9 +52,22 @@ def stage_memory_estimate(
 
 @lru_cache(maxsize=256)
 def _states(kind: ScheduleKind, pp: int, m: int, vpp: int) -> tuple[InFlightStates, ...]:
-    """Per stage, the in-flight states of its task order (cached: they depend only on the
-    schedule, and a sweep's layouts share a few)."""
-    return tuple(chunk_in_flight_states(tasks, vpp) for tasks in build_schedule(kind, pp, m, vpp))
+    """Per stage, the in-flight states of its task order that no other state of the same
+    kind holds at least as many of every chunk as (with bytes >= 0 the peaks are among
+    them). Cached: they depend only on the schedule, and a sweep's layouts share a few."""
+    return tuple(
+        (maximal_states(after_forward), maximal_states(before_backward))
+        for after_forward, before_backward in (
+            chunk_in_flight_states(tasks, vpp) for tasks in build_schedule(kind, pp, m, vpp)
+        )
+    )
+
+
+def maximal_states(states: frozenset[tuple[int, ...]]) -> frozenset[tuple[int, ...]]:
+    def dominated(state: tuple[int, ...]) -> bool:
+        return any(other != state and all(o >= s for o, s in zip(other, state)) for other in states)
+
+    return frozenset(state for state in states if not dominated(state))
 
 
 EXACT_FLOAT_INTEGERS = 2.0**53  # every integer below this is a float, and so is their sum
@@ -67,17 +80,17 @@ def exact_peaks(
     unless the replay's running sums are exact: whole numbers of bytes whose largest sum
     is below 2^53. Then every float sum the replay (and the engine's tracker) takes is the
     exact integer, whatever the order, so the peak over the states is the replay's, bit
-    for bit; other values are replayed."""
+    for bit; other values are replayed. `states` may leave out states another one
+    dominates (no more of any chunk): with bytes >= 0 they hold no more."""
     after_forward, before_backward = states
     values = [*chunk_saved, transient]
     if not all(value >= 0 and float(value).is_integer() for value in values):
         return None
-    states_seen = after_forward | before_backward
-    largest = [max((state[c] for state in states_seen), default=0) for c in range(len(chunk_saved))]
-    if sum(n * x for n, x in zip(largest, chunk_saved)) + transient >= EXACT_FLOAT_INTEGERS:
+    seen = after_forward | before_backward
+    largest = [max((state[c] for state in seen), default=0) for c in range(len(chunk_saved))]
+    if _bytes(tuple(largest), chunk_saved) + transient >= EXACT_FLOAT_INTEGERS:
         return None
-    stored = [_bytes(state, chunk_saved) for state in after_forward]
-    peak_stored = max(stored, default=0.0)
+    peak_stored = max((_bytes(state, chunk_saved) for state in after_forward), default=0.0)
     held = [_bytes(state, chunk_saved) + transient for state in before_backward]
     return peak_stored, max(0.0, peak_stored, *held)
 

@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from simcluster.config.choices import ScheduleKind
-from simcluster.memory_plan import exact_peaks, replayed_peaks
+from simcluster.memory_plan import exact_peaks, maximal_states, replayed_peaks
 from simcluster.schedule import build_schedule
 from simcluster.schedule.in_flight import chunk_in_flight_states
 
@@ -26,9 +26,14 @@ def test_states_give_the_replayed_peaks_for_whole_bytes(order, data):
     tasks, v = order
     chunk_saved = [float(data.draw(st.integers(0, 2**40))) for _ in range(v)]
     transient = float(data.draw(st.integers(0, 2**40)))
-    peaks = exact_peaks(chunk_in_flight_states(tasks, v), chunk_saved, transient)
+    after_forward, before_backward = chunk_in_flight_states(tasks, v)
+    peaks = exact_peaks((after_forward, before_backward), chunk_saved, transient)
     assert peaks is not None
     assert peaks == replayed_peaks(tasks, chunk_saved, transient)
+    # the estimate keeps only the states no other one dominates
+    pruned = maximal_states(after_forward), maximal_states(before_backward)
+    assert pruned[0] <= after_forward and pruned[1] <= before_backward
+    assert exact_peaks(pruned, chunk_saved, transient) == peaks
 
 
 @given(orders(), st.data())
