@@ -64,10 +64,14 @@ def _states(kind: ScheduleKind, pp: int, m: int, vpp: int) -> tuple[InFlightStat
 
 
 def maximal_states(states: frozenset[tuple[int, ...]]) -> frozenset[tuple[int, ...]]:
-    def dominated(state: tuple[int, ...]) -> bool:
-        return any(other != state and all(o >= s for o, s in zip(other, state)) for other in states)
-
-    return frozenset(state for state in states if not dominated(state))
+    """The states no other state holds at least as many of every chunk as. In order of
+    decreasing total, a state can only be dominated by one already kept (a dominating
+    state has a larger total, or is equal)."""
+    kept: list[tuple[int, ...]] = []
+    for state in sorted(states, key=sum, reverse=True):
+        if not any(all(k >= s for k, s in zip(other, state)) for other in kept):
+            kept.append(state)
+    return frozenset(kept)
 
 
 EXACT_FLOAT_INTEGERS = 2.0**53  # every integer below this is a float, and so is their sum

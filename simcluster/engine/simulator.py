@@ -40,7 +40,7 @@ from heapq import heappush
 from typing import Any
 
 import simpy
-from simpy.events import NORMAL, PENDING
+from simpy.events import NORMAL
 
 from simcluster.engine.gc_tuning import simulation_gc
 from simcluster.engine.links import Link
@@ -108,6 +108,8 @@ class StageShape:
     sends: tuple[tuple[Send, ...], ...]
     last_backward: frozenset[int]
     first_forward: frozenset[int]
+    # per position what the engine's loop unpacks: task, keys awaited, is forward, chunk, sends
+    program: tuple[tuple[Task, tuple[Key, ...], bool, int, tuple[Send, ...]], ...]
 
     @property
     def wiring(self) -> Wiring:
@@ -175,17 +177,20 @@ class _Run:
         """The stage's task list (see the module docstring for how time advances). The
         running sums — busy time per category, stored and transient bytes and their peaks —
         are kept in locals and written to the stage's outcome at probes and at the end, in
-        the order and with the operations of `MemoryTracker` and a per-category dict."""
+        the order and with the operations of `MemoryTracker`, `Link.reserve` and a
+        per-category dict."""
         env, plan, outcome, record = self.env, self.plan, self.outcomes[index], self.record
         memory = outcome.memory
         assert memory is not None
         shape = self.shapes[index]
         arrival_s, waiting, schedule, links = self.arrival_s, self.waiting, self._schedule, self.links
+        arrival_of, waiting_pop = arrival_s.get, waiting.pop
         queue, event_ids = env._queue, env._eid
         # this stage's one event, re-armed for every wait: a stage waits on one thing at a
         # time (its task's end, or one message), and SimPy is done with an event once it has
-        # run its callbacks
+        # run its callbacks (re-arming = a fresh callback list; it stays ok, value None)
         event = simpy.Event(env)
+        event._ok, event._value = True, None
         blocking = plan.blocking_p2p
         probe_at = set(self.probe[index]) if self.probe is not None else set()
         # busy seconds per category, keyed by small ints (a dict keeps the order in which
@@ -198,12 +203,19 @@ class _Run:
                     slot[category] = len(categories)
                     categories.append(category)
         busy: dict[int, float] = {}
-        forward_parts = [tuple((slot[c], x) for c, x in work.parts) for work in stage.forward]
-        backward_parts = [tuple((slot[c], x) for c, x in work.parts) for work in stage.backward]
-        routes = [
-            (route.link, route.seconds) if route is not None else None
-            for route in (stage.send_forward, stage.send_backward)
+        busy_of = busy.get
+        forwards = [
+            (work.busy_s, work.stored_bytes, tuple((slot[c], x) for c, x in work.parts))
+            for work in stage.forward
         ]
+        backwards = [
+            (work.busy_s, work.transient_bytes, stage.forward[c].stored_bytes,
+             tuple((slot[c], x) for c, x in work.parts))
+            for c, work in enumerate(stage.backward)
+        ]  # fmt: skip
+        routes = [(route.link, route.seconds) if route is not None else ("", 0.0)
+                  for route in (stage.send_forward, stage.send_backward)]  # fmt: skip
+        route_links: list[Link | None] = [None, None]  # made on first use, as `link` does
         static, stored, transient = memory.static_bytes, memory.stored_bytes, memory.transient_bytes
         peak_stored, peak_total = memory.peak_stored_bytes, memory.peak_total_bytes
         overlap = plan.overlap_grad_reduce and stage.grad_reduce is not None
@@ -218,25 +230,22 @@ class _Run:
 
         clock = env.now
         position = -1
-        for position, (task, waits, sends) in enumerate(zip(stage.tasks, shape.waits, shape.sends)):
+        for position, (task, waits, forward, chunk, sends) in enumerate(shape.program):
             if position in probe_at:
                 write_back()
                 self._take_probe(index, stage, clock)
             start = clock
             for key in waits:
-                arrived = arrival_s.get(key)
+                arrived = arrival_of(key)
                 if arrived is None:
-                    event.callbacks, event._value = [], PENDING
+                    event.callbacks = []
                     waiting[key] = event
                     yield event  # the sender schedules it at the arrival time
                     arrived = arrival_s[key]
                 if arrived > start:
                     start = arrived
-            chunk = task.chunk
-            forward = task.phase is Phase.FORWARD
             if forward:
-                work = stage.forward[chunk]
-                duration_s = work.busy_s
+                duration_s, stored_bytes, parts = forwards[chunk]
                 if position in gate_at:
                     # a chunk's first forward runs its bucket-sized slices as the buckets arrive
                     assert gathered is not None
@@ -244,53 +253,58 @@ class _Run:
                     if buckets_s and buckets_s[0] > start:  # the first bucket is exposed
                         waited_from = start
                         start = start + (buckets_s[0] - start)  # as a timeout of the difference
-                        busy[1] = busy.get(1, 0.0) + (start - waited_from)
+                        busy[1] = busy_of(1, 0.0) + (start - waited_from)
                         if record:
                             self.spans.append(
                                 (index, "param gather wait", DP_COMM.value, waited_from, start - waited_from)
                             )
-                    duration_s = _gated_duration_s(start, work.busy_s, buckets_s)
-                    busy[1] = busy.get(1, 0.0) + (duration_s - work.busy_s)
-                stored += work.stored_bytes  # MemoryTracker.store
+                    busy_s = duration_s
+                    duration_s = _gated_duration_s(start, busy_s, buckets_s)
+                    busy[1] = busy_of(1, 0.0) + (duration_s - busy_s)
+                stored += stored_bytes  # MemoryTracker.store
                 if stored > peak_stored:
                     peak_stored = stored
                 total = static + stored + transient
                 if total > peak_total:
                     peak_total = total
-                parts = forward_parts[chunk]
             else:
-                work = stage.backward[chunk]
-                duration_s = work.busy_s
-                transient += work.transient_bytes  # MemoryTracker.hold
+                duration_s, held, freed, parts = backwards[chunk]
+                transient += held  # MemoryTracker.hold
                 if stored > peak_stored:
                     peak_stored = stored
                 total = static + stored + transient
                 if total > peak_total:
                     peak_total = total
-                parts = backward_parts[chunk]
             now = start + duration_s
-            event.callbacks, event._ok, event._value = [], True, None  # re-armed (see above)
+            event.callbacks = []
             heappush(queue, (now, NORMAL, next(event_ids), event))
             yield event  # the task's end
             if not forward:
-                transient -= work.transient_bytes  # MemoryTracker.drop, then .release
-                freed = stage.forward[chunk].stored_bytes
+                transient -= held  # MemoryTracker.drop, then .release
                 stored -= freed
                 if stored < -1e-6 * max(1.0, freed):
                     raise RuntimeError("memory tracker: freed more activation bytes than were stored")
             for i, seconds in parts:
-                busy[i] = busy.get(i, 0.0) + seconds
+                busy[i] = busy_of(i, 0.0) + seconds
             if record:
                 self.spans.append((index, str(task), "forward" if forward else "backward", start, duration_s))
             clock = now
             for route, key, producer in sends:
-                name, seconds = routes[route]  # type: ignore[misc]
-                # FIFO on the sender's own link, issued now (links are made on first use)
-                link = links.get(name) or self.link(name)
-                _, end = link.reserve(now, seconds, str(producer) if record else "")
+                # Link.reserve: FIFO on the sender's own link, issued now
+                link = route_links[route]
+                if link is None:
+                    name = routes[route][0]
+                    link = route_links[route] = links.get(name) or self.link(name)
+                seconds = routes[route][1]
+                free_s = link.free_at_s
+                end = (free_s if free_s > now else now) + seconds
+                link.free_at_s = end
+                link.busy_s += seconds
+                if record:
+                    link.spans.append((free_s if free_s > now else now, seconds, str(producer)))
                 arrives = now + (end - now)  # as a timeout of the difference
                 arrival_s[key] = arrives
-                receiver = waiting.pop(key, None)
+                receiver = waiting_pop(key, None)
                 if receiver is not None:
                     schedule(receiver, arrives)
                 if blocking and arrives > clock:
@@ -312,7 +326,7 @@ class _Run:
                     end = self.transfer_at(share, now, f"dp grads chunk {chunk}")
                     outcome.grads_ready_s = now + (end - now)
             if clock > now:
-                busy[0] = busy.get(0, 0.0) + (clock - now)
+                busy[0] = busy_of(0, 0.0) + (clock - now)
                 if record:
                     self.spans.append((index, f"send after {task}", PP_COMM.value, now, clock - now))
         if position + 1 in probe_at:
@@ -320,17 +334,17 @@ class _Run:
             self._take_probe(index, stage, clock)
         outcome.pipeline_end_s = clock
         if clock > env.now:
-            event.callbacks = []  # re-armed: a stage waits on one thing at a time
+            event.callbacks = []
             yield schedule(event, clock)  # the reduction below is issued then (a link may be shared)
         if not plan.overlap_grad_reduce and stage.grad_reduce is not None:
             end = self.transfer_at(stage.grad_reduce, clock, "dp grads")
             done = clock + (end - clock)  # as a timeout of the difference
-            busy[1] = busy.get(1, 0.0) + (done - clock)
+            busy[1] = busy_of(1, 0.0) + (done - clock)
             if record:
                 self.spans.append((index, "dp all-reduce", DP_COMM.value, clock, done - clock))
             clock = done
         if plan.overlap_grad_reduce and outcome.grads_ready_s > clock:
-            busy[1] = busy.get(1, 0.0) + (outcome.grads_ready_s - clock)  # not hidden by backwards
+            busy[1] = busy_of(1, 0.0) + (outcome.grads_ready_s - clock)  # not hidden by backwards
         outcome.grads_ready_s = max(outcome.grads_ready_s, clock)
         write_back()
         outcome.finished = True
@@ -454,11 +468,17 @@ def _build_shape(plan: PipelinePlan, index: int) -> StageShape:
         if output is not None:
             after = stage.send_after[position] if stage.send_after is not None else position
             sends[after].append(output)
+    sent = tuple(map(tuple, sends))
+    program = tuple(
+        (task, keys, task.phase is Phase.FORWARD, task.chunk, out)
+        for task, keys, out in zip(stage.tasks, waits, sent, strict=True)
+    )
     return StageShape(
         tuple(waits),
-        tuple(map(tuple, sends)),
+        sent,
         frozenset(last_backward_positions(stage)),
         frozenset(first_forward_positions(stage)),
+        program,
     )
 
 
