@@ -19,25 +19,24 @@ the step, exposed, or (overlapped) from the iteration's start, bucket by bucket,
 chunk's first forward (Megatron's forward pre-hooks, `finish_param_sync`); the iteration
 seen is the steady state, where these are the gathers of the previous step's update.
 
-How it runs: each stage keeps its clock as a float; a task starts at max(clock, the arrival
-times of its messages) and one SimPy event, at its end, hands control back to SimPy, which
-runs the stages in time order. A message is its arrival time, posted when the sender's
-task ends (the sender's link is reserved then, so the time is final); a receiver that gets
-to the task after the post reads the time, one that gets there first waits on an event the
-sender schedules at the arrival (issue 9: ~1.4 events per task, was ~2.2 with a timeout per
-message and per wait). Every time is the same float sum or maximum, taken in the same order
-per stage, as the earlier engine with a timeout per task, per message and per blocked send
-(tests/engine/test_engine_reference.py compares them bit for bit); `num_events` counts the
-events this engine schedules.
+How it runs (issue 9): each stage is a coroutine that keeps its clock as a float. A task
+starts at max(clock, the arrival times of its messages) and ends at one SimPy event, which
+the stage schedules and whose callback resumes it: SimPy's queue runs every stage's task
+ends in time order, one event per task (the earlier engine took ~2.2: a timeout per task,
+per message and per blocked send). A message is its arrival time, posted when the sender's
+task ends (its link is reserved then, so the time is final): a receiver that reaches the
+task later reads it; one that reached it first is waiting for it and is resumed by the post
+to compute the same start. Every time is the same float sum or maximum, taken in the same
+order per stage, as in the earlier engine (tests/engine/test_engine_reference.py compares
+them bit for bit); `num_events` counts the events this engine schedules.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from heapq import heappush
-from typing import Any
 
 import simpy
 from simpy.events import NORMAL
@@ -131,9 +130,10 @@ class _Run:
         self.probes: list[list[ProbeState]] = [[] for _ in plan.stages]
         self.env = simpy.Environment()
         # Messages: key -> arrival time, posted when the sender's task ends; `waiting` holds
-        # the event of a receiver that needs a message not yet posted (scheduled by the post).
+        # the resume of a stage that needs a message not yet posted (called by the post).
         self.arrival_s: dict[Key, float] = {}
-        self.waiting: dict[Key, simpy.Event] = {}
+        self.waiting: dict[Key, Callable[..., None]] = {}
+        self.resumers: list[Callable[..., None]] = []
         self.links: dict[str, Link] = {}
         self.spans: list[Span] = []
         self.outcomes = tuple(StageOutcome(memory=MemoryTracker(stage.static_bytes)) for stage in plan.stages)
@@ -173,8 +173,9 @@ class _Run:
             for c, chunk in enumerate(gather.buckets)
         ]
 
-    def stage_process(self, index: int, stage: StagePlan) -> Generator[simpy.Event, Any, None]:
-        """The stage's task list (see the module docstring for how time advances). The
+    def stage_process(self, index: int, stage: StagePlan) -> Generator[None, None, None]:
+        """The stage's task list (see the module docstring for how time advances). Every
+        yield waits to be resumed: by its event's callback, or by the post it waits for. The
         running sums — busy time per category, stored and transient bytes and their peaks —
         are kept in locals and written to the stage's outcome at probes and at the end, in
         the order and with the operations of `MemoryTracker`, `Link.reserve` and a
@@ -184,11 +185,12 @@ class _Run:
         assert memory is not None
         shape = self.shapes[index]
         arrival_s, waiting, schedule, links = self.arrival_s, self.waiting, self._schedule, self.links
+        resume = self.resumers[index]
         arrival_of, waiting_pop = arrival_s.get, waiting.pop
         queue, event_ids = env._queue, env._eid
-        # this stage's one event, re-armed for every wait: a stage waits on one thing at a
-        # time (its task's end, or one message), and SimPy is done with an event once it has
-        # run its callbacks (re-arming = a fresh callback list; it stays ok, value None)
+        # this stage's one event, re-armed for each task: a stage has one task running at a
+        # time, and SimPy is done with an event once it has run its callbacks (re-arming = a
+        # fresh callback list; it stays ok, value None)
         event = simpy.Event(env)
         event._ok, event._value = True, None
         blocking = plan.blocking_p2p
@@ -238,9 +240,8 @@ class _Run:
             for key in waits:
                 arrived = arrival_of(key)
                 if arrived is None:
-                    event.callbacks = []
-                    waiting[key] = event
-                    yield event  # the sender schedules it at the arrival time
+                    waiting[key] = resume
+                    yield  # resumed by the post, which has the arrival time
                     arrived = arrival_s[key]
                 if arrived > start:
                     start = arrived
@@ -276,9 +277,9 @@ class _Run:
                 if total > peak_total:
                     peak_total = total
             now = start + duration_s
-            event.callbacks = []
+            event.callbacks = [resume]
             heappush(queue, (now, NORMAL, next(event_ids), event))
-            yield event  # the task's end
+            yield  # the task's end
             if not forward:
                 transient -= held  # MemoryTracker.drop, then .release
                 stored -= freed
@@ -306,7 +307,7 @@ class _Run:
                 arrival_s[key] = arrives
                 receiver = waiting_pop(key, None)
                 if receiver is not None:
-                    schedule(receiver, arrives)
+                    receiver()  # it starts the task it waited for, at its clock or the arrival
                 if blocking and arrives > clock:
                     clock = arrives  # Megatron's p2p returns when the message is delivered
             if position in reduce_at:
@@ -334,8 +335,9 @@ class _Run:
             self._take_probe(index, stage, clock)
         outcome.pipeline_end_s = clock
         if clock > env.now:
-            event.callbacks = []
-            yield schedule(event, clock)  # the reduction below is issued then (a link may be shared)
+            event.callbacks = [resume]
+            schedule(event, clock)
+            yield  # the reduction below is issued then (a link may be shared)
         if not plan.overlap_grad_reduce and stage.grad_reduce is not None:
             end = self.transfer_at(stage.grad_reduce, clock, "dp grads")
             done = clock + (end - clock)  # as a timeout of the difference
@@ -361,8 +363,10 @@ class _Run:
         self.probes[index].append(ProbeState(times, dict(outcome.busy_s), outcome.memory.stored_bytes))
 
     def run(self) -> EngineResult:
-        for index, stage in enumerate(self.plan.stages):
-            self.env.process(self.stage_process(index, stage))
+        stages = [self.stage_process(index, stage) for index, stage in enumerate(self.plan.stages)]
+        self.resumers.extend(_resumer(steps) for steps in stages)
+        for resume in self.resumers:
+            resume()  # every stage starts at time 0, in order (as SimPy starts processes)
         self.env.run()
         self._check_all_ran()
         iteration_s = self._finish_iteration()
@@ -501,6 +505,19 @@ def first_forward_positions(stage: StagePlan) -> set[int]:
         if task.phase is Phase.FORWARD and task.chunk not in first:
             first[task.chunk] = position
     return set(first.values())
+
+
+def _resumer(steps: Generator[None, None, None]) -> Callable[..., None]:
+    """Resume `steps` until its next yield (as an event callback, or called by a post)."""
+    send = steps.send
+
+    def resume(_event: object = None) -> None:
+        try:
+            send(None)
+        except StopIteration:
+            pass
+
+    return resume
 
 
 def _gated_duration_s(start_s: float, busy_s: float, arrived_s: list[float]) -> float:
