@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from functools import lru_cache
+from operator import ge
 from typing import Any
 
 from simcluster.config.choices import ScheduleKind
@@ -69,7 +70,7 @@ def maximal_states(states: frozenset[tuple[int, ...]]) -> frozenset[tuple[int, .
     state has a larger total, or is equal)."""
     kept: list[tuple[int, ...]] = []
     for state in sorted(states, key=sum, reverse=True):
-        if not any(all(k >= s for k, s in zip(other, state)) for other in kept):
+        if not any(all(map(ge, other, state)) for other in kept):
             kept.append(state)
     return frozenset(kept)
 

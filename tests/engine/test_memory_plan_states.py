@@ -47,9 +47,13 @@ def test_fractional_or_huge_bytes_are_replayed(order, data):
 
 
 def test_states_of_a_one_f_one_b_stage():
-    """Rank 0 of 1F1B on 4 stages stashes up to 4 microbatches (min(p − r, m))."""
-    tasks = build_schedule(ScheduleKind.ONE_F_ONE_B, 4, 8, 1)[0]
-    after_forward, before_backward = chunk_in_flight_states(tasks, 1)
-    assert after_forward == {(1,), (2,), (3,), (4,)}
-    assert before_backward == {(4,), (3,), (2,), (1,)}
+    """1F1B on 4 stages: rank r stashes up to min(p − r, m) microbatches; only the ends of
+    runs of forwards and the starts of runs of backwards are kept."""
+    schedule = build_schedule(ScheduleKind.ONE_F_ONE_B, 4, 8, 1)
+    after_forward, before_backward = chunk_in_flight_states(schedule[0], 1)
+    assert after_forward == {(4,)} and before_backward == {(4,)}
     assert exact_peaks((after_forward, before_backward), [10.0], 3.0) == (40.0, 43.0)
+    assert chunk_in_flight_states(schedule[3], 1) == ({(1,)}, {(1,)})
+    # GPipe: all forwards then all backwards, two states in all
+    gpipe = build_schedule(ScheduleKind.GPIPE, 4, 8, 2)[1]
+    assert chunk_in_flight_states(gpipe, 2) == ({(8, 8)}, {(8, 8)})
