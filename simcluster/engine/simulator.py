@@ -224,6 +224,7 @@ class _Run:
         reduce_at = shape.last_backward if overlap else frozenset()
         gathered = self._issue_param_gather(stage)
         gate_at = shape.first_forward if gathered is not None else frozenset()
+        special = probe_at | gate_at | reduce_at  # positions with more to do than the usual
 
         def write_back() -> None:
             outcome.busy_s = defaultdict(float, {categories[i]: x for i, x in busy.items()})
@@ -233,7 +234,8 @@ class _Run:
         clock = env.now
         position = -1
         for position, (task, waits, forward, chunk, sends) in enumerate(shape.program):
-            if position in probe_at:
+            is_special = position in special
+            if is_special and position in probe_at:
                 write_back()
                 self._take_probe(index, stage, clock)
             start = clock
@@ -247,7 +249,7 @@ class _Run:
                     start = arrived
             if forward:
                 duration_s, stored_bytes, parts = forwards[chunk]
-                if position in gate_at:
+                if is_special and position in gate_at:
                     # a chunk's first forward runs its bucket-sized slices as the buckets arrive
                     assert gathered is not None
                     buckets_s = gathered[chunk]
@@ -283,7 +285,7 @@ class _Run:
             if not forward:
                 transient -= held  # MemoryTracker.drop, then .release
                 stored -= freed
-                if stored < -1e-6 * max(1.0, freed):
+                if stored < 0.0 and stored < -1e-6 * max(1.0, freed):
                     raise RuntimeError("memory tracker: freed more activation bytes than were stored")
             for i, seconds in parts:
                 busy[i] = busy_of(i, 0.0) + seconds
@@ -310,7 +312,7 @@ class _Run:
                     receiver()  # it starts the task it waited for, at its clock or the arrival
                 if blocking and arrives > clock:
                     clock = arrives  # Megatron's p2p returns when the message is delivered
-            if position in reduce_at:
+            if is_special and position in reduce_at:
                 assert stage.grad_reduce is not None
                 if stage.grad_buckets is not None:
                     # each bucket as its gradients become final (uniform progress through
