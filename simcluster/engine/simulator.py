@@ -189,10 +189,11 @@ class _Run:
         arrival_of, waiting_pop = arrival_s.get, waiting.pop
         queue, event_ids = env._queue, env._eid
         # this stage's one event, re-armed for each task: a stage has one task running at a
-        # time, and SimPy is done with an event once it has run its callbacks (re-arming = a
-        # fresh callback list; it stays ok, value None)
+        # time, and SimPy is done with an event once it has run its callbacks (re-arming =
+        # giving it back its callback list, which SimPy only reads; it stays ok, value None)
         event = simpy.Event(env)
         event._ok, event._value = True, None
+        armed = [resume]
         blocking = plan.blocking_p2p
         probe_at = set(self.probe[index]) if self.probe is not None else set()
         # busy seconds per category, keyed by small ints (a dict keeps the order in which
@@ -279,7 +280,7 @@ class _Run:
                 if total > peak_total:
                     peak_total = total
             now = start + duration_s
-            event.callbacks = [resume]
+            event.callbacks = armed
             heappush(queue, (now, NORMAL, next(event_ids), event))
             yield  # the task's end
             if not forward:
@@ -337,7 +338,7 @@ class _Run:
             self._take_probe(index, stage, clock)
         outcome.pipeline_end_s = clock
         if clock > env.now:
-            event.callbacks = [resume]
+            event.callbacks = armed
             schedule(event, clock)
             yield  # the reduction below is issued then (a link may be shared)
         if not plan.overlap_grad_reduce and stage.grad_reduce is not None:
