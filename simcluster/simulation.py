@@ -92,13 +92,22 @@ def p2p_send(scenario: Scenario, hw: HardwareProfile, src: int, dst: int, messag
     the t pieces over NVLink (Megatron's scatter/gather p2p, megatron.md §4.1) before the
     p2p call returns, so the message is delivered only after that all-gather."""
     same = stages_share_node(scenario, hw, src, dst)
-    seconds = p2p_time_s(message_bytes, same, hw)
+    return Transfer(_p2p_link(same, src), p2p_seconds(scenario, hw, same, message_bytes))
+
+
+def _p2p_link(same_node: bool, src: int) -> str:
+    return f"{'nvlink' if same_node else 'nic'}:{src}"
+
+
+def p2p_seconds(scenario: Scenario, hw: HardwareProfile, same_node: bool, message_bytes: float) -> float:
+    """`p2p_send`'s seconds, between stages that share a node or not."""
+    seconds = p2p_time_s(message_bytes, same_node, hw)
     par = scenario.parallel
     if par.tp > 1 and not par.sequence_parallel:
         seconds += collective_time_s(
             CollectiveKind.ALL_GATHER, message_bytes * par.tp, tp_group(scenario, hw), hw
         )
-    return Transfer(f"{'nvlink' if same else 'nic'}:{src}", seconds)
+    return seconds
 
 
 MIN_BUCKET_PARAMS = 40_000_000  # Megatron's default DP bucket: max(40M, 1M · |DP×CP|) params
@@ -133,12 +142,18 @@ def grad_reduce_transfer(scenario: Scenario, hw: HardwareProfile, stage: StageWo
     if par.dp * par.cp == 1:
         return None
     group = dp_cp_group(scenario, hw)
-    if scenario.training.use_distributed_optimizer:
-        seconds = collective_time_s(CollectiveKind.REDUCE_SCATTER, stage.dp_gradient_bytes, group, hw)
-    else:
-        seconds = collective_time_s(CollectiveKind.ALL_REDUCE, stage.dp_gradient_bytes, group, hw)
     link = "nic" if group.crosses_nodes else "nvlink"
+    seconds = grad_reduce_seconds(scenario, hw, group, stage.dp_gradient_bytes)
     return Transfer(f"{link}:{stage.stage}", seconds)
+
+
+def grad_reduce_seconds(
+    scenario: Scenario, hw: HardwareProfile, group: GroupPlacement, gradient_bytes: float
+) -> float:
+    """`grad_reduce_transfer`'s seconds for `gradient_bytes` over the DP × CP `group`."""
+    if scenario.training.use_distributed_optimizer:
+        return collective_time_s(CollectiveKind.REDUCE_SCATTER, gradient_bytes, group, hw)
+    return collective_time_s(CollectiveKind.ALL_REDUCE, gradient_bytes, group, hw)
 
 
 def grad_buckets(
@@ -211,17 +226,39 @@ def priced_stages(scenario: Scenario, hw: HardwareProfile, workload: Workload) -
     tp, cp = tp_group(scenario, hw), cp_group(scenario, hw)
     overlap, amax = scenario.training.tp_comm_overlap, amax_group(scenario, hw)
     transient = transient_bytes(workload)
-    # Chunks differ only in their layer count (uneven splits) and the extras they carry.
+    # Chunks differ only in their layer count (uneven splits) and the extras they carry, and
+    # so do their task works; sends only in whether the stages share a node, and gradient
+    # reductions in their bytes: each is priced once per layout (the same calls, same values).
     cost_cache: dict[tuple[int, bool, bool], ChunkCost] = {}
+    works: dict[tuple[tuple[int, bool, bool], ...], tuple[tuple[TaskWork, ...], tuple[TaskWork, ...]]] = {}
+    send_s: dict[bool, float] = {}
+    reduce_s: dict[float, float] = {}
+    dp_group = dp_cp_group(scenario, hw) if par.dp * par.cp > 1 else None
+
+    def send(src: int, dst: int) -> Transfer:
+        same = stages_share_node(scenario, hw, src, dst)
+        if same not in send_s:
+            send_s[same] = p2p_seconds(scenario, hw, same, workload.p2p_bytes)
+        return Transfer(_p2p_link(same, src), send_s[same])
+
+    def reduce(stage: StageWork) -> Transfer | None:
+        if dp_group is None:
+            return None
+        gradient_bytes = stage.dp_gradient_bytes
+        if gradient_bytes not in reduce_s:
+            reduce_s[gradient_bytes] = grad_reduce_seconds(scenario, hw, dp_group, gradient_bytes)
+        link = "nic" if dp_group.crosses_nodes else "nvlink"
+        return Transfer(f"{link}:{stage.stage}", reduce_s[gradient_bytes])
+
     stages = []
     for stage in workload.stages:
-        costs = []
-        for chunk in stage.chunks:
-            key = (chunk.num_layers, chunk.embedding is not None, chunk.output is not None)
+        keys = tuple((c.num_layers, c.embedding is not None, c.output is not None) for c in stage.chunks)
+        for key, chunk in zip(keys, stage.chunks):
             if key not in cost_cache:
                 cost_cache[key] = _chunk_cost(chunk, hw, tp, dtype, cp, overlap, amax)
-            costs.append(cost_cache[key])
-        forward, backward = _task_works(tuple(costs), stage, transient)
+        if keys not in works:
+            works[keys] = _task_works(tuple(cost_cache[key] for key in keys), stage, transient)
+        forward, backward = works[keys]
         r, p = stage.stage, par.pp
         stages.append(
             StagePlan(
@@ -229,9 +266,9 @@ def priced_stages(scenario: Scenario, hw: HardwareProfile, workload: Workload) -
                 forward=forward,
                 backward=backward,
                 static_bytes=stage.static.total_bytes,
-                send_forward=p2p_send(scenario, hw, r, (r + 1) % p, workload.p2p_bytes) if p > 1 else None,
-                send_backward=p2p_send(scenario, hw, r, (r - 1) % p, workload.p2p_bytes) if p > 1 else None,
-                grad_reduce=grad_reduce_transfer(scenario, hw, stage),
+                send_forward=send(r, (r + 1) % p) if p > 1 else None,
+                send_backward=send(r, (r - 1) % p) if p > 1 else None,
+                grad_reduce=reduce(stage),
                 tied_grad_reduce=tied_reduce_transfer(scenario, hw, stage),
                 optimizer_s=elementwise_time_s(stage.optimizer_step_bytes, hw),
                 grad_buckets=grad_buckets(scenario, hw, stage),
