@@ -5,10 +5,11 @@ B = 1,536, tp {4, 8} x pp {4, 8, 16} x vpp {1, 2, 3} x mbs {1, 2} x SP x recompu
 {selective, full}: 144 layouts, of which those that fit are event-simulated (the rest are
 pruned by the exact memory estimate). Each run is a fresh `simcluster sweep` process:
 
-    python -m simcluster.cli sweep SPEC --out TMP.parquet --workers W --no-progress [--full-simulation]
+    python -m simcluster.cli sweep SPEC --out TMP.parquet --workers W --no-progress --json [--full-simulation]
 
 Reported per mode (steady state, the default, and --full-simulation) and worker count:
-the sweep's own elapsed time as the CLI prints it (load, expand, pool, simulate, Parquet),
+the sweep's own elapsed time as the CLI reports it (`elapsed_s` of --json, to the
+microsecond: load, expand, pool, simulate, Parquet),
 the whole process's wall time (plus Python start-up and imports), CPU seconds of the
 process and its workers, and layouts/s = simulated (ok) rows / elapsed. The machine and
 its load average are recorded with every run: on a shared machine, compare CPU seconds.
@@ -25,7 +26,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import statistics
 import subprocess
 import sys
@@ -38,7 +38,6 @@ from machine import children_cpu_s, cpu_model  # benchmarks/machine.py (the scri
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "benchmarks" / "specs" / "gpt3-175b-1024gpus-144.yaml"
-SUMMARY = re.compile(r"ran (\d+) .* in ([0-9.]+) s; table: (.*) ->")
 CLI = "from simcluster.cli import main; main()"
 
 
@@ -46,7 +45,7 @@ def one_sweep(folder: Path, workers: int, mode: str, repeat: int, baseline: Path
     """One `simcluster sweep` process; its printed summary gives the sweep's elapsed time."""
     out = folder / f"w{workers}-{mode}-{repeat}.parquet"
     command = [sys.executable, "-c", CLI, "sweep", str(SPEC), "--out", str(out), "--workers", str(workers),
-               "--no-progress"] + (["--full-simulation"] if mode == "full" else [])  # fmt: skip
+               "--no-progress", "--json"] + (["--full-simulation"] if mode == "full" else [])  # fmt: skip
     # `python -c` puts the working directory first on sys.path: run in the tree to time
     root = baseline if mode == "baseline" and baseline else ROOT
     env = {**os.environ, "PYTHONPATH": str(root)}
@@ -54,11 +53,12 @@ def one_sweep(folder: Path, workers: int, mode: str, repeat: int, baseline: Path
     cpu_start, wall_start = children_cpu_s(), time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, check=True, env=env, cwd=root)
     wall_s, cpu_s = time.perf_counter() - wall_start, children_cpu_s() - cpu_start
-    match = SUMMARY.search(done.stdout)
-    if match is None:
-        raise RuntimeError(f"unexpected sweep output:\n{done.stdout}\n{done.stderr}")
-    counts = dict(item.split() for item in match.group(3).split(", "))
-    return {"elapsed_s": float(match.group(2)), "process_wall_s": wall_s, "cpu_s": cpu_s,
+    try:
+        summary = json.loads(done.stdout)
+        elapsed_s, counts = float(summary["elapsed_s"]), summary["status_counts"]
+    except (ValueError, KeyError) as error:
+        raise RuntimeError(f"unexpected sweep output ({error}):\n{done.stdout}\n{done.stderr}") from error
+    return {"elapsed_s": elapsed_s, "process_wall_s": wall_s, "cpu_s": cpu_s,
             "ok": int(counts.get("ok", 0)), "oom": int(counts.get("oom", 0)),
             "load_average": load}  # fmt: skip
 

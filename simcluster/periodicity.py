@@ -37,45 +37,36 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 from simcluster.engine.plan import PipelinePlan, StagePlan
-from simcluster.engine.simulator import (
-    EngineResult,
-    Key,
-    Wiring,
-    first_forward_positions,
-    last_backward_positions,
-    wiring,
-)
+from simcluster.engine.simulator import EngineResult, Key, StageShape, Wiring, stage_shape
 
 RELATIVE_TOLERANCE = 1e-9
 """Equal shifts are compared to this fraction of the iteration time: far above the float
 rounding of sums of O(10^5) task durations (~1e-12), far below any modelled effect."""
 
 Signature = tuple[object, ...]
+Frontier = tuple[tuple[int, ...], tuple[int, ...]]
+Needs = tuple[dict[int, list[int]], ...]  # per stage: producer stage -> running max (see _needs)
 
 
-def _gated(stage: StagePlan) -> set[int]:
-    """Positions whose start waits for the overlapped parameter all-gather, issued at the
-    iteration start: the gate compares absolute times, not shifted by the period."""
-    gather = stage.param_gather
-    return first_forward_positions(stage) if gather is not None and gather.overlapped else set()
-
-
-def _signatures(stage: StagePlan, shift: int = 0) -> list[Signature]:
+def _signatures(stage: StagePlan, shape: StageShape, gated: frozenset[int]) -> tuple[Signature, ...]:
     """Per position what the engine does there, comm points relative to the position
     (whether a chunk's last backward issues its gradient reduction, in buckets or not, and
     whether a chunk's first forward is gated by the parameter all-gather)."""
-    last, gated = last_backward_positions(stage), _gated(stage)
+    last = shape.last_backward
     n = len(stage.tasks)
     after = stage.send_after if stage.send_after is not None else range(n)
     extra = stage.extra_waits if stage.extra_waits is not None else ((),) * n
-    return [
-        (task.phase, task.microbatch + shift, task.chunk, a - i, tuple(j - i for j in e), i in last,
-         i in gated)
+    return tuple(
+        (task.phase, task.microbatch, task.chunk, a - i, tuple(j - i for j in e), i in last, i in gated)
         for i, (task, a, e) in enumerate(zip(stage.tasks, after, extra))
-    ]
+    )
 
 
-def _common_prefix(a: list[Signature], b: list[Signature]) -> int:
+def _shifted(signatures: tuple[Signature, ...], shift: int) -> list[Signature]:
+    return [(s[0], s[1] + shift, *s[2:]) for s in signatures]  # type: ignore[operator]
+
+
+def _common_prefix(a: tuple[Signature, ...], b: tuple[Signature, ...]) -> int:
     n = 0
     for x, y in zip(a, b):
         if x != y:
@@ -84,44 +75,106 @@ def _common_prefix(a: list[Signature], b: list[Signature]) -> int:
     return n
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class PlanShape:
+    """What the certificate needs of a plan, whatever its costs: each stage's shape, the
+    positions the overlapped parameter all-gather gates (absolute times: `_gated`), the
+    signatures, and which stage and position releases each message. Cached (`plan_shape`):
+    a sweep's layouts share a few."""
+
+    stages: tuple[StageShape, ...]
+    gated: tuple[frozenset[int], ...]
+    signatures: tuple[tuple[Signature, ...], ...]
+    num_microbatches: int
+    producer: dict[Key, tuple[int, int]]  # key -> (stage, position after which it leaves)
+    needs: Needs
+
+    @classmethod
+    def of(
+        cls, plan: PipelinePlan, shapes: tuple[StageShape, ...], gated: tuple[frozenset[int], ...]
+    ) -> PlanShape:
+        producer = {
+            key: (index, after)
+            for index, shape in enumerate(shapes)
+            for after, out in enumerate(shape.sends)
+            for _route, key, _task in out
+        }
+        signatures = tuple(
+            _signatures(stage, shape, g) for stage, shape, g in zip(plan.stages, shapes, gated, strict=True)
+        )
+        return cls(shapes, gated, signatures, _num_microbatches(plan), producer, _needs(shapes, producer))
+
+
+def _needs(shapes: tuple[StageShape, ...], producer: dict[Key, tuple[int, int]]) -> Needs:
+    """Per stage r and producer stage s: the running max over r's positions of the
+    release position on s its waits need (non-decreasing, so bisectable)."""
+    out = []
+    for shape in shapes:
+        waits = shape.waits
+        latest: dict[int, list[int]] = {}
+        for position, keys in enumerate(waits):
+            for key in keys:
+                src, after = producer[key]
+                row = latest.get(src)
+                if row is None:
+                    row = latest[src] = [-1] * len(waits)
+                if after > row[position]:
+                    row[position] = after
+        out.append({src: list(accumulate(row, max)) for src, row in latest.items()})
+    return tuple(out)
+
+
+def _gated(stage: StagePlan, shape: StageShape) -> frozenset[int]:
+    """Positions whose start waits for the overlapped parameter all-gather, issued at the
+    iteration start: the gate compares absolute times, not shifted by the period."""
+    gather = stage.param_gather
+    return shape.first_forward if gather is not None and gather.overlapped else frozenset()
+
+
+_PLAN_SHAPES: dict[tuple[object, ...], PlanShape] = {}
+_CERTIFICATES: dict[tuple[int, int], tuple[PlanShape, PlanShape, Frontier | None, list[tuple[Key, int]]]] = {}
+_MAX_CACHED = 1024
+
+
+def plan_shape(plan: PipelinePlan) -> PlanShape:
+    """`PlanShape.of(plan)`, cached by the identity of its stages' shapes (which the entry
+    keeps alive, so no identity is reused while the entry exists) and the gated positions."""
+    shapes = tuple(stage_shape(plan, index) for index in range(plan.num_stages))
+    gated = tuple(_gated(stage, shape) for stage, shape in zip(plan.stages, shapes))
+    key = (*map(id, shapes), *(bool(g) for g in gated))
+    cached = _PLAN_SHAPES.get(key)
+    if cached is None:
+        if len(_PLAN_SHAPES) >= _MAX_CACHED:
+            _PLAN_SHAPES.clear()
+        cached = _PLAN_SHAPES[key] = PlanShape.of(plan, shapes, gated)
+    return cached
+
+
 @dataclass(frozen=True, slots=True)
 class PlanIndex:
-    """A plan's message wiring, built once for the certificate and the engine run."""
+    """A plan and its `PlanShape`, built once for the certificate and the engine run."""
 
     plan: PipelinePlan
-    wires: tuple[Wiring, ...]
-    producer: dict[Key, tuple[int, int]]  # key -> (stage, position after which it leaves)
+    shape: PlanShape
 
     @classmethod
     def of(cls, plan: PipelinePlan) -> PlanIndex:
-        wires = tuple(wiring(plan, index) for index in range(plan.num_stages))
-        producer = {
-            key: (index, after)
-            for index, (_waits, sends) in enumerate(wires)
-            for after, out in enumerate(sends)
-            for _route, key, _task in out
-        }
-        return cls(plan, wires, producer)
+        return cls(plan, plan_shape(plan))
 
-    def needs(self) -> list[dict[int, list[int]]]:
-        """Per stage r and producer stage s: the running max over r's positions of the
-        release position on s its waits need (non-decreasing, so bisectable)."""
-        out = []
-        for waits, _sends in self.wires:
-            latest: dict[int, list[int]] = {}
-            for position, keys in enumerate(waits):
-                for key in keys:
-                    src, after = self.producer[key]
-                    row = latest.get(src)
-                    if row is None:
-                        row = latest[src] = [-1] * len(waits)
-                    if after > row[position]:
-                        row[position] = after
-            out.append({src: list(accumulate(row, max)) for src, row in latest.items()})
-        return out
+    @property
+    def shapes(self) -> tuple[StageShape, ...]:
+        return self.shape.stages
+
+    @property
+    def wires(self) -> tuple[Wiring, ...]:
+        return tuple(shape.wiring for shape in self.shape.stages)
+
+    @property
+    def producer(self) -> dict[Key, tuple[int, int]]:
+        return self.shape.producer
 
 
-def _close(frontier: list[int], needs: list[dict[int, list[int]]]) -> list[int]:
+def _close(frontier: list[int], needs: Needs) -> list[int]:
     """Shrink each stage's prefix until every message it awaits is released inside the
     producer's prefix (a fixpoint: frontiers only move down)."""
     changed = True
@@ -139,37 +192,52 @@ def _num_microbatches(plan: PipelinePlan) -> int:
     return 1 + max(task.microbatch for task in plan.stages[0].tasks)
 
 
-Frontier = tuple[tuple[int, ...], tuple[int, ...]]
-
-
 def stable_frontier(first: PlanIndex, second: PlanIndex) -> Frontier | None:
     """(f1, f2) as in the module docstring, or None when the plans' remainders after them
-    differ by more than the microbatch shift (no certificate possible)."""
-    shift = _num_microbatches(second.plan) - _num_microbatches(first.plan)
-    sig1 = [_signatures(stage) for stage in first.plan.stages]
-    sig2 = [_signatures(stage) for stage in second.plan.stages]
-    f1 = _close([_common_prefix(a, b) for a, b in zip(sig1, sig2)], first.needs())
+    differ by more than the microbatch shift (no certificate possible). Depends only on
+    the plans' shapes, so it is computed once per pair of shapes."""
+    return _certificate(first.shape, second.shape)[2]
+
+
+def _certificate(
+    first: PlanShape, second: PlanShape
+) -> tuple[PlanShape, PlanShape, Frontier | None, list[tuple[Key, int]]]:
+    key = (id(first), id(second))
+    cached = _CERTIFICATES.get(key)
+    if cached is None or cached[0] is not first or cached[1] is not second:
+        frontier = _stable_frontier(first, second)
+        crossing = _crossing(first, frontier[0]) if frontier is not None else []
+        if len(_CERTIFICATES) >= _MAX_CACHED:
+            _CERTIFICATES.clear()
+        cached = _CERTIFICATES[key] = (first, second, frontier, crossing)
+    return cached
+
+
+def _stable_frontier(first: PlanShape, second: PlanShape) -> Frontier | None:
+    shift = second.num_microbatches - first.num_microbatches
+    sig1, sig2 = first.signatures, second.signatures
+    f1 = _close([_common_prefix(a, b) for a, b in zip(sig1, sig2)], first.needs)
     f2 = [f + len(b) - len(a) for f, a, b in zip(f1, sig1, sig2)]
-    if _close(list(f2), second.needs()) != f2:
+    if _close(list(f2), second.needs) != f2:
         return None  # the longer run's prefix is not closed: no state to compare
-    for f, g, stage, b in zip(f1, f2, first.plan.stages, sig2):
-        if _signatures(stage, shift)[f:] != b[g:]:
+    for f, g, a, b, gated in zip(f1, f2, sig1, sig2, first.gated):
+        if _shifted(a[f:], shift) != list(b[g:]):
             return None
-        if any(position >= f for position in _gated(stage)):
+        if any(position >= f for position in gated):
             # a gate left after the frontier would wait on absolute bucket arrival times,
             # which do not shift with the period: every gate must lie in the shared prefix
             return None
     return tuple(f1), tuple(f2)
 
 
-def _crossing(index: PlanIndex, frontier: tuple[int, ...]) -> list[tuple[Key, int]]:
+def _crossing(shape: PlanShape, frontier: tuple[int, ...]) -> list[tuple[Key, int]]:
     """Messages released before the producer's frontier and awaited after the consumer's:
     (key, consumer stage)."""
     out = []
-    for r, (waits, _sends) in enumerate(index.wires):
-        for keys in waits[frontier[r]:]:
+    for r, stage in enumerate(shape.stages):
+        for keys in stage.waits[frontier[r]:]:
             for key in keys:
-                src, after = index.producer[key]
+                src, after = shape.producer[key]
                 if after < frontier[src]:
                     out.append((key, r))
     return out
@@ -181,7 +249,7 @@ def certify(plans: tuple[PlanIndex, PlanIndex], frontier: Frontier, run: EngineR
     Only run m2 is simulated: run m1's prefix up to f1 is run m2's (the same tasks, closed
     under their inputs), so run m2 probed at f1 and f2 holds both states, and the messages
     crossing f1 in run m1 are released inside that shared prefix."""
-    shift_mb = _num_microbatches(plans[1].plan) - _num_microbatches(plans[0].plan)
+    shift_mb = plans[1].shape.num_microbatches - plans[0].shape.num_microbatches
     first = [states[0] for states in run.probes]
     second = [states[1] for states in run.probes]
     d = second[0].times_s[0] - first[0].times_s[0]
@@ -193,7 +261,9 @@ def certify(plans: tuple[PlanIndex, PlanIndex], frontier: Frontier, run: EngineR
             return None
         if abs(b.stored_bytes - a.stored_bytes) > RELATIVE_TOLERANCE * max(1.0, abs(a.stored_bytes)):
             return None  # activations pile up (GPipe): peaks would not repeat
-    for key, consumer in _crossing(plans[0], frontier[0]):
+    cached = _certificate(plans[0].shape, plans[1].shape)
+    crossing = cached[3] if cached[2] == frontier else _crossing(plans[0].shape, frontier[0])
+    for key, consumer in crossing:
         moved = (key[0], key[1] + shift_mb, key[2])
         if key not in run.arrival_s or moved not in run.arrival_s:
             return None

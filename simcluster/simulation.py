@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,13 @@ from simcluster.config.choices import Dtype, ScheduleKind
 from simcluster.config.errors import ConfigError
 from simcluster.config.hardware import HardwareProfile
 from simcluster.config.scenario import Scenario, require_hardware_fits
-from simcluster.costs.chunk import ChunkCost, price_chunk, price_ops
+from simcluster.costs.chunk import (
+    NO_CONTEXT_PARALLEL,
+    ChunkCost,
+    compose_chunk,
+    fp8_amax_reduction_s,
+    price_layer_ops,
+)
 from simcluster.costs.compute import elementwise_time_s
 from simcluster.costs.network import GroupPlacement, collective_time_s, p2p_time_s
 from simcluster.costs.placement import cp_group, dp_cp_group, stages_share_node, strided_group, tp_group
@@ -25,9 +32,12 @@ from simcluster.schedule import (
     interleaved_comm_points,
     warmup_microbatches,
 )
+from simcluster.schedule.tasks import Task
 from simcluster.steady_state import simulate_steady_state
 from simcluster.workload import flops
+from simcluster.workload.layer import LayerOps
 from simcluster.workload.model import (
+    ChunkWork,
     StageWork,
     Workload,
     build_workload,
@@ -82,13 +92,22 @@ def p2p_send(scenario: Scenario, hw: HardwareProfile, src: int, dst: int, messag
     the t pieces over NVLink (Megatron's scatter/gather p2p, megatron.md §4.1) before the
     p2p call returns, so the message is delivered only after that all-gather."""
     same = stages_share_node(scenario, hw, src, dst)
-    seconds = p2p_time_s(message_bytes, same, hw)
+    return Transfer(_p2p_link(same, src), p2p_seconds(scenario, hw, same, message_bytes))
+
+
+def _p2p_link(same_node: bool, src: int) -> str:
+    return f"{'nvlink' if same_node else 'nic'}:{src}"
+
+
+def p2p_seconds(scenario: Scenario, hw: HardwareProfile, same_node: bool, message_bytes: float) -> float:
+    """`p2p_send`'s seconds, between stages that share a node or not."""
+    seconds = p2p_time_s(message_bytes, same_node, hw)
     par = scenario.parallel
     if par.tp > 1 and not par.sequence_parallel:
         seconds += collective_time_s(
             CollectiveKind.ALL_GATHER, message_bytes * par.tp, tp_group(scenario, hw), hw
         )
-    return Transfer(f"{'nvlink' if same else 'nic'}:{src}", seconds)
+    return seconds
 
 
 MIN_BUCKET_PARAMS = 40_000_000  # Megatron's default DP bucket: max(40M, 1M · |DP×CP|) params
@@ -123,12 +142,18 @@ def grad_reduce_transfer(scenario: Scenario, hw: HardwareProfile, stage: StageWo
     if par.dp * par.cp == 1:
         return None
     group = dp_cp_group(scenario, hw)
-    if scenario.training.use_distributed_optimizer:
-        seconds = collective_time_s(CollectiveKind.REDUCE_SCATTER, stage.dp_gradient_bytes, group, hw)
-    else:
-        seconds = collective_time_s(CollectiveKind.ALL_REDUCE, stage.dp_gradient_bytes, group, hw)
     link = "nic" if group.crosses_nodes else "nvlink"
+    seconds = grad_reduce_seconds(scenario, hw, group, stage.dp_gradient_bytes)
     return Transfer(f"{link}:{stage.stage}", seconds)
+
+
+def grad_reduce_seconds(
+    scenario: Scenario, hw: HardwareProfile, group: GroupPlacement, gradient_bytes: float
+) -> float:
+    """`grad_reduce_transfer`'s seconds for `gradient_bytes` over the DP × CP `group`."""
+    if scenario.training.use_distributed_optimizer:
+        return collective_time_s(CollectiveKind.REDUCE_SCATTER, gradient_bytes, group, hw)
+    return collective_time_s(CollectiveKind.ALL_REDUCE, gradient_bytes, group, hw)
 
 
 def grad_buckets(
@@ -201,17 +226,39 @@ def priced_stages(scenario: Scenario, hw: HardwareProfile, workload: Workload) -
     tp, cp = tp_group(scenario, hw), cp_group(scenario, hw)
     overlap, amax = scenario.training.tp_comm_overlap, amax_group(scenario, hw)
     transient = transient_bytes(workload)
-    # Chunks differ only in their layer count (uneven splits) and the extras they carry.
+    # Chunks differ only in their layer count (uneven splits) and the extras they carry, and
+    # so do their task works; sends only in whether the stages share a node, and gradient
+    # reductions in their bytes: each is priced once per layout (the same calls, same values).
     cost_cache: dict[tuple[int, bool, bool], ChunkCost] = {}
+    works: dict[tuple[tuple[int, bool, bool], ...], tuple[tuple[TaskWork, ...], tuple[TaskWork, ...]]] = {}
+    send_s: dict[bool, float] = {}
+    reduce_s: dict[float, float] = {}
+    dp_group = dp_cp_group(scenario, hw) if par.dp * par.cp > 1 else None
+
+    def send(src: int, dst: int) -> Transfer:
+        same = stages_share_node(scenario, hw, src, dst)
+        if same not in send_s:
+            send_s[same] = p2p_seconds(scenario, hw, same, workload.p2p_bytes)
+        return Transfer(_p2p_link(same, src), send_s[same])
+
+    def reduce(stage: StageWork) -> Transfer | None:
+        if dp_group is None:
+            return None
+        gradient_bytes = stage.dp_gradient_bytes
+        if gradient_bytes not in reduce_s:
+            reduce_s[gradient_bytes] = grad_reduce_seconds(scenario, hw, dp_group, gradient_bytes)
+        link = "nic" if dp_group.crosses_nodes else "nvlink"
+        return Transfer(f"{link}:{stage.stage}", reduce_s[gradient_bytes])
+
     stages = []
     for stage in workload.stages:
-        costs = []
-        for chunk in stage.chunks:
-            key = (chunk.num_layers, chunk.embedding is not None, chunk.output is not None)
+        keys = tuple((c.num_layers, c.embedding is not None, c.output is not None) for c in stage.chunks)
+        for key, chunk in zip(keys, stage.chunks):
             if key not in cost_cache:
-                cost_cache[key] = price_chunk(chunk, hw, tp, dtype, cp, overlap, amax)
-            costs.append(cost_cache[key])
-        forward, backward = _task_works(tuple(costs), stage, transient)
+                cost_cache[key] = _chunk_cost(chunk, hw, tp, dtype, cp, overlap, amax)
+        if keys not in works:
+            works[keys] = _task_works(tuple(cost_cache[key] for key in keys), stage, transient)
+        forward, backward = works[keys]
         r, p = stage.stage, par.pp
         stages.append(
             StagePlan(
@@ -219,9 +266,9 @@ def priced_stages(scenario: Scenario, hw: HardwareProfile, workload: Workload) -
                 forward=forward,
                 backward=backward,
                 static_bytes=stage.static.total_bytes,
-                send_forward=p2p_send(scenario, hw, r, (r + 1) % p, workload.p2p_bytes) if p > 1 else None,
-                send_backward=p2p_send(scenario, hw, r, (r - 1) % p, workload.p2p_bytes) if p > 1 else None,
-                grad_reduce=grad_reduce_transfer(scenario, hw, stage),
+                send_forward=send(r, (r + 1) % p) if p > 1 else None,
+                send_backward=send(r, (r - 1) % p) if p > 1 else None,
+                grad_reduce=reduce(stage),
                 tied_grad_reduce=tied_reduce_transfer(scenario, hw, stage),
                 optimizer_s=elementwise_time_s(stage.optimizer_step_bytes, hw),
                 grad_buckets=grad_buckets(scenario, hw, stage),
@@ -231,29 +278,77 @@ def priced_stages(scenario: Scenario, hw: HardwareProfile, workload: Workload) -
     return tuple(stages)
 
 
+_LAYER_COSTS: dict[tuple[object, ...], tuple[LayerOps, HardwareProfile, ChunkCost]] = {}
+_MAX_LAYER_COSTS = 4096
+
+
+def layer_cost(
+    ops: LayerOps, hw: HardwareProfile, tp: GroupPlacement, dtype: Dtype,
+    cp: GroupPlacement = NO_CONTEXT_PARALLEL, tp_comm_overlap: bool = False,
+) -> ChunkCost:  # fmt: skip
+    """`price_layer_ops`, cached. Layer, embedding and output ops are cached objects
+    (`workload.layer.layer_ops`, `embedding_ops`, `output_ops`): the layouts of a sweep
+    share a few, so they are keyed by identity (the entry keeps the ops and the profile
+    alive, so no identity is reused while it exists) with the other inputs by value."""
+    key = (id(ops), id(hw), tp, dtype, cp, tp_comm_overlap)
+    hit = _LAYER_COSTS.get(key)
+    if hit is not None:
+        return hit[2]
+    cost = price_layer_ops(ops, hw, tp, dtype, cp, tp_comm_overlap)
+    if len(_LAYER_COSTS) >= _MAX_LAYER_COSTS:
+        _LAYER_COSTS.clear()
+    _LAYER_COSTS[key] = (ops, hw, cost)
+    return cost
+
+
+def _chunk_cost(
+    chunk: ChunkWork, hw: HardwareProfile, tp: GroupPlacement, dtype: Dtype, cp: GroupPlacement,
+    tp_comm_overlap: bool, amax: GroupPlacement | None,
+) -> ChunkCost:  # fmt: skip
+    """`price_chunk(chunk, …)` from cached layer prices: the same calls, composed the same way."""
+    extras = [layer_cost(extra, hw, tp, dtype) for extra in (chunk.embedding, chunk.output) if extra]
+    amax_s = fp8_amax_reduction_s(amax, hw) if dtype is Dtype.FP8 and amax is not None else 0.0
+    layer = layer_cost(chunk.layer, hw, tp, dtype, cp, tp_comm_overlap)
+    return compose_chunk(chunk.num_layers, layer, extras, amax_s)
+
+
 def schedule_plan(
     scenario: Scenario, priced: tuple[StagePlan, ...], num_microbatches: int | None = None
 ) -> PipelinePlan:
     """`priced_stages` with each stage's task order and Megatron's p2p points for m."""
     par, kind = scenario.parallel, scenario.training.schedule
     m = num_microbatches or scenario.num_microbatches
-    schedule = build_schedule(kind, par.pp, m, par.vpp)
-    interleaved = kind is ScheduleKind.ONE_F_ONE_B and par.vpp > 1
-    stages = []
-    for r, stage in enumerate(priced):
-        comm = (
-            interleaved_comm_points(schedule[r], warmup_microbatches(kind, par.pp, r, m, par.vpp))
-            if interleaved
-            else default_comm_points(schedule[r])
-        )
-        stages.append(
-            replace(stage, tasks=schedule[r], send_after=comm.send_after, extra_waits=comm.extra_waits)
-        )
+    orders = stage_orders(kind, par.pp, m, par.vpp)
+    stages = tuple(
+        replace(stage, tasks=tasks, send_after=send_after, extra_waits=extra_waits)
+        for stage, (tasks, send_after, extra_waits) in zip(priced, orders)
+    )
     return PipelinePlan(
-        stages=tuple(stages),
+        stages=stages,
         num_chunks=par.vpp,
         overlap_grad_reduce=scenario.training.overlap_grad_reduce,
     )
+
+
+StageOrder = tuple[tuple[Task, ...], tuple[int, ...], tuple[tuple[int, ...], ...]]
+
+
+@lru_cache(maxsize=64)
+def stage_orders(kind: ScheduleKind, pp: int, m: int, vpp: int) -> tuple[StageOrder, ...]:
+    """Per stage: its task order and Megatron's p2p points (send after, extra waits).
+    Cached: a sweep's layouts share a few (schedule, p, m, v), and plans that share these
+    tuples share the engine's and the certificate's per-stage wiring (`stage_shape`)."""
+    schedule = build_schedule(kind, pp, m, vpp)
+    interleaved = kind is ScheduleKind.ONE_F_ONE_B and vpp > 1
+    orders = []
+    for r in range(pp):
+        comm = (
+            interleaved_comm_points(schedule[r], warmup_microbatches(kind, pp, r, m, vpp))
+            if interleaved
+            else default_comm_points(schedule[r])
+        )
+        orders.append((tuple(schedule[r]), comm.send_after, comm.extra_waits))
+    return tuple(orders)
 
 
 def _time_breakdown(engine: EngineResult) -> dict[str, float]:
@@ -279,15 +374,10 @@ def _stage_memory(workload: Workload, engine: EngineResult, hw: HardwareProfile)
 
 def layer_times(workload: Workload, hw: HardwareProfile, scenario: Scenario) -> LayerTimes:
     tp, cp = tp_group(scenario, hw), cp_group(scenario, hw)
-    dtype: Dtype = scenario.training.dtype
-    layer = workload.layer
-    overlap = scenario.training.tp_comm_overlap
-    forward = price_ops(layer.forward, hw, tp, dtype, cp, overlap).total_s
-    backward = (
-        price_ops(layer.backward, hw, tp, dtype, cp, overlap).total_s
-        + price_ops(layer.recompute, hw, tp, dtype, cp, overlap).total_s
-    )
-    return LayerTimes(forward_s=forward, backward_s=backward)
+    tr = scenario.training
+    cost = layer_cost(workload.layer, hw, tp, tr.dtype, cp, tr.tp_comm_overlap)
+    backward_s = cost.backward.total_s + cost.recompute.total_s
+    return LayerTimes(forward_s=cost.forward.total_s, backward_s=backward_s)
 
 
 def run_simulation(

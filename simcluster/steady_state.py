@@ -115,7 +115,7 @@ def simulate_steady_state(
         frontier = stable_frontier(*plans)
         if frontier is not None:
             probe = tuple(zip(*frontier, strict=True))
-            run = simulate(plans[1].plan, probe=probe, wires=plans[1].wires)
+            run = simulate(plans[1].plan, probe=probe, shapes=plans[1].shapes)
             shift_s = certify(plans, frontier, run)
             if shift_s is not None:
                 return plans[1].plan, extrapolate(run, shift_s, counts)

@@ -18,33 +18,41 @@ joins them). With the distributed optimizer the updated parameters are all-gathe
 the step, exposed, or (overlapped) from the iteration's start, bucket by bucket, gating each
 chunk's first forward (Megatron's forward pre-hooks, `finish_param_sync`); the iteration
 seen is the steady state, where these are the gathers of the previous step's update.
+
+How it runs (issue 9): each stage is a coroutine that keeps its clock as a float. A task
+starts at max(clock, the arrival times of its messages) and ends at one SimPy event, which
+the stage schedules and whose callback resumes it: SimPy's queue runs every stage's task
+ends in time order, one event per task (the earlier engine took ~2.2: a timeout per task,
+per message and per blocked send). A message is its arrival time, posted when the sender's
+task ends (its link is reserved then, so the time is final): a receiver that reaches the
+task later reads it; one that reached it first is waiting for it and is resumed by the post
+to compute the same start. Every time is the same float sum or maximum, taken in the same
+order per stage, as in the earlier engine (tests/engine/test_engine_reference.py compares
+them bit for bit); `num_events` counts the events this engine schedules.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any
+from heapq import heappush
 
 import simpy
+from simpy.events import NORMAL
 
 from simcluster.engine.gc_tuning import simulation_gc
 from simcluster.engine.links import Link
 from simcluster.engine.memory import MemoryTracker
-from simcluster.engine.plan import PipelinePlan, StagePlan, TaskWork, TimeCategory, Transfer
+from simcluster.engine.plan import PipelinePlan, StagePlan, TimeCategory, Transfer
 from simcluster.schedule.tasks import Phase, Task
 
 PP_COMM, DP_COMM, OPTIMIZER = TimeCategory.PP_COMM, TimeCategory.DP_COMM, TimeCategory.OPTIMIZER
 
 Span = tuple[int, str, str, float, float]  # stage, name, trace category, start_s, duration_s
 Key = tuple[int, int, int]  # a message: (0 forward / 1 backward, microbatch, sending virtual stage)
-Send = tuple[Transfer, Key, object]  # route, message key, the task that produced it
-# a task position: task, keys awaited, is forward, work, bytes its end frees, sends
-# (link, seconds, key, label), whether it finishes a chunk's gradients (overlapped reduction),
-# whether it is a chunk's first forward (gated by the overlapped parameter all-gather)
-_Step = tuple[Task, tuple[Key, ...], bool, TaskWork, float, list[tuple[str, float, Key, object]], bool, bool]
-Wiring = tuple[list[tuple[Key, ...]], list[list[Send]]]  # per position: keys awaited, sends after
+Send = tuple[int, Key, Task]  # route (0 the stage's send_forward, 1 its send_backward), key, producer
+Wiring = tuple[tuple[tuple[Key, ...], ...], tuple[tuple[Send, ...], ...]]  # per position: awaits, sends
 
 
 @dataclass(slots=True)
@@ -88,34 +96,23 @@ class EngineResult:
         return max(0.0, (span * len(self.stages) - work) / work) if work > 0 else 0.0
 
 
-class _Mailbox:
-    """Messages between stages, keyed (phase, microbatch, sending virtual stage)."""
+@dataclass(frozen=True, slots=True, eq=False)
+class StageShape:
+    """What a stage's task order implies, whatever the tasks cost: per position the message
+    keys it awaits and the sends that leave after it, which backwards are a chunk's last
+    (they finish its gradients) and which forwards a chunk's first (the parameter all-gather
+    gates them). Built once per task order (`stage_shape`): a sweep's layouts share a few."""
 
-    def __init__(self, env: simpy.Environment, keep_arrivals: bool = False) -> None:
-        self.env = env
-        self.events: dict[Key, simpy.Event] = {}
-        self.arrival_s: dict[Key, float] | None = {} if keep_arrivals else None
+    waits: tuple[tuple[Key, ...], ...]
+    sends: tuple[tuple[Send, ...], ...]
+    last_backward: frozenset[int]
+    first_forward: frozenset[int]
+    # per position what the engine's loop unpacks: task, keys awaited, is forward, chunk, sends
+    program: tuple[tuple[Task, tuple[Key, ...], bool, int, tuple[Send, ...]], ...]
 
-    def deliver(self, key: Key, delay_s: float) -> simpy.Event:
-        arrival = self.env.timeout(delay_s)
-        if self.arrival_s is not None:
-            self.arrival_s[key] = self.env.now + delay_s  # the sum SimPy schedules it at
-        waiting = self.events.get(key)
-        if waiting is None:
-            self.events[key] = arrival
-        else:
-
-            def wake(_event: simpy.Event) -> None:
-                waiting.succeed()
-
-            arrival.callbacks.append(wake)
-        return arrival
-
-    def receive(self, key: Key) -> simpy.Event:
-        event = self.events.get(key)
-        if event is None:
-            event = self.events[key] = self.env.event()
-        return event
+    @property
+    def wiring(self) -> Wiring:
+        return self.waits, self.sends
 
 
 class _Run:
@@ -124,15 +121,19 @@ class _Run:
         plan: PipelinePlan,
         record: bool,
         probe: tuple[tuple[int, ...], ...] | None = None,
-        wires: tuple[Wiring, ...] | None = None,
+        shapes: tuple[StageShape, ...] | None = None,
     ) -> None:
         self.plan = plan
-        self.wires = wires
+        self.shapes = shapes or tuple(stage_shape(plan, index) for index in range(plan.num_stages))
         self.record = record
         self.probe = probe
         self.probes: list[list[ProbeState]] = [[] for _ in plan.stages]
         self.env = simpy.Environment()
-        self.mailbox = _Mailbox(self.env, keep_arrivals=probe is not None)
+        # Messages: key -> arrival time, posted when the sender's task ends; `waiting` holds
+        # the resume of a stage that needs a message not yet posted (called by the post).
+        self.arrival_s: dict[Key, float] = {}
+        self.waiting: dict[Key, Callable[..., None]] = {}
+        self.resumers: list[Callable[..., None]] = []
         self.links: dict[str, Link] = {}
         self.spans: list[Span] = []
         self.outcomes = tuple(StageOutcome(memory=MemoryTracker(stage.static_bytes)) for stage in plan.stages)
@@ -142,19 +143,21 @@ class _Run:
             self.links[name] = Link(name, record=self.record)
         return self.links[name]
 
-    def transfer(self, transfer: Transfer, label: object) -> float:
-        """Issue a transfer now; return seconds until it is delivered."""
-        now = self.env.now
-        link = self.links.get(transfer.link) or self.link(transfer.link)
-        _, end = link.reserve(now, transfer.seconds, str(label) if self.record else "")
-        return end - now
-
     def transfer_at(self, transfer: Transfer, issue_s: float, label: object) -> float:
         """Issue a transfer at `issue_s` (not later than now, and after everything already
         issued on its link); return when it is delivered."""
         link = self.links.get(transfer.link) or self.link(transfer.link)
         _, end = link.reserve(issue_s, transfer.seconds, str(label) if self.record else "")
         return end
+
+    def _schedule(self, event: simpy.Event, time_s: float) -> simpy.Event:
+        """Trigger `event` at the absolute time `time_s` (not before now). SimPy's
+        `timeout(delay)` fires at now + delay, which can differ from `time_s` in the last
+        bit; the engine's times are sums taken in each stage's own order, so the event is
+        queued at exactly that time (SimPy's own queue entry: time, priority, id, event)."""
+        event._ok, event._value = True, None
+        heappush(self.env._queue, (time_s, NORMAL, next(self.env._eid), event))
+        return event
 
     def _issue_param_gather(self, stage: StagePlan) -> list[list[float]] | None:
         """Overlapped parameter all-gather: every bucket issued at the iteration start, in
@@ -170,112 +173,189 @@ class _Run:
             for c, chunk in enumerate(gather.buckets)
         ]
 
-    def _steps(self, index: int, stage: StagePlan, gathered: bool) -> list[_Step]:
-        """Everything a task position needs, looked up once before the run."""
-        waits, sends = self.wires[index] if self.wires is not None else wiring(self.plan, index)
-        overlap = self.plan.overlap_grad_reduce and stage.grad_reduce is not None
-        last_backward_of_chunk = last_backward_positions(stage) if overlap else set()
-        first_forward_of_chunk = first_forward_positions(stage) if gathered else set()
-        steps = []
-        for position, task in enumerate(stage.tasks):
-            forward = task.phase is Phase.FORWARD
-            work = stage.forward[task.chunk] if forward else stage.backward[task.chunk]
-            freed = 0.0 if forward else stage.forward[task.chunk].stored_bytes
-            out = [(route.link, route.seconds, key, label) for route, key, label in sends[position]]
-            reduce_chunk = position in last_backward_of_chunk
-            gate = position in first_forward_of_chunk
-            steps.append((task, waits[position], forward, work, freed, out, reduce_chunk, gate))
-        return steps
-
-    def stage_process(self, index: int, stage: StagePlan) -> Generator[simpy.Event, Any, None]:
+    def stage_process(self, index: int, stage: StagePlan) -> Generator[None, None, None]:
+        """The stage's task list (see the module docstring for how time advances). Every
+        yield waits to be resumed: by its event's callback, or by the post it waits for. The
+        running sums — busy time per category, stored and transient bytes and their peaks —
+        are kept in locals and written to the stage's outcome at probes and at the end, in
+        the order and with the operations of `MemoryTracker`, `Link.reserve` and a
+        per-category dict."""
         env, plan, outcome, record = self.env, self.plan, self.outcomes[index], self.record
-        assert outcome.memory is not None
-        memory, busy, mailbox = outcome.memory, outcome.busy_s, self.mailbox
-        store, hold, drop, release = memory.store, memory.hold, memory.drop, memory.release
-        receive, deliver, timeout = mailbox.receive, mailbox.deliver, env.timeout
+        memory = outcome.memory
+        assert memory is not None
+        shape = self.shapes[index]
+        arrival_s, waiting, schedule, links = self.arrival_s, self.waiting, self._schedule, self.links
+        resume = self.resumers[index]
+        arrival_of, waiting_pop = arrival_s.get, waiting.pop
+        queue, event_ids = env._queue, env._eid
+        # this stage's one event, re-armed for each task: a stage has one task running at a
+        # time, and SimPy is done with an event once it has run its callbacks (re-arming =
+        # giving it back its callback list, which SimPy only reads; it stays ok, value None)
+        event = simpy.Event(env)
+        event._ok, event._value = True, None
+        armed = [resume]
         blocking = plan.blocking_p2p
         probe_at = set(self.probe[index]) if self.probe is not None else set()
-        links = self.links
+        # busy seconds per category, keyed by small ints (a dict keeps the order in which
+        # categories first get time, as the outcome's dict must: sums over it follow it)
+        categories: list[TimeCategory] = [PP_COMM, DP_COMM]
+        slot: dict[TimeCategory, int] = {PP_COMM: 0, DP_COMM: 1}
+        for work in (*stage.forward, *stage.backward):
+            for category, _ in work.parts:
+                if category not in slot:
+                    slot[category] = len(categories)
+                    categories.append(category)
+        busy: dict[int, float] = {}
+        busy_of = busy.get
+        forwards = [
+            (work.busy_s, work.stored_bytes, tuple((slot[c], x) for c, x in work.parts))
+            for work in stage.forward
+        ]
+        backwards = [
+            (work.busy_s, work.transient_bytes, stage.forward[c].stored_bytes,
+             tuple((slot[c], x) for c, x in work.parts))
+            for c, work in enumerate(stage.backward)
+        ]  # fmt: skip
+        routes = [(route.link, route.seconds) if route is not None else ("", 0.0)
+                  for route in (stage.send_forward, stage.send_backward)]  # fmt: skip
+        route_links: list[Link | None] = [None, None]  # made on first use, as `link` does
+        static, stored, transient = memory.static_bytes, memory.stored_bytes, memory.transient_bytes
+        peak_stored, peak_total = memory.peak_stored_bytes, memory.peak_total_bytes
+        overlap = plan.overlap_grad_reduce and stage.grad_reduce is not None
+        reduce_at = shape.last_backward if overlap else frozenset()
         gathered = self._issue_param_gather(stage)
-        steps = self._steps(index, stage, gathered is not None)
-        for position, (task, waits, forward, work, freed, out, reduce_chunk, gate) in enumerate(steps):
-            if position in probe_at:
-                self._take_probe(index, stage)
+        gate_at = shape.first_forward if gathered is not None else frozenset()
+        special = probe_at | gate_at | reduce_at  # positions with more to do than the usual
+
+        def write_back() -> None:
+            outcome.busy_s = defaultdict(float, {categories[i]: x for i, x in busy.items()})
+            memory.stored_bytes, memory.transient_bytes = stored, transient
+            memory.peak_stored_bytes, memory.peak_total_bytes = peak_stored, peak_total
+
+        clock = env.now
+        position = -1
+        for position, (task, waits, forward, chunk, sends) in enumerate(shape.program):
+            is_special = position in special
+            if is_special and position in probe_at:
+                write_back()
+                self._take_probe(index, stage, clock)
+            start = clock
             for key in waits:
-                yield receive(key)
-            duration_s = work.busy_s
-            if gate:
-                # a chunk's first forward runs its bucket-sized slices as the buckets arrive
-                assert gathered is not None
-                arrived = gathered[task.chunk]
-                if arrived and arrived[0] > env._now:  # the first bucket is exposed
-                    waited_from = env._now
-                    yield timeout(arrived[0] - env._now)
-                    waited_s = env._now - waited_from
-                    busy[DP_COMM] += waited_s
-                    if record:
-                        self.spans.append((index, "param gather wait", DP_COMM.value, waited_from, waited_s))
-                duration_s = _gated_duration_s(env._now, work.busy_s, arrived)
-                busy[DP_COMM] += duration_s - work.busy_s
-            start = env._now
+                arrived = arrival_of(key)
+                if arrived is None:
+                    waiting[key] = resume
+                    yield  # resumed by the post, which has the arrival time
+                    arrived = arrival_s[key]
+                if arrived > start:
+                    start = arrived
             if forward:
-                store(work.stored_bytes)
+                duration_s, stored_bytes, parts = forwards[chunk]
+                if is_special and position in gate_at:
+                    # a chunk's first forward runs its bucket-sized slices as the buckets arrive
+                    assert gathered is not None
+                    buckets_s = gathered[chunk]
+                    if buckets_s and buckets_s[0] > start:  # the first bucket is exposed
+                        waited_from = start
+                        start = start + (buckets_s[0] - start)  # as a timeout of the difference
+                        busy[1] = busy_of(1, 0.0) + (start - waited_from)
+                        if record:
+                            self.spans.append(
+                                (index, "param gather wait", DP_COMM.value, waited_from, start - waited_from)
+                            )
+                    busy_s = duration_s
+                    duration_s = _gated_duration_s(start, busy_s, buckets_s)
+                    busy[1] = busy_of(1, 0.0) + (duration_s - busy_s)
+                stored += stored_bytes  # MemoryTracker.store
+                if stored > peak_stored:
+                    peak_stored = stored
+                total = static + stored + transient
+                if total > peak_total:
+                    peak_total = total
             else:
-                hold(work.transient_bytes)
-            yield timeout(duration_s)
+                duration_s, held, freed, parts = backwards[chunk]
+                transient += held  # MemoryTracker.hold
+                if stored > peak_stored:
+                    peak_stored = stored
+                total = static + stored + transient
+                if total > peak_total:
+                    peak_total = total
+            now = start + duration_s
+            event.callbacks = armed
+            heappush(queue, (now, NORMAL, next(event_ids), event))
+            yield  # the task's end
             if not forward:
-                drop(work.transient_bytes)
-                release(freed)
-            for category, seconds in work.parts:
-                busy[category] += seconds
-            now = env._now
+                transient -= held  # MemoryTracker.drop, then .release
+                stored -= freed
+                if stored < 0.0 and stored < -1e-6 * max(1.0, freed):
+                    raise RuntimeError("memory tracker: freed more activation bytes than were stored")
+            for i, seconds in parts:
+                busy[i] = busy_of(i, 0.0) + seconds
             if record:
-                kind = "forward" if forward else "backward"
-                self.spans.append((index, str(task), kind, start, duration_s))
-            arrivals = []
-            for name, seconds, key, label in out:
-                # FIFO on the sender's own link, issued now (links are made on first use)
-                link = links.get(name) or self.link(name)
-                _, end = link.reserve(now, seconds, str(label) if record else "")
-                arrivals.append(deliver(key, end - now))
-            if reduce_chunk:
+                self.spans.append((index, str(task), "forward" if forward else "backward", start, duration_s))
+            clock = now
+            for route, key, producer in sends:
+                # Link.reserve: FIFO on the sender's own link, issued now
+                link = route_links[route]
+                if link is None:
+                    name = routes[route][0]
+                    link = route_links[route] = links.get(name) or self.link(name)
+                seconds = routes[route][1]
+                free_s = link.free_at_s
+                end = (free_s if free_s > now else now) + seconds
+                link.free_at_s = end
+                link.busy_s += seconds
+                if record:
+                    link.spans.append((free_s if free_s > now else now, seconds, str(producer)))
+                arrives = now + (end - now)  # as a timeout of the difference
+                arrival_s[key] = arrives
+                receiver = waiting_pop(key, None)
+                if receiver is not None:
+                    receiver()  # it starts the task it waited for, at its clock or the arrival
+                if blocking and arrives > clock:
+                    clock = arrives  # Megatron's p2p returns when the message is delivered
+            if is_special and position in reduce_at:
                 assert stage.grad_reduce is not None
                 if stage.grad_buckets is not None:
                     # each bucket as its gradients become final (uniform progress through
                     # the backward; Megatron's backward hooks, start_grad_sync)
-                    buckets, name = stage.grad_buckets[task.chunk], stage.grad_reduce.link
+                    buckets, name = stage.grad_buckets[chunk], stage.grad_reduce.link
                     n = len(buckets)
                     for j, seconds in enumerate(buckets):
                         issue_s = now if j == n - 1 else start + duration_s * (j + 1) / n
-                        label = f"dp grads chunk {task.chunk}.{j}"
+                        label = f"dp grads chunk {chunk}.{j}"
                         outcome.grads_ready_s = self.transfer_at(Transfer(name, seconds), issue_s, label)
                 else:
                     # the chunk's gradients are final: reduce them while later work runs
                     share = Transfer(stage.grad_reduce.link, stage.grad_reduce.seconds / plan.num_chunks)
-                    outcome.grads_ready_s = now + self.transfer(share, f"dp grads chunk {task.chunk}")
-            if blocking and arrivals:
-                yield from arrivals
-                if env._now > now:
-                    busy[PP_COMM] += env._now - now
-                    if record:
-                        blocked_s = env._now - now
-                        self.spans.append((index, f"send after {task}", PP_COMM.value, now, blocked_s))
-        if len(stage.tasks) in probe_at:
-            self._take_probe(index, stage)
-        outcome.pipeline_end_s = env.now
+                    end = self.transfer_at(share, now, f"dp grads chunk {chunk}")
+                    outcome.grads_ready_s = now + (end - now)
+            if clock > now:
+                busy[0] = busy_of(0, 0.0) + (clock - now)
+                if record:
+                    self.spans.append((index, f"send after {task}", PP_COMM.value, now, clock - now))
+        if position + 1 in probe_at:
+            write_back()
+            self._take_probe(index, stage, clock)
+        outcome.pipeline_end_s = clock
+        if clock > env.now:
+            event.callbacks = armed
+            schedule(event, clock)
+            yield  # the reduction below is issued then (a link may be shared)
         if not plan.overlap_grad_reduce and stage.grad_reduce is not None:
-            start = env.now
-            yield env.timeout(self.transfer(stage.grad_reduce, "dp grads"))
-            busy[DP_COMM] += env.now - start
-            if self.record:
-                self.spans.append((index, "dp all-reduce", DP_COMM.value, start, env.now - start))
-        if plan.overlap_grad_reduce and outcome.grads_ready_s > env.now:
-            busy[DP_COMM] += outcome.grads_ready_s - env.now  # the part not hidden by backwards
-        outcome.grads_ready_s = max(outcome.grads_ready_s, env.now)
+            end = self.transfer_at(stage.grad_reduce, clock, "dp grads")
+            done = clock + (end - clock)  # as a timeout of the difference
+            busy[1] = busy_of(1, 0.0) + (done - clock)
+            if record:
+                self.spans.append((index, "dp all-reduce", DP_COMM.value, clock, done - clock))
+            clock = done
+        if plan.overlap_grad_reduce and outcome.grads_ready_s > clock:
+            busy[1] = busy_of(1, 0.0) + (outcome.grads_ready_s - clock)  # not hidden by backwards
+        outcome.grads_ready_s = max(outcome.grads_ready_s, clock)
+        write_back()
         outcome.finished = True
 
-    def _take_probe(self, index: int, stage: StagePlan) -> None:
-        now, outcome = self.env.now, self.outcomes[index]
+    def _take_probe(self, index: int, stage: StagePlan, now: float) -> None:
+        outcome = self.outcomes[index]
         assert outcome.memory is not None
         routes = (stage.send_forward, stage.send_backward, stage.grad_reduce)
         names = sorted({route.link for route in routes if route is not None})
@@ -286,8 +366,10 @@ class _Run:
         self.probes[index].append(ProbeState(times, dict(outcome.busy_s), outcome.memory.stored_bytes))
 
     def run(self) -> EngineResult:
-        for index, stage in enumerate(self.plan.stages):
-            self.env.process(self.stage_process(index, stage))
+        stages = [self.stage_process(index, stage) for index, stage in enumerate(self.plan.stages)]
+        self.resumers.extend(_resumer(steps) for steps in stages)
+        for resume in self.resumers:
+            resume()  # every stage starts at time 0, in order (as SimPy starts processes)
         self.env.run()
         self._check_all_ran()
         iteration_s = self._finish_iteration()
@@ -298,7 +380,7 @@ class _Run:
             link_spans={name: link.spans for name, link in self.links.items()},
             num_events=next(self.env._eid),  # SimPy's running event id: events scheduled
             probes=tuple(tuple(states) for states in self.probes) if self.probe is not None else (),
-            arrival_s=self.mailbox.arrival_s or {},
+            arrival_s=self.arrival_s if self.probe is not None else {},
         )
 
     def _check_all_ran(self) -> None:
@@ -340,9 +422,31 @@ class _Run:
         return step_start + max(ends)
 
 
-def wiring(plan: PipelinePlan, index: int) -> Wiring:
-    """Per task position: the message keys to await before it, the sends after it.
-    Keys use 0/1 for forward/backward: hashing ints is much cheaper than enums."""
+_SHAPES: dict[tuple[object, ...], tuple[tuple[object, ...], StageShape]] = {}
+_MAX_SHAPES = 4096
+
+
+def stage_shape(plan: PipelinePlan, index: int) -> StageShape:
+    """Stage `index`'s `StageShape`, cached by the identity of its (immutable) task order,
+    send points and extra waits, which the cache keeps alive so an identity is never reused
+    while its entry exists. Plans built for the same (schedule, p, m, v) share those tuples
+    (`simcluster.simulation.schedule_plan`), so a sweep builds each shape once."""
+    stage = plan.stages[index]
+    parts = (stage.tasks, stage.send_after, stage.extra_waits)
+    key = (*map(id, parts), index, plan.num_stages, plan.num_chunks,
+           stage.send_forward is None, stage.send_backward is None)  # fmt: skip
+    hit = _SHAPES.get(key)
+    if hit is not None:
+        return hit[1]
+    shape = _build_shape(plan, index)
+    if len(_SHAPES) >= _MAX_SHAPES:
+        _SHAPES.clear()
+    _SHAPES[key] = (parts, shape)
+    return shape
+
+
+def _build_shape(plan: PipelinePlan, index: int) -> StageShape:
+    """Keys use 0/1 for forward/backward: hashing ints is much cheaper than enums."""
     stage = plan.stages[index]
     p, last_vs = plan.num_stages, plan.num_stages * plan.num_chunks - 1
     inputs: list[Key | None] = []
@@ -353,10 +457,12 @@ def wiring(plan: PipelinePlan, index: int) -> Wiring:
         if task.phase is Phase.FORWARD:
             inputs.append((0, mb, vs - 1) if vs > 0 else None)
             route, key, sends_on = stage.send_forward, (0, mb, vs), vs < last_vs
+            direction = 0
         else:
             inputs.append((1, mb, vs + 1) if vs < last_vs else None)
             route, key, sends_on = stage.send_backward, (1, mb, vs), vs > 0
-        outputs.append((route, key, task) if sends_on and route is not None else None)
+            direction = 1
+        outputs.append((direction, key, task) if sends_on and route is not None else None)
     n = len(stage.tasks)
     waits: list[tuple[Key, ...]] = []
     for position in range(n):
@@ -369,7 +475,23 @@ def wiring(plan: PipelinePlan, index: int) -> Wiring:
         if output is not None:
             after = stage.send_after[position] if stage.send_after is not None else position
             sends[after].append(output)
-    return waits, sends
+    sent = tuple(map(tuple, sends))
+    program = tuple(
+        (task, keys, task.phase is Phase.FORWARD, task.chunk, out)
+        for task, keys, out in zip(stage.tasks, waits, sent, strict=True)
+    )
+    return StageShape(
+        tuple(waits),
+        sent,
+        frozenset(last_backward_positions(stage)),
+        frozenset(first_forward_positions(stage)),
+        program,
+    )
+
+
+def wiring(plan: PipelinePlan, index: int) -> Wiring:
+    """Per task position: the message keys to await before it, the sends after it."""
+    return stage_shape(plan, index).wiring
 
 
 def last_backward_positions(stage: StagePlan) -> set[int]:
@@ -388,6 +510,19 @@ def first_forward_positions(stage: StagePlan) -> set[int]:
     return set(first.values())
 
 
+def _resumer(steps: Generator[None, None, None]) -> Callable[..., None]:
+    """Resume `steps` until its next yield (as an event callback, or called by a post)."""
+    send = steps.send
+
+    def resume(_event: object = None) -> None:
+        try:
+            send(None)
+        except StopIteration:
+            pass
+
+    return resume
+
+
 def _gated_duration_s(start_s: float, busy_s: float, arrived_s: list[float]) -> float:
     """A forward split into one equal slice per parameter bucket: slice j starts when the
     previous slice ends and bucket j has arrived (the forward pre-hook waits for it)."""
@@ -403,11 +538,11 @@ def simulate(
     plan: PipelinePlan,
     record: bool = False,
     probe: tuple[tuple[int, ...], ...] | None = None,
-    wires: tuple[Wiring, ...] | None = None,
+    shapes: tuple[StageShape, ...] | None = None,
 ) -> EngineResult:
     """Run one training iteration of `plan`. `record` keeps spans for a trace. `probe` (task
     positions per stage) records each stage's state when it reaches those positions, and
     every message's arrival time (simcluster.periodicity certifies a steady state with
-    them); `wires` is `wiring(plan, stage)` of every stage when the caller has it already."""
+    them); `shapes` is `stage_shape(plan, stage)` of every stage when the caller has them."""
     with simulation_gc():
-        return _Run(plan, record, probe, wires).run()
+        return _Run(plan, record, probe, shapes).run()

@@ -23,3 +23,34 @@ def peak_in_flight(stage_tasks: Iterable[Task]) -> int:
     min(p − r, m) for 1F1B (megatron.md §4.1), v·p + p − 1 on rank 0 for interleaved
     with enough microbatches (§4.2, Korthikanti §4.2.3)."""
     return max(in_flight_counts(stage_tasks), default=0)
+
+
+InFlightStates = tuple[frozenset[tuple[int, ...]], frozenset[tuple[int, ...]]]
+
+
+def chunk_in_flight_states(stage_tasks: Iterable[Task], num_chunks: int) -> InFlightStates:
+    """The per-chunk counts of stashed chunk-forwards one stage holds just after a forward
+    (it stores its activations at its start) and just before a backward frees its chunk's:
+    every peak of a stage's activation memory is the bytes of one of these states (a
+    forward stores, a backward holds its transient bytes). Only the last forward of a run
+    of forwards and the first backward of a run of backwards are kept: the states between
+    hold no more of any chunk (a forward adds one, a backward frees one)."""
+    counts = [0] * num_chunks
+    after_forward: set[tuple[int, ...]] = set()
+    before_backward: set[tuple[int, ...]] = set()
+    previous_forward, first = False, True
+    for task in stage_tasks:
+        if task.phase is Phase.FORWARD:
+            counts[task.chunk] += 1
+            previous_forward = True
+        else:
+            if previous_forward:
+                after_forward.add(tuple(counts))  # the run of forwards ends here
+            if previous_forward or first:
+                before_backward.add(tuple(counts))  # a run of backwards starts here
+            counts[task.chunk] -= 1
+            previous_forward = False
+        first = False
+    if previous_forward:
+        after_forward.add(tuple(counts))
+    return frozenset(after_forward), frozenset(before_backward)

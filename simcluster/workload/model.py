@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from simcluster.config.choices import Dtype, Normalization, PositionEmbedding, Recompute
+from simcluster.config.pipeline_split import PipelineSplit
 from simcluster.config.scenario import Scenario
 from simcluster.workload import memory
 from simcluster.workload.context_parallel import context_parallel_layer_ops
@@ -142,14 +143,17 @@ def layer_params_per_rank(
     return sharded / tp + replicated
 
 
-def stage_params_per_rank(scenario: Scenario, stage: int) -> float:
+def stage_params_per_rank(
+    scenario: Scenario, stage: int, cfg: LayerConfig | None = None, split: PipelineSplit | None = None
+) -> float:
     """Layers (this stage's own count under `Scenario.pipeline_split`), plus the word (and
     learned position) embedding on the first stage, the final norm and the output weight on
     the last: Megatron keeps a copy of the tied embedding there when p > 1, and its own
-    output weight with `untie_embeddings_and_output_weights`."""
+    output weight with `untie_embeddings_and_output_weights`. `cfg` and `split` are the
+    scenario's `layer_config` and `pipeline_split` where the caller has them."""
     m, par = scenario.model, scenario.parallel
-    cfg = layer_config(scenario)
-    layers = scenario.pipeline_split.stage_layers[stage]
+    cfg = cfg or layer_config(scenario)
+    layers = (split or scenario.pipeline_split).stage_layers[stage]
     params = layers * layer_params_per_rank(
         m.hidden_size,
         m.ffn_size,
@@ -191,7 +195,7 @@ def build_workload(scenario: Scenario) -> Workload:
             )
             for chunk in range(par.vpp)
         )
-        params = stage_params_per_rank(scenario, stage)
+        params = stage_params_per_rank(scenario, stage, cfg, split)
         untied = scenario.model.untie_embeddings_and_output_weights
         tied = par.pp > 1 and stage in (0, par.pp - 1) and not untied
         # the distributed optimizer shards over DP × CP (CP ranks hold identical weights)

@@ -193,7 +193,7 @@ def _certified_shift(scenario, m1: int, m2: int) -> float | None:
     plans = tuple(PlanIndex.of(build_plan(scenario, A100, workload, m)) for m in (m1, m2))
     frontier = stable_frontier(plans[0], plans[1])
     assert frontier is not None
-    run = simulate(plans[1].plan, probe=tuple(zip(*frontier)), wires=plans[1].wires)
+    run = simulate(plans[1].plan, probe=tuple(zip(*frontier)), shapes=plans[1].shapes)
     return certify((plans[0], plans[1]), frontier, run)
 
 
