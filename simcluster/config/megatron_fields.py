@@ -201,6 +201,15 @@ def _attention_backend(read: FlagReader, notes: list[str]) -> str:
     backend = read.choice("attention-backend", _ATTENTION)
     if read.switch("use-flash-attn"):
         backend = "flash"
+    if backend is None and (read.integer("context-parallel-size") or 1) > 1:
+        # Megatron-core's default `auto` runs TE's fused attention, the only backend with
+        # context parallelism (the unfused DotProductAttention asserts cp == 1): the line runs
+        # in Megatron, so it must not import as a layout `run` refuses.
+        notes.append(
+            "attention_backend = flash: no --attention-backend given; Megatron-core's default, "
+            "auto, runs TE's fused attention, the only backend with --context-parallel-size > 1"
+        )
+        return "flash"
     if backend is None:
         notes.append(
             "attention_backend = unfused (the paper's kernels): no --attention-backend given; "

@@ -241,6 +241,20 @@ def test_attention_backends(backend, expected):
     assert imported.requested["training"].get("attention_backend", "unfused") == expected
 
 
+def test_context_parallel_without_a_backend_flag_imports_as_flash():
+    """Megatron-core's default `--attention-backend auto` runs TE's fused attention, the only
+    backend with CP, so a cp > 1 line without the flag runs in Megatron and must import as a
+    scenario that runs (flash), not as the unfused core `run` refuses with cp > 1."""
+    line = f"{MINIMAL} --bf16 --global-batch-size 4 --context-parallel-size 2 --world-size 2"
+    imported = parse_megatron_args(line, "h100-sxm5-80gb")
+    assert imported.requested["training"]["attention_backend"] == "flash"
+    scenario = imported.validated()
+    assert (scenario.parallel.cp, scenario.parallel.dp) == (2, 1)
+    assert any("only backend with --context-parallel-size > 1" in note for note in imported.notes)
+    without_cp = parse_megatron_args(f"{MINIMAL} --bf16", "h100-sxm5-80gb")
+    assert "attention_backend" not in without_cp.requested["training"]  # unfused, as before
+
+
 @pytest.mark.parametrize(
     ("flags", "problem"),
     [
