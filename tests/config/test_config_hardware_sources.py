@@ -1,0 +1,42 @@
+"""Every number in a shipped hardware profile has a source: the loader checks the scalar
+fields (`config.hardware._Section`), this checks the tables too (busbw sweeps, GEMM points,
+flash-attention rates, GEMM tiles), so a table added without its `sources:` entry fails."""
+
+import pytest
+
+from simcluster.config.files import read_yaml
+from tests.paths import ROOT
+
+PROFILES = sorted((ROOT / "hwprofiles").glob("*.yaml"))
+
+
+def _has_number(value) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, (int, float)):
+        return True
+    if isinstance(value, dict):
+        return any(_has_number(item) for item in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_has_number(item) for item in value)
+    return False
+
+
+@pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.stem)
+def test_every_number_and_table_of_a_shipped_profile_has_a_source(path):
+    data = read_yaml(path)
+    missing = [
+        f"{section}.{key}"
+        for section in ("gpu", "compute", "network")
+        for key, value in data[section].items()
+        if key != "sources" and _has_number(value) and key not in data[section].get("sources", {})
+    ]
+    assert missing == [], f"{path.name}: no `sources:` entry for {missing}"
+
+
+def test_the_check_sees_a_table_without_a_source():
+    """The walk finds numbers inside nested tables (it is not vacuous)."""
+    data = read_yaml(ROOT / "hwprofiles" / "h100-sxm5-80gb.yaml")
+    assert _has_number(data["compute"]["gemm_tiles"])
+    assert _has_number(data["network"]["nvlink_allreduce_busbw"])
+    assert not _has_number({"name": "H100", "flag": True})
