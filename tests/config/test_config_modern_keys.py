@@ -107,3 +107,25 @@ def test_every_key_of_the_contract_is_priced_now():
     scenario = parse_scenario(data, "s.yaml")
     assert scenario.parallel.cp == 2 and scenario.training.dtype.value == "fp8"
     assert scenario.training.tp_comm_overlap and scenario.training.overlap_param_gather
+
+
+def test_the_readme_contract_block_lists_every_scenario_key_with_its_default():
+    """The README's scenario block is the contract users read: it names every key of every
+    section (issue 11's parallel keys were missing from it), and each optional key it shows
+    with a value equal to the key's default where the comment says it is optional."""
+    import yaml
+
+    from simcluster.config.scenario import ModelSpec, ParallelSpec, Scenario, TrainingSpec
+    from tests.paths import ROOT
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index("## Scenario files")
+    opening = text.index("```yaml", start) + len("```yaml")
+    block = text[opening: text.index("```", opening)]
+    shown = yaml.safe_load(block)
+    assert set(shown) == set(Scenario.model_fields)
+    for section, model in (("model", ModelSpec), ("parallel", ParallelSpec), ("training", TrainingSpec)):
+        assert set(shown[section]) == set(model.model_fields), section
+    for key in ParallelSpec.model_fields:
+        if key not in ("tp", "pp", "vpp", "sequence_parallel"):  # the example's own layout
+            assert shown["parallel"][key] == ParallelSpec.model_fields[key].default, key
