@@ -8,7 +8,9 @@
 #
 # Run it from the repository root (the device tool does). Results go to $OUT (default
 # out/gpu), at most 8 files, the device tool's limit:
-#   microbench.json    raw kernel timings     (python -m simcluster.profiler.bench.microbench)
+#   microbench.json    raw kernel timings, fused attention (SDPA) included
+#                                             (python -m simcluster.profiler.bench.microbench;
+#                                             ATTENTION_HEAD_DIM=96 also times the layer's head dim)
 #   layer_timing.json  raw real-layer timings (python -m simcluster.profiler.bench.layer_timing)
 #   gpu_memory.csv/md  allocated bytes vs Table 2 (python -m simcluster.profiler.bench.gpu_memory)
 #   <name>.yaml        the fitted profile             } only where pydantic, simpy, typer,
@@ -53,7 +55,10 @@ step() {  # step NAME COMMAND...: run, log everything, print one status line
         torch.cuda.is_available() and print(torch.cuda.get_device_properties(0))"
 } >> "$LOG" 2>&1
 
-step microbench "$PY" -m simcluster.profiler.bench.microbench --device "$DEVICE" $QUICK --out "$OUT/microbench.json"
+HEAD_DIM=()
+[[ -n "${ATTENTION_HEAD_DIM:-}" ]] && HEAD_DIM=(--attention-head-dim "$ATTENTION_HEAD_DIM")
+step microbench "$PY" -m simcluster.profiler.bench.microbench --device "$DEVICE" $QUICK ${HEAD_DIM[@]+"${HEAD_DIM[@]}"} \
+    --out "$OUT/microbench.json"
 step layer_timing "$PY" -m simcluster.profiler.bench.layer_timing --device "$DEVICE" $QUICK --out "$OUT/layer_timing.json"
 if [[ -n "$QUICK" ]]; then
     step gpu_memory "$PY" -m simcluster.profiler.bench.gpu_memory --hidden-size 1024 --num-attention-heads 16 \

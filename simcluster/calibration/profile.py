@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from simcluster import units
+from simcluster.calibration.attention_fit import flash_section, other_head_dims
 from simcluster.calibration.datasheets import base_profile_for
 from simcluster.calibration.fit import compute_section, gpu_section
 from simcluster.calibration.records import AllReducePoint, Measurements
@@ -55,7 +56,9 @@ def build_profile(
     base = base or base_profile_for(meas.device.device_type, meas.device.name)
     base_profile = load_hardware(base)
     gpu = gpu_section(meas)
-    compute = compute_section(meas, gpu, [list(t) for t in base_profile.compute.gemm_tiles])
+    compute = _with_flash_tables(
+        meas, compute_section(meas, gpu, [list(t) for t in base_profile.compute.gemm_tiles])
+    )
     net = _network_section(base_profile, base, network)
     dev = meas.device
     return {
@@ -67,7 +70,13 @@ def build_profile(
                 f"Compute model measured on one {dev.name} on {dev.date}: "
                 f"{len(meas.gemms)} GEMMs and {len(meas.elementwise)} memory-bound kernels of the "
                 f"layer's op graph at the shard shapes of t in (1, 2, 4, 8), plus a device copy, an "
-                f"empty-kernel launch and a square GEMM. Network: "
+                f"empty-kernel launch, a square GEMM"
+                + (
+                    f" and {len(meas.attention)} fused-attention (SDPA) shapes"
+                    if "flash_attention_fwd_tflop_per_s" in compute
+                    else ""
+                )
+                + ". Network: "
                 + ("measured all-reduce sweep." if network else f"copied from {base} (datasheet).")
             ),
             "device": dev.name,
@@ -108,8 +117,28 @@ def build_profile(
             "layer_overhead_us": round(meas.layer_overhead_s / units.SECONDS_PER_US, 3),
             "held_out_check": "simcluster check-profile <this profile> --device "
             f"{dev.device_type}" + (" --quick" if meas.grid == "quick" else ""),
+            **_other_head_dims(meas),
         },
     }
+
+
+def _with_flash_tables(meas: Measurements, compute: dict[str, Any]) -> dict[str, Any]:
+    """`compute` with the measured flash-attention tables (`attention_fit`) before its
+    sources, and their sources; unchanged where no attention was measured."""
+    tables, sources = flash_section(meas)
+    if not tables:
+        return compute
+    head = {key: value for key, value in compute.items() if key != "sources"}
+    return {**head, **tables, "sources": {**compute["sources"], **sources}}
+
+
+def _other_head_dims(meas: Measurements) -> dict[str, Any]:
+    """The flash tables at the layer's head dim (`--attention-head-dim`), for reading only:
+    the model prices every head dim with the head-dim-128 tables."""
+    tables = other_head_dims(meas)
+    if not tables:
+        return {}
+    return {"flash_attention_other_head_dims": {f"head_dim_{d}": rows for d, rows in tables.items()}}
 
 
 def _network_section(

@@ -13,6 +13,7 @@ from typing import Any
 
 from simcluster.atomic_files import write_text_atomically  # noqa: F401  (the entry points write through it)
 from simcluster.calibration.shapes import LayerShape
+from simcluster.workload.ops import FLASH_BACKWARD_FLOP_RATIO
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,38 @@ class ElementwiseRecord:
 
 
 @dataclass(frozen=True)
+class AttentionRecord:
+    """One timed `torch.nn.functional.scaled_dot_product_attention` shape: median seconds
+    of the forward alone and of forward + backward (inputs requiring grad, as in training),
+    and the SDPA backend torch picked ("FlashAttention", "CudnnAttention", ...,
+    `profiler.bench.attention.sdpa_backend`).
+
+    FLOPs as the profile's flash tables count them (FlashAttention-3 figures, flash-attention
+    `benchmarks/benchmark_flash_attention.py::flops`): forward 4·b·h·s²·d, half that under a
+    causal mask; backward 2.5 × the forward (`FLASH_BACKWARD_FLOP_RATIO`)."""
+
+    batch: int
+    heads: int
+    seq_length: int
+    head_dim: int
+    causal: bool
+    forward_s: float
+    total_s: float
+    forward_spread: float  # interquartile range over median
+    total_spread: float
+    backend: str
+
+    @property
+    def forward_flops(self) -> float:
+        dense = 4.0 * self.batch * self.heads * self.seq_length**2 * self.head_dim
+        return dense * (0.5 if self.causal else 1.0)
+
+    @property
+    def backward_flops(self) -> float:
+        return FLASH_BACKWARD_FLOP_RATIO * self.forward_flops
+
+
+@dataclass(frozen=True)
 class Measurements:
     """Everything one calibration run measured, with its provenance."""
 
@@ -89,6 +122,7 @@ class Measurements:
     layer_overhead_s: float  # eager framework seconds per op-graph op (tiny layer)
     gemms: list[GemmRecord] = field(default_factory=list)
     elementwise: list[ElementwiseRecord] = field(default_factory=list)
+    attention: list[AttentionRecord] = field(default_factory=list)  # [] in older measurements
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -103,6 +137,7 @@ class Measurements:
         data["elementwise"] = [
             ElementwiseRecord(**{**e, "dims": tuple(e["dims"])}) for e in data["elementwise"]
         ]
+        data["attention"] = [AttentionRecord(**a) for a in data.get("attention", [])]
         return Measurements(**data)
 
 

@@ -156,3 +156,51 @@ def standin_op_name(op: Op) -> str:
     "standin_reduce_scatter", the name of the benchmark that times it (`kernels`)."""
     assert op.collective is not None
     return f"{op.name}.standin_{op.collective.value}"
+
+
+# ---------------------------------------------------------------- fused attention
+
+FLASH_TABLE_HEAD_DIM = 128  # the profile's flash tables are at head dim 128 (costs.compute)
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionGrid:
+    """The fused-attention benchmark's shapes: `heads` heads of each of `head_dims`, every
+    length of `seq_lengths`, batch = tokens // s (at least 1), causal and not.
+
+    The `cuda` grid is the FlashAttention-3 figures' (Shah et al., arXiv 2407.08608, Fig. 5/6:
+    batch × seqlen = 16k, 16 heads, head dim 128) at the h100 profile's table lengths, so a
+    calibrated table and the shipped one are measured alike. The CPU grids are tiny: CPU
+    rates say nothing about a GPU; they exercise the mechanics (the `quick` grid's largest
+    forward is 4 MFLOP)."""
+
+    seq_lengths: tuple[int, ...]
+    tokens: int
+    heads: int
+    head_dims: tuple[int, ...] = (FLASH_TABLE_HEAD_DIM,)
+
+    def batch(self, seq_length: int) -> int:
+        return max(1, self.tokens // seq_length)
+
+
+_ATTENTION = {
+    "quick": AttentionGrid(seq_lengths=(16, 32, 64), tokens=64, heads=2),
+    "cpu": AttentionGrid(seq_lengths=(64, 128, 256, 512), tokens=512, heads=2),
+    "cuda": AttentionGrid(seq_lengths=(512, 1024, 2048, 4096, 8192, 16384), tokens=16384, heads=16),
+}
+_ATTENTION_QUICK_CUDA = AttentionGrid(seq_lengths=(512, 2048, 8192), tokens=16384, heads=16)
+
+
+def attention_grid(device_type: str, quick: bool, head_dim: int | None = None) -> AttentionGrid:
+    """The attention grid of this device and speed; `head_dim` (the layer's, when given and
+    not 128) is measured beside 128 (the tables use 128; the other is recorded only)."""
+    grid = (
+        _ATTENTION_QUICK_CUDA
+        if quick and device_type == "cuda"
+        else _ATTENTION[grid_name(device_type, quick)]
+    )
+    if head_dim is None or head_dim == FLASH_TABLE_HEAD_DIM:
+        return grid
+    if head_dim <= 0:
+        raise ValueError(f"attention head dim: value {head_dim}: allowed: a positive integer")
+    return AttentionGrid(grid.seq_lengths, grid.tokens, grid.heads, (FLASH_TABLE_HEAD_DIM, head_dim))

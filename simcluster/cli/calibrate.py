@@ -60,8 +60,17 @@ def calibrate(
         Path | None, typer.Option(help="also write the raw measurements JSON")
     ] = None,
     threads: Annotated[int, typer.Option(help="CPU intra-op threads while measuring")] = 1,
+    attention_head_dim: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="the layer's head dim: also time fused attention at it (recorded under "
+            "calibration:; the flash tables are at head dim 128)",
+        ),
+    ] = None,
 ) -> None:
-    """Time the layer's kernels (GEMMs, memory-bound ops, copy, launch) and fit a profile."""
+    """Time the layer's kernels (GEMMs, memory-bound ops, fused attention, copy, launch) and
+    fit a profile."""
     from simcluster.calibration.profile import build_profile, default_output, write_profile
     from simcluster.calibration.records import Measurements
     from simcluster.config.errors import ConfigError
@@ -87,10 +96,13 @@ def calibrate(
                 "base": base,
                 "network": network,
                 "threads": threads,
+                "attention_head_dim": attention_head_dim,
             },
         )
         with StderrProgress("calibrate") as progress:
-            meas = run_calibration(device.value, quick, command, progress, threads)
+            meas = run_calibration(
+                device.value, quick, command, progress, threads, attention_head_dim=attention_head_dim
+            )
     if save_measurements is not None:
         write_text_atomically(save_measurements, meas.to_json())
     allreduce = _measure_network(num_gpus, quick) if network else None
@@ -110,7 +122,8 @@ def calibrate(
         f"(gemm_max_efficiency {c.gemm_max_efficiency})\n"
         f"  copy {profile.gpu.memory_bandwidth_gb_per_s * c.memory_bound_efficiency:.4g} GB/s, "
         f"kernel_launch_us {c.kernel_launch_us}\n"
-        f"  {len(c.gemm_points)} GEMM points, {len(c.elementwise_points)} element-wise points; network "
+        f"  {len(c.gemm_points)} GEMM points, {len(c.elementwise_points)} element-wise points, "
+        f"{len(c.flash_attention_fwd_tflop_per_s or [])} flash-attention lengths; network "
         f"{'measured' if allreduce else 'from ' + str(profile.calibration['network_from'])}\n"
         f"next: simcluster check-profile {path} --device {meas.device.device_type}"
         + (" --quick" if meas.grid == "quick" else "")

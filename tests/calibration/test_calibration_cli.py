@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import csv
+import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from typer.testing import CliRunner
 
 import simcluster.profiler.bench.microbench as microbench
+from simcluster.calibration.attention_fit import TABLES
+from simcluster.calibration.records import Measurements
+from simcluster.calibration.shapes import attention_grid
 from simcluster.cli import app
 from simcluster.config.choices import Recompute
 from simcluster.config.hardware import load_hardware
@@ -177,3 +183,77 @@ def test_run_accepts_the_measured_profile_for_every_shipped_scenario(cpu_profile
     result = runner.invoke(app, ["run", str(paper), "--hardware", str(cpu_profile[0])])
     assert result.exit_code == 0, result.output
     assert all(path.stem in result.output for path in paper.glob("*.yaml"))
+
+
+def test_quick_cpu_profile_has_flash_attention_tables(cpu_profile: tuple[Path, Path]) -> None:
+    """The SDPA grid of --quick fills the three flash tables: every length, sorted, positive,
+    with the device, torch version and SDPA backend in their sources."""
+    profile = load_hardware(str(cpu_profile[0]))
+    c = profile.compute
+    lengths = list(attention_grid("cpu", quick=True).seq_lengths)
+    for table in (c.flash_attention_fwd_tflop_per_s, c.flash_attention_bwd_tflop_per_s):
+        assert table is not None and [s for s, _ in table] == lengths and all(r > 0 for _, r in table)
+    efficiency = c.flash_attention_causal_efficiency or []
+    assert [s for s, _ in efficiency] == lengths and all(0 < r <= 1 for _, r in efficiency)
+    source = c.sources["flash_attention_fwd_tflop_per_s"]
+    assert f"torch {torch.__version__}" in source and profile.gpu.name in source
+    assert "SDPA backend: " in source
+
+
+def test_saved_measurements_keep_the_attention_records(
+    cpu_profile: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """--save-measurements writes one record per (length, mask); --measurements refits the
+    same flash tables from them."""
+    meas = Measurements.from_json(cpu_profile[1].read_text())
+    grid = attention_grid("cpu", quick=True)
+    assert {(r.seq_length, r.causal) for r in meas.attention} == {
+        (s, causal) for s in grid.seq_lengths for causal in (False, True)
+    }
+    refit = tmp_path / "refit.yaml"
+    result = runner.invoke(
+        app, ["calibrate", "--device", "cpu", "--measurements", str(cpu_profile[1]), "--out", str(refit)]
+    )
+    assert result.exit_code == 0, result.output
+    first, second = load_hardware(str(cpu_profile[0])).compute, load_hardware(str(refit)).compute
+    assert first.flash_attention_fwd_tflop_per_s == second.flash_attention_fwd_tflop_per_s
+    assert first.flash_attention_bwd_tflop_per_s == second.flash_attention_bwd_tflop_per_s
+    assert first.flash_attention_causal_efficiency == second.flash_attention_causal_efficiency
+
+
+def test_a_calibrated_cpu_profile_runs_a_flash_scenario(
+    cpu_profile: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A tiny `attention_backend: flash` scenario naming the calibrated profile runs end to
+    end with `--hwprofiles` (without flash tables it is refused)."""
+    profile = load_hardware(str(cpu_profile[0]))
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    shutil.copy(cpu_profile[0], folder / f"{profile.name}.yaml")
+    scenario = tmp_path / "tiny-flash.yaml"
+    scenario.write_text(
+        yaml.safe_dump(
+            {
+                "name": "tiny-flash",
+                "hardware": profile.name,
+                "model": {
+                    "num_layers": 2,
+                    "hidden_size": 128,
+                    "num_attention_heads": 8,
+                    "seq_length": 64,
+                    "vocab_size": 256,
+                },
+                "parallel": {"tp": 2, "pp": 1},
+                "training": {"micro_batch_size": 1, "global_batch_size": 2, "attention_backend": "flash"},
+            }
+        )
+    )
+    result = runner.invoke(app, ["run", str(scenario), "--hwprofiles", str(folder), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["iteration_time_s"] > 0
+    data = yaml.safe_load(cpu_profile[0].read_text())
+    for key in TABLES:
+        del data["compute"][key], data["compute"]["sources"][key]
+    (folder / f"{profile.name}.yaml").write_text(yaml.safe_dump(data))
+    refused = runner.invoke(app, ["run", str(scenario), "--hwprofiles", str(folder)])
+    assert refused.exit_code != 0 and "flash" in refused.output

@@ -17,7 +17,9 @@ device constants: a large device-to-device copy (bytes read + written over time)
 empty-kernel launch (32 one-element in-place adds, time per add), a large square GEMM in
 bf16 and fp32 (the best rate this device reaches, for the peak and max efficiency), and
 the eager framework's cost per op (a real layer too small for its kernels to matter).
-Attention kernels over MAX_SCORE_ELEMENTS score elements are skipped (memory).
+Attention kernels over MAX_SCORE_ELEMENTS score elements are skipped (memory). Last, the
+fused attention op (`attention`: SDPA forward and forward + backward over the attention
+grid, head dim 128 and `--attention-head-dim`), for the profile's flash tables.
 """
 
 from __future__ import annotations
@@ -42,11 +44,13 @@ from simcluster.calibration.shapes import (
     DROPOUT_PROB,
     TP_DEGREES,
     LayerShape,
+    attention_grid,
     calibration_shapes,
     grid_name,
     standin_ops,
 )
 from simcluster.config.choices import Recompute
+from simcluster.profiler.bench.attention import attention_steps, time_attention
 from simcluster.profiler.bench.command_line import entry_point_parser
 from simcluster.profiler.bench.device_info import describe_device
 from simcluster.profiler.bench.kernels import Benchmark, BuildContext, benchmark_for
@@ -57,6 +61,7 @@ from simcluster.profiler.bench.timing import (
     TimingPolicy,
     cpu_threads,
     device_generator,
+    median_and_spread,
     random_tensor,
 )
 from simcluster.profiler.layer.spec import LayerSpec
@@ -100,22 +105,30 @@ def run_calibration(
     progress: Progress | None = None,
     num_threads: int | None = 1,
     seed: int = 0,
+    attention_head_dim: int | None = None,
 ) -> Measurements:
-    """Time every planned kernel and the device constants on `device` (CPU: on
-    `num_threads` intra-op threads, see `timing.cpu_threads`)."""
+    """Time every planned kernel, the device constants and the fused attention grid on
+    `device` (CPU: on `num_threads` intra-op threads, see `timing.cpu_threads`);
+    `attention_head_dim`, the layer's head dim, is timed beside 128 where given."""
     dev = torch.device(device)
     with cpu_threads(dev, num_threads):
-        return _run_calibration(dev, quick, command, progress, seed)
+        return _run_calibration(dev, quick, command, progress, seed, attention_head_dim)
 
 
 def _run_calibration(
-    dev: torch.device, quick: bool, command: str, progress: Progress | None, seed: int
+    dev: torch.device,
+    quick: bool,
+    command: str,
+    progress: Progress | None,
+    seed: int,
+    attention_head_dim: int | None,
 ) -> Measurements:
     timer = Timer(dev, TimingPolicy.for_device(dev.type, quick))
     shapes = calibration_shapes(dev.type, quick)
     plan = plan_benchmarks(shapes)
+    attention = attention_grid(dev.type, quick, attention_head_dim)
     if progress is not None:
-        progress.start(len(plan) + 5)
+        progress.start(len(plan) + 5 + attention_steps(attention))
     ctx = BuildContext(dev, DTYPE, device_generator(dev, seed), DROPOUT_PROB)
     gemms, elementwise = [], []
     for bench in plan:
@@ -138,6 +151,7 @@ def _run_calibration(
     _step(progress, f"square GEMM {size} fp32")
     overhead_s = layer_overhead_s(dev, quick)
     _step(progress, "tiny-layer overhead")
+    attention_records = time_attention(timer, ctx, attention, progress)
     return Measurements(
         device=describe_device(dev),
         command=command,
@@ -154,6 +168,7 @@ def _run_calibration(
         layer_overhead_s=overhead_s,
         gemms=gemms,
         elementwise=elementwise,
+        attention=attention_records,
     )
 
 
@@ -166,15 +181,7 @@ def _time_benchmark(timer: Timer, bench: Benchmark, ctx: BuildContext) -> tuple[
     calls = [bench.build(ctx) for _ in range(timer.num_buffers(bench.bytes_moved))]
     times = timer.times_s(calls)
     del calls
-    return _median_and_spread(times)
-
-
-def _median_and_spread(times: list[float]) -> tuple[float, float]:
-    ordered = sorted(times)
-    n = len(ordered)
-    median = ordered[n // 2] if n % 2 else 0.5 * (ordered[n // 2 - 1] + ordered[n // 2])
-    spread = (ordered[(3 * n) // 4] - ordered[n // 4]) / median if median > 0 else 0.0
-    return median, spread
+    return median_and_spread(times)
 
 
 def _launch_s(timer: Timer, ctx: BuildContext) -> float:
@@ -189,7 +196,7 @@ def _launch_s(timer: Timer, ctx: BuildContext) -> float:
 
         return call
 
-    median, _ = _median_and_spread(timer.times_s([build()]))
+    median, _ = median_and_spread(timer.times_s([build()]))
     return median / LAUNCHES_PER_CALL
 
 
@@ -198,7 +205,7 @@ def _copy(timer: Timer, ctx: BuildContext, quick: bool) -> tuple[float, float]:
     num_bytes = {"cuda": 2 * 1024**3}.get(ctx.device.type, 32 * 1024**2 if quick else 256 * 1024**2)
     src = random_tensor((num_bytes // 2,), torch.bfloat16, ctx.device, ctx.generator)
     dst = torch.empty_like(src)
-    median, _ = _median_and_spread(timer.times_s([lambda: dst.copy_(src)]))
+    median, _ = median_and_spread(timer.times_s([lambda: dst.copy_(src)]))
     return 2.0 * num_bytes, median
 
 
@@ -238,20 +245,31 @@ def _square_gemm(timer: Timer, ctx: BuildContext, size: int, dtype: torch.dtype)
 
     element = torch.finfo(dtype).bits // 8
     calls = [build() for _ in range(timer.num_buffers(3 * element * size * size))]
-    median, spread = _median_and_spread(timer.times_s(calls))
+    median, spread = median_and_spread(timer.times_s(calls))
     name = "square" if dtype == DTYPE else "square_fp32"
     return GemmRecord(name, size, size, size, 1, median, spread)
 
 
 def main(argv: Sequence[str] | None = None) -> Measurements:
-    args = entry_point_parser(__doc__.splitlines()[0], Path("out/microbench.json")).parse_args(argv)
+    parser = entry_point_parser(__doc__.splitlines()[0], Path("out/microbench.json"))
+    parser.add_argument(
+        "--attention-head-dim", type=int, default=None, help="the layer's head dim, timed beside 128"
+    )
+    args = parser.parse_args(argv)
     command = "python -m simcluster.profiler.bench.microbench " + " ".join(argv or sys.argv[1:])
     with StderrProgress("calibrate") as progress:
-        result = run_calibration(args.device, args.quick, command, progress, args.threads)
+        result = run_calibration(
+            args.device,
+            args.quick,
+            command,
+            progress,
+            args.threads,
+            attention_head_dim=args.attention_head_dim,
+        )
     write_text_atomically(args.out, result.to_json())
     print(
         f"wrote {args.out}: {len(result.gemms)} GEMMs, {len(result.elementwise)} "
-        f"memory-bound kernels on {result.device.name}"
+        f"memory-bound kernels, {len(result.attention)} attention shapes on {result.device.name}"
     )
     return result
 

@@ -149,6 +149,15 @@ def _cuda_split_times(
     return [(start.elapsed_time(mid) * 1e-3, start.elapsed_time(end) * 1e-3) for start, mid, end in events]
 
 
+def median_and_spread(times: list[float]) -> tuple[float, float]:
+    """(median, interquartile range over the median) of per-call seconds."""
+    ordered = sorted(times)
+    n = len(ordered)
+    median = ordered[n // 2] if n % 2 else 0.5 * (ordered[n // 2 - 1] + ordered[n // 2])
+    spread = (ordered[(3 * n) // 4] - ordered[n // 4]) / median if median > 0 else 0.0
+    return median, spread
+
+
 def random_tensor(
     shape: Sequence[int],
     dtype: torch.dtype,
