@@ -1,4 +1,4 @@
-"""The SimPy engine: one process per pipeline stage runs its task list.
+"""The SimPy engine: one coroutine per pipeline stage runs its task list, SimPy orders them.
 
 Life cycle of a task on stage r (virtual stage vs = chunk·p + r):
   1. wait for its input: a forward for the activation from vs − 1, a backward for the
@@ -423,7 +423,11 @@ class _Run:
 
 
 _SHAPES: dict[tuple[object, ...], tuple[tuple[object, ...], StageShape]] = {}
-_MAX_SHAPES = 4096
+# The cache is emptied when it holds this many task positions (~400 bytes each): a sweep's
+# distinct task orders fit many times over (issue 9's spec: ~40k), a run of huge plans
+# cannot grow it without bound.
+_MAX_CACHED_POSITIONS = 250_000
+_cached_positions = 0
 
 
 def stage_shape(plan: PipelinePlan, index: int) -> StageShape:
@@ -438,10 +442,13 @@ def stage_shape(plan: PipelinePlan, index: int) -> StageShape:
     hit = _SHAPES.get(key)
     if hit is not None:
         return hit[1]
+    global _cached_positions
     shape = _build_shape(plan, index)
-    if len(_SHAPES) >= _MAX_SHAPES:
+    if _cached_positions + len(stage.tasks) > _MAX_CACHED_POSITIONS:
         _SHAPES.clear()
+        _cached_positions = 0
     _SHAPES[key] = (parts, shape)
+    _cached_positions += len(stage.tasks)
     return shape
 
 
