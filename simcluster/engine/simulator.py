@@ -196,8 +196,9 @@ class _Run:
         armed = [resume]
         blocking = plan.blocking_p2p
         probe_at = set(self.probe[index]) if self.probe is not None else set()
-        # busy seconds per category, keyed by small ints (a dict keeps the order in which
-        # categories first get time, as the outcome's dict must: sums over it follow it)
+        # busy seconds per category in a list by slot, and the slots in the order they first
+        # get time (the outcome's dict keeps that order, as the earlier engine's did: sums
+        # over it follow it); a work's parts are entered the first time it runs
         categories: list[TimeCategory] = [PP_COMM, DP_COMM]
         slot: dict[TimeCategory, int] = {PP_COMM: 0, DP_COMM: 1}
         for work in (*stage.forward, *stage.backward):
@@ -205,8 +206,10 @@ class _Run:
                 if category not in slot:
                     slot[category] = len(categories)
                     categories.append(category)
-        busy: dict[int, float] = {}
-        busy_of = busy.get
+        busy = [0.0] * len(categories)
+        order: dict[int, None] = {}  # an ordered set
+        fresh = [[True] * len(stage.forward), [True] * len(stage.backward)]  # by phase, chunk
+        pp_seen = False
         forwards = [
             (work.busy_s, work.stored_bytes, tuple((slot[c], x) for c, x in work.parts))
             for work in stage.forward
@@ -228,7 +231,7 @@ class _Run:
         special = probe_at | gate_at | reduce_at  # positions with more to do than the usual
 
         def write_back() -> None:
-            outcome.busy_s = defaultdict(float, {categories[i]: x for i, x in busy.items()})
+            outcome.busy_s = defaultdict(float, {categories[i]: busy[i] for i in order})
             memory.stored_bytes, memory.transient_bytes = stored, transient
             memory.peak_stored_bytes, memory.peak_total_bytes = peak_stored, peak_total
 
@@ -257,14 +260,16 @@ class _Run:
                     if buckets_s and buckets_s[0] > start:  # the first bucket is exposed
                         waited_from = start
                         start = start + (buckets_s[0] - start)  # as a timeout of the difference
-                        busy[1] = busy_of(1, 0.0) + (start - waited_from)
+                        order.setdefault(1)
+                        busy[1] += start - waited_from
                         if record:
                             self.spans.append(
                                 (index, "param gather wait", DP_COMM.value, waited_from, start - waited_from)
                             )
                     busy_s = duration_s
                     duration_s = _gated_duration_s(start, busy_s, buckets_s)
-                    busy[1] = busy_of(1, 0.0) + (duration_s - busy_s)
+                    order.setdefault(1)
+                    busy[1] += duration_s - busy_s
                 stored += stored_bytes  # MemoryTracker.store
                 if stored > peak_stored:
                     peak_stored = stored
@@ -288,8 +293,12 @@ class _Run:
                 stored -= freed
                 if stored < 0.0 and stored < -1e-6 * max(1.0, freed):
                     raise RuntimeError("memory tracker: freed more activation bytes than were stored")
+            if fresh[not forward][chunk]:
+                fresh[not forward][chunk] = False
+                for i, _ in parts:
+                    order.setdefault(i)
             for i, seconds in parts:
-                busy[i] = busy_of(i, 0.0) + seconds
+                busy[i] += seconds
             if record:
                 self.spans.append((index, str(task), "forward" if forward else "backward", start, duration_s))
             clock = now
@@ -330,7 +339,10 @@ class _Run:
                     end = self.transfer_at(share, now, f"dp grads chunk {chunk}")
                     outcome.grads_ready_s = now + (end - now)
             if clock > now:
-                busy[0] = busy_of(0, 0.0) + (clock - now)
+                if not pp_seen:
+                    order.setdefault(0)
+                    pp_seen = True
+                busy[0] += clock - now
                 if record:
                     self.spans.append((index, f"send after {task}", PP_COMM.value, now, clock - now))
         if position + 1 in probe_at:
@@ -344,12 +356,14 @@ class _Run:
         if not plan.overlap_grad_reduce and stage.grad_reduce is not None:
             end = self.transfer_at(stage.grad_reduce, clock, "dp grads")
             done = clock + (end - clock)  # as a timeout of the difference
-            busy[1] = busy_of(1, 0.0) + (done - clock)
+            order.setdefault(1)
+            busy[1] += done - clock
             if record:
                 self.spans.append((index, "dp all-reduce", DP_COMM.value, clock, done - clock))
             clock = done
         if plan.overlap_grad_reduce and outcome.grads_ready_s > clock:
-            busy[1] = busy_of(1, 0.0) + (outcome.grads_ready_s - clock)  # not hidden by backwards
+            order.setdefault(1)
+            busy[1] += outcome.grads_ready_s - clock  # not hidden by backwards
         outcome.grads_ready_s = max(outcome.grads_ready_s, clock)
         write_back()
         outcome.finished = True
