@@ -132,8 +132,8 @@ class _Run:
         # Messages: key -> arrival time, posted when the sender's task ends; `waiting` holds
         # the resume of a stage that needs a message not yet posted (called by the post).
         self.arrival_s: dict[Key, float] = {}
-        self.waiting: dict[Key, Callable[..., None]] = {}
-        self.resumers: list[Callable[..., None]] = []
+        self.waiting: dict[Key, Callable[[object], None]] = {}
+        self.resumers: list[Callable[[object], None]] = []
         self.links: dict[str, Link] = {}
         self.spans: list[Span] = []
         self.outcomes = tuple(StageOutcome(memory=MemoryTracker(stage.static_bytes)) for stage in plan.stages)
@@ -173,7 +173,7 @@ class _Run:
             for c, chunk in enumerate(gather.buckets)
         ]
 
-    def stage_process(self, index: int, stage: StagePlan) -> Generator[None, None, None]:
+    def stage_process(self, index: int, stage: StagePlan) -> Generator[None, object, None]:
         """The stage's task list (see the module docstring for how time advances). Every
         yield waits to be resumed: by its event's callback, or by the post it waits for. The
         running sums — busy time per category, stored and transient bytes and their peaks —
@@ -319,7 +319,7 @@ class _Run:
                 arrival_s[key] = arrives
                 receiver = waiting_pop(key, None)
                 if receiver is not None:
-                    receiver()  # it starts the task it waited for, at its clock or the arrival
+                    receiver(None)  # it starts the task it waited for, at its clock or the arrival
                 if blocking and arrives > clock:
                     clock = arrives  # Megatron's p2p returns when the message is delivered
             if is_special and position in reduce_at:
@@ -367,6 +367,7 @@ class _Run:
         outcome.grads_ready_s = max(outcome.grads_ready_s, clock)
         write_back()
         outcome.finished = True
+        yield  # parked for good: nothing resumes a finished stage (so its send never raises)
 
     def _take_probe(self, index: int, stage: StagePlan, now: float) -> None:
         outcome = self.outcomes[index]
@@ -381,9 +382,11 @@ class _Run:
 
     def run(self) -> EngineResult:
         stages = [self.stage_process(index, stage) for index, stage in enumerate(self.plan.stages)]
-        self.resumers.extend(_resumer(steps) for steps in stages)
+        # a stage is resumed by its generator's `send`: as its event's callback (SimPy passes
+        # the event, which the stage ignores) or by the post it waits for
+        self.resumers.extend(steps.send for steps in stages)
         for resume in self.resumers:
-            resume()  # every stage starts at time 0, in order (as SimPy starts processes)
+            resume(None)  # every stage starts at time 0, in order (as SimPy starts processes)
         self.env.run()
         self._check_all_ran()
         iteration_s = self._finish_iteration()
@@ -529,19 +532,6 @@ def first_forward_positions(stage: StagePlan) -> set[int]:
         if task.phase is Phase.FORWARD and task.chunk not in first:
             first[task.chunk] = position
     return set(first.values())
-
-
-def _resumer(steps: Generator[None, None, None]) -> Callable[..., None]:
-    """Resume `steps` until its next yield (as an event callback, or called by a post)."""
-    send = steps.send
-
-    def resume(_event: object = None) -> None:
-        try:
-            send(None)
-        except StopIteration:
-            pass
-
-    return resume
 
 
 def _gated_duration_s(start_s: float, busy_s: float, arrived_s: list[float]) -> float:
