@@ -208,7 +208,8 @@ class _Run:
                     categories.append(category)
         busy = [0.0] * len(categories)
         order: dict[int, None] = {}  # an ordered set
-        fresh = [[True] * len(stage.forward), [True] * len(stage.backward)]  # by phase, chunk
+        # works (is forward, chunk) not run yet
+        unseen = {(phase, c) for phase in (True, False) for c in range(len(stage.forward))}
         pp_seen = False
         forwards = [
             (work.busy_s, work.stored_bytes, tuple((slot[c], x) for c, x in work.parts))
@@ -278,9 +279,7 @@ class _Run:
                     peak_total = total
             else:
                 duration_s, held, freed, parts = backwards[chunk]
-                transient += held  # MemoryTracker.hold
-                if stored > peak_stored:
-                    peak_stored = stored
+                transient += held  # MemoryTracker.hold (stored has not grown since the last store)
                 total = static + stored + transient
                 if total > peak_total:
                     peak_total = total
@@ -293,8 +292,8 @@ class _Run:
                 stored -= freed
                 if stored < 0.0 and stored < -1e-6 * max(1.0, freed):
                     raise RuntimeError("memory tracker: freed more activation bytes than were stored")
-            if fresh[not forward][chunk]:
-                fresh[not forward][chunk] = False
+            if unseen and (forward, chunk) in unseen:  # the work's first run: enter its parts
+                unseen.discard((forward, chunk))
                 for i, _ in parts:
                     order.setdefault(i)
             for i, seconds in parts:
