@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from operator import ge
+from operator import ge, mul
 from typing import Any
 
 from simcluster.config.choices import ScheduleKind
@@ -101,7 +101,7 @@ def exact_peaks(
 
 
 def _bytes(state: tuple[int, ...], chunk_saved: list[float]) -> float:
-    return sum(n * x for n, x in zip(state, chunk_saved))
+    return sum(map(mul, state, chunk_saved))
 
 
 def replayed_peaks(tasks: StageTasks, chunk_saved: list[float], transient: float) -> tuple[float, float]:

@@ -133,7 +133,7 @@ def _gated(stage: StagePlan, shape: StageShape) -> frozenset[int]:
 
 _PLAN_SHAPES: dict[tuple[object, ...], PlanShape] = {}
 _CERTIFICATES: dict[tuple[int, int], tuple[PlanShape, PlanShape, Frontier | None, list[tuple[Key, int]]]] = {}
-_MAX_CACHED = 1024
+_MAX_CACHED = 128  # plans: a sweep's steady-state runs have a few shapes (issue 9's spec: 12)
 
 
 def plan_shape(plan: PipelinePlan) -> PlanShape:

@@ -333,7 +333,7 @@ def schedule_plan(
 StageOrder = tuple[tuple[Task, ...], tuple[int, ...], tuple[tuple[int, ...], ...]]
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=32)
 def stage_orders(kind: ScheduleKind, pp: int, m: int, vpp: int) -> tuple[StageOrder, ...]:
     """Per stage: its task order and Megatron's p2p points (send after, extra waits).
     Cached: a sweep's layouts share a few (schedule, p, m, v), and plans that share these

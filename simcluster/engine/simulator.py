@@ -1,4 +1,4 @@
-"""The SimPy engine: one process per pipeline stage runs its task list.
+"""The SimPy engine: one coroutine per pipeline stage runs its task list, SimPy orders them.
 
 Life cycle of a task on stage r (virtual stage vs = chunk·p + r):
   1. wait for its input: a forward for the activation from vs − 1, a backward for the
@@ -132,8 +132,8 @@ class _Run:
         # Messages: key -> arrival time, posted when the sender's task ends; `waiting` holds
         # the resume of a stage that needs a message not yet posted (called by the post).
         self.arrival_s: dict[Key, float] = {}
-        self.waiting: dict[Key, Callable[..., None]] = {}
-        self.resumers: list[Callable[..., None]] = []
+        self.waiting: dict[Key, Callable[[object], None]] = {}
+        self.resumers: list[Callable[[object], None]] = []
         self.links: dict[str, Link] = {}
         self.spans: list[Span] = []
         self.outcomes = tuple(StageOutcome(memory=MemoryTracker(stage.static_bytes)) for stage in plan.stages)
@@ -173,7 +173,7 @@ class _Run:
             for c, chunk in enumerate(gather.buckets)
         ]
 
-    def stage_process(self, index: int, stage: StagePlan) -> Generator[None, None, None]:
+    def stage_process(self, index: int, stage: StagePlan) -> Generator[None, object, None]:
         """The stage's task list (see the module docstring for how time advances). Every
         yield waits to be resumed: by its event's callback, or by the post it waits for. The
         running sums — busy time per category, stored and transient bytes and their peaks —
@@ -196,8 +196,9 @@ class _Run:
         armed = [resume]
         blocking = plan.blocking_p2p
         probe_at = set(self.probe[index]) if self.probe is not None else set()
-        # busy seconds per category, keyed by small ints (a dict keeps the order in which
-        # categories first get time, as the outcome's dict must: sums over it follow it)
+        # busy seconds per category in a list by slot, and the slots in the order they first
+        # get time (the outcome's dict keeps that order, as the earlier engine's did: sums
+        # over it follow it); a work's parts are entered the first time it runs
         categories: list[TimeCategory] = [PP_COMM, DP_COMM]
         slot: dict[TimeCategory, int] = {PP_COMM: 0, DP_COMM: 1}
         for work in (*stage.forward, *stage.backward):
@@ -205,8 +206,11 @@ class _Run:
                 if category not in slot:
                     slot[category] = len(categories)
                     categories.append(category)
-        busy: dict[int, float] = {}
-        busy_of = busy.get
+        busy = [0.0] * len(categories)
+        order: dict[int, None] = {}  # an ordered set
+        # works (is forward, chunk) not run yet
+        unseen = {(phase, c) for phase in (True, False) for c in range(len(stage.forward))}
+        pp_seen = False
         forwards = [
             (work.busy_s, work.stored_bytes, tuple((slot[c], x) for c, x in work.parts))
             for work in stage.forward
@@ -228,7 +232,7 @@ class _Run:
         special = probe_at | gate_at | reduce_at  # positions with more to do than the usual
 
         def write_back() -> None:
-            outcome.busy_s = defaultdict(float, {categories[i]: x for i, x in busy.items()})
+            outcome.busy_s = defaultdict(float, {categories[i]: busy[i] for i in order})
             memory.stored_bytes, memory.transient_bytes = stored, transient
             memory.peak_stored_bytes, memory.peak_total_bytes = peak_stored, peak_total
 
@@ -257,14 +261,16 @@ class _Run:
                     if buckets_s and buckets_s[0] > start:  # the first bucket is exposed
                         waited_from = start
                         start = start + (buckets_s[0] - start)  # as a timeout of the difference
-                        busy[1] = busy_of(1, 0.0) + (start - waited_from)
+                        order.setdefault(1)
+                        busy[1] += start - waited_from
                         if record:
                             self.spans.append(
                                 (index, "param gather wait", DP_COMM.value, waited_from, start - waited_from)
                             )
                     busy_s = duration_s
                     duration_s = _gated_duration_s(start, busy_s, buckets_s)
-                    busy[1] = busy_of(1, 0.0) + (duration_s - busy_s)
+                    order.setdefault(1)
+                    busy[1] += duration_s - busy_s
                 stored += stored_bytes  # MemoryTracker.store
                 if stored > peak_stored:
                     peak_stored = stored
@@ -273,9 +279,7 @@ class _Run:
                     peak_total = total
             else:
                 duration_s, held, freed, parts = backwards[chunk]
-                transient += held  # MemoryTracker.hold
-                if stored > peak_stored:
-                    peak_stored = stored
+                transient += held  # MemoryTracker.hold (stored has not grown since the last store)
                 total = static + stored + transient
                 if total > peak_total:
                     peak_total = total
@@ -288,8 +292,12 @@ class _Run:
                 stored -= freed
                 if stored < 0.0 and stored < -1e-6 * max(1.0, freed):
                     raise RuntimeError("memory tracker: freed more activation bytes than were stored")
+            if unseen and (forward, chunk) in unseen:  # the work's first run: enter its parts
+                unseen.discard((forward, chunk))
+                for i, _ in parts:
+                    order.setdefault(i)
             for i, seconds in parts:
-                busy[i] = busy_of(i, 0.0) + seconds
+                busy[i] += seconds
             if record:
                 self.spans.append((index, str(task), "forward" if forward else "backward", start, duration_s))
             clock = now
@@ -310,7 +318,7 @@ class _Run:
                 arrival_s[key] = arrives
                 receiver = waiting_pop(key, None)
                 if receiver is not None:
-                    receiver()  # it starts the task it waited for, at its clock or the arrival
+                    receiver(None)  # it starts the task it waited for, at its clock or the arrival
                 if blocking and arrives > clock:
                     clock = arrives  # Megatron's p2p returns when the message is delivered
             if is_special and position in reduce_at:
@@ -330,7 +338,10 @@ class _Run:
                     end = self.transfer_at(share, now, f"dp grads chunk {chunk}")
                     outcome.grads_ready_s = now + (end - now)
             if clock > now:
-                busy[0] = busy_of(0, 0.0) + (clock - now)
+                if not pp_seen:
+                    order.setdefault(0)
+                    pp_seen = True
+                busy[0] += clock - now
                 if record:
                     self.spans.append((index, f"send after {task}", PP_COMM.value, now, clock - now))
         if position + 1 in probe_at:
@@ -344,15 +355,18 @@ class _Run:
         if not plan.overlap_grad_reduce and stage.grad_reduce is not None:
             end = self.transfer_at(stage.grad_reduce, clock, "dp grads")
             done = clock + (end - clock)  # as a timeout of the difference
-            busy[1] = busy_of(1, 0.0) + (done - clock)
+            order.setdefault(1)
+            busy[1] += done - clock
             if record:
                 self.spans.append((index, "dp all-reduce", DP_COMM.value, clock, done - clock))
             clock = done
         if plan.overlap_grad_reduce and outcome.grads_ready_s > clock:
-            busy[1] = busy_of(1, 0.0) + (outcome.grads_ready_s - clock)  # not hidden by backwards
+            order.setdefault(1)
+            busy[1] += outcome.grads_ready_s - clock  # not hidden by backwards
         outcome.grads_ready_s = max(outcome.grads_ready_s, clock)
         write_back()
         outcome.finished = True
+        yield  # parked for good: nothing resumes a finished stage (so its send never raises)
 
     def _take_probe(self, index: int, stage: StagePlan, now: float) -> None:
         outcome = self.outcomes[index]
@@ -367,9 +381,11 @@ class _Run:
 
     def run(self) -> EngineResult:
         stages = [self.stage_process(index, stage) for index, stage in enumerate(self.plan.stages)]
-        self.resumers.extend(_resumer(steps) for steps in stages)
+        # a stage is resumed by its generator's `send`: as its event's callback (SimPy passes
+        # the event, which the stage ignores) or by the post it waits for
+        self.resumers.extend(steps.send for steps in stages)
         for resume in self.resumers:
-            resume()  # every stage starts at time 0, in order (as SimPy starts processes)
+            resume(None)  # every stage starts at time 0, in order (as SimPy starts processes)
         self.env.run()
         self._check_all_ran()
         iteration_s = self._finish_iteration()
@@ -423,7 +439,11 @@ class _Run:
 
 
 _SHAPES: dict[tuple[object, ...], tuple[tuple[object, ...], StageShape]] = {}
-_MAX_SHAPES = 4096
+# The cache is emptied when it holds this many task positions (~400 bytes each): a sweep's
+# distinct task orders fit many times over (issue 9's spec: ~40k), a run of huge plans
+# cannot grow it without bound.
+_MAX_CACHED_POSITIONS = 250_000
+_cached_positions = 0
 
 
 def stage_shape(plan: PipelinePlan, index: int) -> StageShape:
@@ -438,10 +458,13 @@ def stage_shape(plan: PipelinePlan, index: int) -> StageShape:
     hit = _SHAPES.get(key)
     if hit is not None:
         return hit[1]
+    global _cached_positions
     shape = _build_shape(plan, index)
-    if len(_SHAPES) >= _MAX_SHAPES:
+    if _cached_positions + len(stage.tasks) > _MAX_CACHED_POSITIONS:
         _SHAPES.clear()
+        _cached_positions = 0
     _SHAPES[key] = (parts, shape)
+    _cached_positions += len(stage.tasks)
     return shape
 
 
@@ -508,19 +531,6 @@ def first_forward_positions(stage: StagePlan) -> set[int]:
         if task.phase is Phase.FORWARD and task.chunk not in first:
             first[task.chunk] = position
     return set(first.values())
-
-
-def _resumer(steps: Generator[None, None, None]) -> Callable[..., None]:
-    """Resume `steps` until its next yield (as an event callback, or called by a post)."""
-    send = steps.send
-
-    def resume(_event: object = None) -> None:
-        try:
-            send(None)
-        except StopIteration:
-            pass
-
-    return resume
 
 
 def _gated_duration_s(start_s: float, busy_s: float, arrived_s: list[float]) -> float:

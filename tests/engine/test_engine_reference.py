@@ -2,12 +2,14 @@
 engine before it gave (tests/engine/reference_simulator.py: a SimPy timeout per task, per
 message and per blocked send), on random layouts of every schedule and option."""
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from simcluster.config import ConfigError, load_hardware, load_scenario_and_hardware, parse_scenario
-from simcluster.engine.simulator import simulate
+from simcluster.engine.simulator import simulate, stage_shape
 from simcluster.periodicity import PlanIndex, stable_frontier
 from simcluster.simulation import build_plan
 from simcluster.steady_state import reduced_counts
@@ -115,3 +117,34 @@ def test_paper_scenarios_equal_the_reference_engine(name):
     new, old = simulate(plan), reference_simulator.simulate(plan)
     assert_identical(new, old)
     assert new.num_events < old.num_events  # one event per task, plus one per wait
+
+
+def test_stage_shapes_follow_the_task_order_not_the_costs():
+    """Layouts with the same (schedule, p, m, v) share the wiring; another m, or an equal
+    order in new tuples, gets its own, equal where the order is equal."""
+    base = dict(tp=8, pp=4, vpp=2, mbs=1)
+    first, second = _layout(**base, sp=True), _layout(**base, sp=False)
+    plans = [build_plan(s, A100, build_workload(s)) for s in (first, second)]
+    assert plans[0].stages[1].forward != plans[1].stages[1].forward  # other costs
+    shapes = [stage_shape(plan, 1) for plan in plans]
+    assert shapes[0] is shapes[1]
+    other_m = build_plan(first, A100, build_workload(first), num_microbatches=8)
+    assert stage_shape(other_m, 1) is not shapes[0] and stage_shape(other_m, 1).waits != shapes[0].waits
+    stage = plans[0].stages[1]
+    copied = replace(stage, tasks=tuple(list(stage.tasks)), send_after=tuple(list(stage.send_after)))
+    fresh = replace(plans[0], stages=(plans[0].stages[0], copied, *plans[0].stages[2:]))
+    assert stage_shape(fresh, 1) is not shapes[0] and stage_shape(fresh, 1).program == shapes[0].program
+    assert_identical(simulate(fresh), simulate(plans[0]))
+
+
+def _layout(tp: int, pp: int, vpp: int, mbs: int, sp: bool):
+    return parse_scenario(
+        {
+            "hardware": "a100-sxm4-80gb",
+            "model": {"num_layers": 16, "hidden_size": 1024, "num_attention_heads": 16,
+                      "seq_length": 512, "vocab_size": 5000},  # fmt: skip
+            "parallel": {"tp": tp, "pp": pp, "dp": 2, "vpp": vpp, "sequence_parallel": sp},
+            "training": {"micro_batch_size": mbs, "global_batch_size": 2 * mbs * 16},
+        },
+        "shapes",
+    )
