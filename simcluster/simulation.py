@@ -224,7 +224,7 @@ def priced_stages(scenario: Scenario, hw: HardwareProfile, workload: Workload) -
     require_hardware_fits(scenario, hw)
     par, dtype = scenario.parallel, scenario.training.dtype
     tp, cp = tp_group(scenario, hw), cp_group(scenario, hw)
-    overlap, amax = scenario.training.tp_comm_overlap, amax_group(scenario, hw)
+    overlap, amax = scenario.tp_comm_overlap_active, amax_group(scenario, hw)
     transient = transient_bytes(workload)
     # Chunks differ only in their layer count (uneven splits) and the extras they carry, and
     # so do their task works; sends only in whether the stages share a node, and gradient
@@ -375,7 +375,7 @@ def _stage_memory(workload: Workload, engine: EngineResult, hw: HardwareProfile)
 def layer_times(workload: Workload, hw: HardwareProfile, scenario: Scenario) -> LayerTimes:
     tp, cp = tp_group(scenario, hw), cp_group(scenario, hw)
     tr = scenario.training
-    cost = layer_cost(workload.layer, hw, tp, tr.dtype, cp, tr.tp_comm_overlap)
+    cost = layer_cost(workload.layer, hw, tp, tr.dtype, cp, scenario.tp_comm_overlap_active)
     backward_s = cost.backward.total_s + cost.recompute.total_s
     return LayerTimes(forward_s=cost.forward.total_s, backward_s=backward_s)
 

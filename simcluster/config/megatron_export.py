@@ -108,7 +108,8 @@ def _training_flags(scenario: Scenario) -> list[str]:
         ("--use-distributed-optimizer", tr.use_distributed_optimizer),
         ("--overlap-grad-reduce", tr.overlap_grad_reduce),
         ("--overlap-param-gather", tr.overlap_param_gather),
-        ("--tp-comm-overlap", tr.tp_comm_overlap),
+        # Megatron asserts --tp-comm-overlap needs SP, which tp 1 cannot have: a no-op there
+        ("--tp-comm-overlap", scenario.tp_comm_overlap_active),
         ("--grad-reduce-in-bf16", tr.grad_reduce_in_bf16),
     ):
         if on:

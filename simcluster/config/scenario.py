@@ -138,6 +138,13 @@ class Scenario(StrictModel):
         return par.tp * par.cp * par.pp * par.dp
 
     @property
+    def tp_comm_overlap_active(self) -> bool:
+        """`training.tp_comm_overlap` where there is TP communication to overlap: at tp = 1 it
+        is a no-op, as NeMo's `MegatronCommOverlapCallback` disables it below TP 2 (so a
+        recipe's default switch does not make a tp-1 scenario invalid)."""
+        return self.training.tp_comm_overlap and self.parallel.tp > 1
+
+    @property
     def num_microbatches(self) -> int:
         """m = B / (b · d) (Megatron)."""
         return self.training.global_batch_size // (self.training.micro_batch_size * self.parallel.dp)
@@ -319,7 +326,7 @@ def modern_layout_problems(scenario: Scenario, refuse_unpriced: bool = True) -> 
             "unfused DotProductAttention asserts 'Context parallelism is only supported by "
             "TEDotProductAttention!'"
         )
-    if tr.tp_comm_overlap and not par.sequence_parallel:
+    if tr.tp_comm_overlap and not par.sequence_parallel and par.tp > 1:
         problems.append("training.tp_comm_overlap: value True: needs parallel.sequence_parallel (Megatron)")
     if tr.overlap_param_gather and not tr.use_distributed_optimizer:
         problems.append(

@@ -130,7 +130,7 @@ class StagePricer:
     def chunk(self, scenario: Scenario, chunk: ChunkWork) -> ChunkCost:
         """`price_chunk(chunk, …)`, from cached per-layer prices."""
         extras = [self._priced(scenario, extra) for extra in (chunk.embedding, chunk.output) if extra]
-        layer = self._priced(scenario, chunk.layer, scenario.training.tp_comm_overlap)
+        layer = self._priced(scenario, chunk.layer, scenario.tp_comm_overlap_active)
         group = amax_group(scenario, self.hw)
         amax_s = 0.0 if group is None else fp8_amax_reduction_s(group, self.hw)
         return compose_chunk(chunk.num_layers, layer, extras, amax_s)

@@ -58,6 +58,15 @@ def test_overlaps_need_their_prerequisites():
     assert "needs training.use_distributed_optimizer" in message
 
 
+def test_tp_comm_overlap_is_a_no_op_at_tp_1():
+    """NeMo's MegatronCommOverlapCallback turns TP comm overlap off below TP 2, so a recipe's
+    default switch loads at tp = 1 (there is nothing to overlap); at tp 2 without SP it is
+    still refused, as Megatron asserts."""
+    data = _with("parallel", tp=1, dp=4) | {"training": {**BASE["training"], "tp_comm_overlap": True}}
+    scenario = parse_scenario(data, "s.yaml")
+    assert scenario.training.tp_comm_overlap and not scenario.tp_comm_overlap_active
+
+
 def test_uneven_split_flags_do_not_combine():
     data = _with("parallel", account_for_loss_in_pipeline_split=True, last_pipeline_num_layers=2)
     assert "cannot be combined" in _problems(data)

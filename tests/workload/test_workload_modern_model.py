@@ -150,3 +150,15 @@ def test_fp8_step_casts_each_te_linear_weight_once():
     _, bf16, _ = _step_bytes()
     _, fp8, _ = _step_bytes(dtype="fp8")
     assert fp8 - bf16 == pytest.approx(4 * 32 * 218_103_808)
+
+
+def test_tp_comm_overlap_at_tp_1_changes_nothing_and_is_not_exported():
+    """tp = 1 has no TP collectives: the switch (a recipe default NeMo turns off below TP 2)
+    gives the same iteration, and export-megatron leaves out the flag Megatron would refuse
+    without SP."""
+    from simcluster.config.megatron_export import to_megatron_args
+
+    hw = load_hardware("h100-sxm5-80gb")
+    off, on = _training(), _training(tp_comm_overlap=True)
+    assert run_simulation(on, hw).result.iteration_time_s == run_simulation(off, hw).result.iteration_time_s
+    assert "--tp-comm-overlap" not in to_megatron_args(on)
