@@ -35,7 +35,7 @@ from simcluster.workload.model import (
 def stage_memory_estimate(
     scenario: Scenario, hw: HardwareProfile, workload: Workload | None = None
 ) -> tuple[StageMemory, ...]:
-    workload = workload or build_workload(scenario)
+    workload = workload or build_workload(scenario, hw.fp8_weight_copies)
     par = scenario.parallel
     kind, m = scenario.training.schedule, scenario.num_microbatches
     transient = transient_bytes(workload)
@@ -168,7 +168,7 @@ class MemoryReport:
 
 
 def memory_report(scenario: Scenario, hw: HardwareProfile) -> MemoryReport:
-    workload = build_workload(scenario)
+    workload = build_workload(scenario, hw.fp8_weight_copies)
     par = scenario.parallel
     first, last = workload.stages[0].chunks[0], workload.stages[-1].chunks[-1]
     split = scenario.pipeline_split

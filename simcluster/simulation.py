@@ -391,7 +391,7 @@ def run_simulation(
     `steady_state` runs the engine once at a reduced microbatch count and, where its
     steady state is certified periodic, extends it to m (the full run's numbers to float
     rounding, see steady_state.py; no trace); `plan` is then the plan the engine ran."""
-    workload = workload or build_workload(scenario)
+    workload = workload or build_workload(scenario, hw.fp8_weight_copies)
     if steady_state and not record:
         par, priced = scenario.parallel, priced_stages(scenario, hw, workload)
         plan, engine = simulate_steady_state(

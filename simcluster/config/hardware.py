@@ -160,6 +160,11 @@ class ComputeModel(_Section):
     fp8_gemm_max_efficiency: float | None = Field(
         default=None, gt=0, le=1, description="large FP8 GEMM ceiling as a fraction of the FP8 peak"
     )
+    fp8_weight_transpose_copy: bool = Field(
+        default=False,
+        description="FP8 GEMMs take only the TN layout (Hopper), so Transformer Engine caches a "
+        "transposed (column-wise) FP8 copy of each weight beside the row-wise one",
+    )
     memory_bound_efficiency: float = Field(gt=0, le=1)
     kernel_launch_us: float = Field(ge=0)
     gemm_tiles: list[tuple[int, int, float]] = Field(
@@ -335,6 +340,14 @@ class HardwareProfile(StrictModel):
     @property
     def memory_bytes(self) -> float:
         return units.gb_to_bytes(self.gpu.memory_gb)
+
+    @property
+    def fp8_weight_copies(self) -> int:
+        """FP8 weight copies Transformer Engine keeps per TE-linear parameter under FP8: the
+        row-wise one, and on a GPU whose FP8 GEMMs need the TN layout (TE
+        `utils.is_non_tn_fp8_gemm_supported` is false before compute capability 10.0) the
+        column-wise (transposed) one its dgrad/wgrad GEMMs read."""
+        return 2 if self.compute.fp8_weight_transpose_copy else 1
 
     @property
     def peak_fp8_flop_per_s(self) -> float | None:

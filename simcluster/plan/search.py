@@ -157,7 +157,7 @@ def prepare(space: SearchSpace, limit_bytes: float, progress: bool = False) -> l
         if progress:
             bar.start(len(layouts))
         for index, scenario in enumerate(layouts):
-            workload = build_workload(scenario)
+            workload = build_workload(scenario, space.hardware.fp8_weight_copies)
             static = max(stage.static.total_bytes for stage in workload.stages)
             bound = math.inf
             if static <= limit_bytes:
@@ -171,7 +171,7 @@ def prepare(space: SearchSpace, limit_bytes: float, progress: bool = False) -> l
 def evaluate_candidate(candidate: Candidate, hw: HardwareProfile, limit_bytes: float) -> Evaluation:
     """Exact peak memory without the engine; the simulation only if it fits."""
     scenario = candidate.scenario
-    workload = build_workload(scenario)
+    workload = build_workload(scenario, hw.fp8_weight_copies)
     peaks = [stage.peak_memory_bytes for stage in memory_plan.stage_memory_estimate(scenario, hw, workload)]
     fullest = max(range(len(peaks)), key=peaks.__getitem__)
     if peaks[fullest] > limit_bytes:

@@ -96,7 +96,7 @@ def evaluate(
     does not leave `headroom_fraction` of `hw`'s usable memory free) or error."""
     row = _empty_row(config, hw, headroom_fraction)
     try:
-        workload = build_workload(config.scenario)
+        workload = build_workload(config.scenario, hw.fp8_weight_copies)
         stages = memory_plan.stage_memory_estimate(config.scenario, hw, workload)
         row.update(_memory_fields(stages, hw, headroom_fraction))
         if not row["fits"]:

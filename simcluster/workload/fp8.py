@@ -21,8 +21,9 @@ TE_LINEARS = frozenset({"attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2"})
 FP8_WEIGHT_BYTES_PER_PARAM = 1
 """TE keeps an FP8 copy of each linear's weight next to the bf16 parameter (cast once per
 step, on the first microbatch) unless --fp8-param-gather makes the FP8 copy the parameter
-(not modelled). Counted: the 1-byte row-wise copy. Not counted: the column-wise
-(transposed) copy Hopper's FP8 GEMM layouts may also cache for dgrad."""
+(not modelled): 1 byte per copy. How many copies (row-wise, plus the column-wise transposed
+one where FP8 GEMMs need the TN layout: TE `Linear` sets the weight quantizer's usage to
+rowwise and columnwise while training) is the hardware's `fp8_weight_copies`."""
 
 
 def is_te_linear_gemm(op: Op) -> bool:

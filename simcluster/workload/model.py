@@ -25,8 +25,9 @@ BF16_BYTES = 2
 OPTIMIZER_STEP_BYTES_PER_PARAM = 4 + 16 + 12 + 6 + 4
 # FP8: Transformer Engine casts each TE linear's bf16 weight to FP8 once per step, on the
 # first microbatch (`is_first_microbatch`; later microbatches reuse the cached copies):
-# reads 2 bytes, writes the row-wise and the column-wise (transposed) FP8 copies, 1 + 1.
-FP8_WEIGHT_CAST_BYTES_PER_PARAM = 2 + 1 + 1
+# reads 2 bytes and writes each cached FP8 copy (row-wise, and on Hopper the column-wise
+# transposed one), 1 byte each.
+BF16_WEIGHT_READ_BYTES_PER_PARAM = 2
 
 
 def optimizer_step_bytes(params: float, grad_bytes: int, optimizer_shards: int) -> float:
@@ -174,7 +175,10 @@ def stage_params_per_rank(
     return params
 
 
-def build_workload(scenario: Scenario) -> Workload:
+def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
+    """The scenario's work per stage. `fp8_weight_copies` (the profile's
+    `HardwareProfile.fp8_weight_copies`: 2 on Hopper, 1 on Blackwell) counts the FP8 weight
+    copies TE caches under `dtype: fp8`; the one hardware fact the workload needs."""
     cfg = layer_config(scenario)
     layer = context_parallel_layer_ops(layer_ops(cfg), cfg, scenario.parallel.cp)
     embedding = embedding_ops(cfg, scenario.model.vocab_size)
@@ -206,10 +210,11 @@ def build_workload(scenario: Scenario) -> Workload:
             params, par.dp * par.cp, scenario.training.use_distributed_optimizer, grad_bytes
         )
         if cfg.dtype is Dtype.FP8:
-            fp8_copies = sum(chunk.num_layers for chunk in chunks) * fp8_weight_bytes_per_layer(layer.forward)
-            static = replace(static, weight_bytes=static.weight_bytes + fp8_copies)
+            fp8_copy = sum(chunk.num_layers for chunk in chunks) * fp8_weight_bytes_per_layer(layer.forward)
+            static = replace(static, weight_bytes=static.weight_bytes + fp8_weight_copies * fp8_copy)
             # the once-per-step weight casts, priced with the step's other HBM-bound work
-            step_bytes += FP8_WEIGHT_CAST_BYTES_PER_PARAM * fp8_copies / FP8_WEIGHT_BYTES_PER_PARAM
+            cast_per_param = BF16_WEIGHT_READ_BYTES_PER_PARAM + fp8_weight_copies * FP8_WEIGHT_BYTES_PER_PARAM
+            step_bytes += cast_per_param * fp8_copy / FP8_WEIGHT_BYTES_PER_PARAM
         stages.append(
             StageWork(
                 stage=stage,

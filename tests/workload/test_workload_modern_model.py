@@ -136,20 +136,44 @@ def test_distributed_optimizer_steps_only_its_shard_but_zeroes_every_grad():
     assert bf16.optimizer_step_bytes == pytest.approx((2 + 34 / 8) * bf16.num_params)
 
 
-def _step_bytes(**training):
+def _step_bytes(copies: int = 1, **training):
     data = yaml.safe_load(yaml.safe_dump(LLAMA3_8B))
     data["training"].update(training)
-    workload = build_workload(parse_scenario(data, "step.yaml"))
+    workload = build_workload(parse_scenario(data, "step.yaml"), copies)
     (stage,) = workload.stages
     return stage.num_params, stage.optimizer_step_bytes, workload
 
 
+TE_LINEAR_WEIGHTS = 32 * 218_103_808  # 32 layers × h(q + 2k) + qh + 3hf on tp = 1
+
+
 def test_fp8_step_casts_each_te_linear_weight_once():
-    """FP8 adds TE's once-per-step weight cast (read 2, write FP8 row- and column-wise copies,
-    1 + 1) over the TE linears' weights: 32 layers × 218,103,808 on tp = 1."""
+    """FP8 adds TE's once-per-step weight cast over the TE linears' weights: read 2 bytes,
+    write each cached FP8 copy (Hopper: row- and column-wise, 1 + 1; Blackwell: row-wise)."""
     _, bf16, _ = _step_bytes()
-    _, fp8, _ = _step_bytes(dtype="fp8")
-    assert fp8 - bf16 == pytest.approx(4 * 32 * 218_103_808)
+    _, hopper, _ = _step_bytes(2, dtype="fp8")
+    _, blackwell, _ = _step_bytes(1, dtype="fp8")
+    assert hopper - bf16 == pytest.approx(4 * TE_LINEAR_WEIGHTS)
+    assert blackwell - bf16 == pytest.approx(3 * TE_LINEAR_WEIGHTS)
+
+
+def test_hopper_keeps_a_transposed_fp8_weight_copy_blackwell_does_not():
+    """TE caches row-wise and column-wise FP8 weights where FP8 GEMMs need the TN layout
+    (H100, H200: 2 bytes per TE-linear weight beside the bf16 one), one copy on B200/GB200;
+    the profile decides, and `run` follows it."""
+    assert load_hardware("h100-sxm5-80gb").fp8_weight_copies == 2
+    assert load_hardware("h200-sxm-141gb").fp8_weight_copies == 2
+    assert load_hardware("b200-sxm-180gb").fp8_weight_copies == 1
+    assert load_hardware("gb200-nvl72").fp8_weight_copies == 1
+    *_, bf16 = _step_bytes()
+    *_, one = _step_bytes(1, dtype="fp8")
+    *_, two = _step_bytes(2, dtype="fp8")
+    weights = [w.stages[0].static.weight_bytes for w in (bf16, one, two)]
+    assert weights[1] - weights[0] == TE_LINEAR_WEIGHTS
+    assert weights[2] - weights[0] == 2 * TE_LINEAR_WEIGHTS
+    fp8 = _training(dtype="fp8")
+    h100 = run_simulation(fp8, load_hardware("h100-sxm5-80gb")).result.stages[0].weight_bytes
+    assert h100 == weights[2]
 
 
 def test_tp_comm_overlap_at_tp_1_changes_nothing_and_is_not_exported():
