@@ -185,7 +185,7 @@ def param_gather(scenario: Scenario, hw: HardwareProfile, stage: StageWork) -> P
     if par.dp * par.cp == 1 or not tr.use_distributed_optimizer:
         return None
     group = dp_cp_group(scenario, hw)
-    chunk_bytes = stage.dp_gradient_bytes / 2 / len(stage.chunks)
+    chunk_bytes = stage.param_gather_bytes / len(stage.chunks)
     buckets = tuple(
         (collective_time_s(CollectiveKind.ALL_GATHER, chunk_bytes / n, group, hw),) * n
         for n in dp_bucket_counts(scenario, stage)

@@ -157,7 +157,7 @@ class StagePricer:
         tied_key = ("tied", *layout, stage.embedding_grad_bytes)
         tr = scenario.training
         dp_flags = (tr.use_distributed_optimizer, tr.overlap_grad_reduce, tr.overlap_param_gather, par.cp)
-        gather_key = ("gather", *layout, *dp_flags, r == 0, stage.dp_gradient_bytes, len(stage.chunks))
+        gather_key = ("gather", *layout, *dp_flags, r == 0, stage.param_gather_bytes, len(stage.chunks))
         return StageSeconds(
             forward_s=tuple(cost.forward_s for cost in costs),
             backward_s=tuple(cost.backward_s for cost in costs),

@@ -72,6 +72,7 @@ class StageWork:
     dp_gradient_bytes: float
     optimizer_step_bytes: float
     embedding_grad_bytes: float  # tied word-embedding grads all-reduced, first and last stage (0 if untied)
+    param_gather_bytes: float  # distributed optimizer: the updated bf16 parameters all-gathered
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +223,7 @@ def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
                 static=static,
                 chunks=chunks,
                 dp_gradient_bytes=grad_bytes * params,
+                param_gather_bytes=BF16_BYTES * params,
                 optimizer_step_bytes=step_bytes,
                 embedding_grad_bytes=(
                     grad_bytes
