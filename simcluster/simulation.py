@@ -176,9 +176,10 @@ def grad_buckets(
 
 
 def param_gather(scenario: Scenario, hw: HardwareProfile, stage: StageWork) -> ParamGather | None:
-    """Distributed optimizer: all-gather of the updated bf16 parameters over DP × CP (the
-    optimizer's shard group, `dp_cp_group`; 2 bytes per parameter; --fp8-param-gather is not
-    modelled), in the same buckets as the gradients.
+    """Distributed optimizer: all-gather of the updated parameters over DP × CP (the
+    optimizer's shard group, `dp_cp_group`; `StageWork.param_gather_bytes`: 2 bytes per
+    parameter, 1 for the TE linears' with --fp8-param-gather), in the same buckets as the
+    gradients.
     Overlapped (--overlap-param-gather), it runs on the DP communicator's own link, beside
     pipeline p2p (their sharing of a NIC is not modelled); otherwise it follows the step."""
     tr, par = scenario.training, scenario.parallel

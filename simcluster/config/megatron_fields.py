@@ -235,7 +235,7 @@ def read_training(read: FlagReader, dp: int, notes: list[str], demoted: dict[str
     }
     if (backend := _attention_backend(read, notes)) != "unfused":
         training["attention_backend"] = backend
-    for flag in ("overlap-param-gather", "tp-comm-overlap", "grad-reduce-in-bf16"):
+    for flag in ("overlap-param-gather", "tp-comm-overlap", "grad-reduce-in-bf16", "fp8-param-gather"):
         if read.switch(flag):
             training[flag.replace("-", "_")] = True
     return training

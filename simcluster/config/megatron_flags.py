@@ -47,6 +47,7 @@ KEY_FLAGS: dict[str, tuple[str, ...]] = {
     "training.overlap_param_gather": ("overlap-param-gather",),
     "training.tp_comm_overlap": ("tp-comm-overlap",),
     "training.grad_reduce_in_bf16": ("grad-reduce-in-bf16",),
+    "training.fp8_param_gather": ("fp8-param-gather",),
 }
 
 # Flags read into the scenario (beyond MODEL_INTS); everything else is sorted below.
@@ -97,7 +98,6 @@ NOT_MODELLED = {
     "pipeline-model-parallel-layout": "a free-form pipeline layout (the four uneven-split flags are read)",
     "cp-comm-type": "the context-parallel communication kind",
     "fp8-recipe": "the FP8 scaling recipe",
-    "fp8-param-gather": "FP8 parameter all-gather",
 }
 
 # Why a flag whose scenario key is not priced yet is simulated without it.

@@ -117,6 +117,11 @@ class TrainingSpec(StrictModel):
     tp_comm_overlap: bool = Field(
         default=False, description="pipeline the SP all-gather / reduce-scatter with the GEMMs (TE)"
     )
+    fp8_param_gather: bool = Field(
+        default=False,
+        description="Megatron --fp8-param-gather (with dtype fp8 and the distributed optimizer): the "
+        "TE linears' parameters are kept in FP8 (no bf16 copy) and all-gathered in FP8",
+    )
     grad_reduce_in_bf16: bool = Field(
         default=False,
         description="Megatron --grad-reduce-in-bf16: bf16 main grads (2 B/param) reduced in bf16; "
@@ -331,6 +336,16 @@ def modern_layout_problems(scenario: Scenario, refuse_unpriced: bool = True) -> 
     if tr.overlap_param_gather and not tr.use_distributed_optimizer:
         problems.append(
             "training.overlap_param_gather: value True: needs training.use_distributed_optimizer (Megatron)"
+        )
+    if tr.fp8_param_gather and tr.dtype is not Dtype.FP8:
+        problems.append(
+            f"training.fp8_param_gather: value True: needs training.dtype fp8 (got {tr.dtype.value})"
+        )
+    if tr.fp8_param_gather and not tr.use_distributed_optimizer:
+        # megatron/training/arguments.py: --fp8-param-gather needs the distributed optimizer
+        # (or FSDP, which the contract does not have)
+        problems.append(
+            "training.fp8_param_gather: value True: needs training.use_distributed_optimizer (Megatron)"
         )
     if tr.overlap_param_gather and not tr.overlap_grad_reduce:
         # megatron/training/arguments.py: '--overlap-grad-reduce should be turned on when

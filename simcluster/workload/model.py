@@ -210,12 +210,22 @@ def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
         static = memory.static_memory(
             params, par.dp * par.cp, scenario.training.use_distributed_optimizer, grad_bytes
         )
+        gather_bytes = BF16_BYTES * params
         if cfg.dtype is Dtype.FP8:
             fp8_copy = sum(chunk.num_layers for chunk in chunks) * fp8_weight_bytes_per_layer(layer.forward)
-            static = replace(static, weight_bytes=static.weight_bytes + fp8_weight_copies * fp8_copy)
-            # the once-per-step weight casts, priced with the step's other HBM-bound work
-            cast_per_param = BF16_WEIGHT_READ_BYTES_PER_PARAM + fp8_weight_copies * FP8_WEIGHT_BYTES_PER_PARAM
-            step_bytes += cast_per_param * fp8_copy / FP8_WEIGHT_BYTES_PER_PARAM
+            te_params = fp8_copy / FP8_WEIGHT_BYTES_PER_PARAM
+            if scenario.training.fp8_param_gather:
+                # the FP8 parameter replaces the bf16 one; parameters are all-gathered in FP8, and
+                # on Hopper the transposed copy is re-made after each gather (read 1, write 1)
+                weights = static.weight_bytes - BF16_BYTES * te_params + fp8_weight_copies * fp8_copy
+                static = replace(static, weight_bytes=weights)
+                gather_bytes -= (BF16_BYTES - FP8_WEIGHT_BYTES_PER_PARAM) * te_params
+                step_bytes += 2 * (fp8_weight_copies - 1) * te_params
+            else:
+                static = replace(static, weight_bytes=static.weight_bytes + fp8_weight_copies * fp8_copy)
+                # the once-per-step weight casts, priced with the step's other HBM-bound work
+                cast = BF16_WEIGHT_READ_BYTES_PER_PARAM + fp8_weight_copies * FP8_WEIGHT_BYTES_PER_PARAM
+                step_bytes += cast * te_params
         stages.append(
             StageWork(
                 stage=stage,
@@ -223,7 +233,7 @@ def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
                 static=static,
                 chunks=chunks,
                 dp_gradient_bytes=grad_bytes * params,
-                param_gather_bytes=BF16_BYTES * params,
+                param_gather_bytes=gather_bytes,
                 optimizer_step_bytes=step_bytes,
                 embedding_grad_bytes=(
                     grad_bytes

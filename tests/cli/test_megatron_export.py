@@ -141,6 +141,7 @@ def modern_scenarios(draw):
             "overlap_param_gather": distributed and draw(st.booleans()),
             "tp_comm_overlap": sp and draw(st.booleans()),
             "grad_reduce_in_bf16": draw(st.booleans()),
+            "fp8_param_gather": distributed and draw(st.booleans()),
         },
     }  # fmt: skip
     if data["model"]["activation"] == "swiglu" and data["model"]["ffn_hidden_size"] is None:

@@ -200,3 +200,34 @@ def test_parameter_all_gather_moves_bf16_parameters_whatever_the_grad_dtype():
     assert [s.param_gather_bytes for s in stages] == [2 * stages[0].num_params] * 2
     gathers = [param_gather(s, hw, stage) for s, stage in zip((fp32, bf16), stages)]
     assert gathers[0].buckets == gathers[1].buckets
+
+
+def test_fp8_param_gather_keeps_fp8_parameters_and_gathers_them_in_fp8():
+    """--fp8-param-gather: the TE linears' FP8 parameter replaces the bf16 one (Hopper keeps its
+    transposed copy too, so 2 bytes as before; Blackwell 1), the all-gather moves 1 byte for
+    them instead of 2, and no bf16 → FP8 weight cast is left, only Hopper's transpose."""
+    base = {"use_distributed_optimizer": True, "dtype": "fp8"}
+    for copies in (1, 2):
+        *_, cast = _step_bytes(copies, **base)
+        *_, fp8 = _step_bytes(copies, **base, fp8_param_gather=True)
+        *_, bf16 = _step_bytes(copies, use_distributed_optimizer=True)
+        cast_stage, stage, bf16_stage = cast.stages[0], fp8.stages[0], bf16.stages[0]
+        te = TE_LINEAR_WEIGHTS
+        assert stage.static.weight_bytes == bf16_stage.static.weight_bytes - 2 * te + copies * te
+        assert cast_stage.static.weight_bytes == bf16_stage.static.weight_bytes + copies * te
+        assert stage.param_gather_bytes == 2 * stage.num_params - te
+        assert cast_stage.param_gather_bytes == 2 * stage.num_params
+        step = bf16_stage.optimizer_step_bytes
+        assert stage.optimizer_step_bytes - step == pytest.approx(2 * (copies - 1) * te)
+        assert cast_stage.optimizer_step_bytes - step == pytest.approx((2 + copies) * te)
+
+
+def test_fp8_param_gather_needs_fp8_and_the_distributed_optimizer():
+    from simcluster.config import ConfigError
+
+    for training, needs in (
+        ({"fp8_param_gather": True, "use_distributed_optimizer": True}, "needs training.dtype fp8"),
+        ({"fp8_param_gather": True, "dtype": "fp8"}, "needs training.use_distributed_optimizer"),
+    ):
+        with pytest.raises(ConfigError, match=needs):
+            _training(**training)
