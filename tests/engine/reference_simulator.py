@@ -6,9 +6,7 @@ Not used by simcluster itself."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Generator
-from dataclasses import dataclass, field
 from typing import Any
 
 import simpy
@@ -17,6 +15,14 @@ from simcluster.engine.gc_tuning import simulation_gc
 from simcluster.engine.links import Link
 from simcluster.engine.memory import MemoryTracker
 from simcluster.engine.plan import PipelinePlan, StagePlan, TaskWork, TimeCategory, Transfer
+from simcluster.engine.simulator import (  # unchanged by the rewrite: shared, not copied
+    EngineResult,
+    ProbeState,
+    StageOutcome,
+    _gated_duration_s,
+    first_forward_positions,
+    last_backward_positions,
+)
 from simcluster.schedule.tasks import Phase, Task
 
 PP_COMM, DP_COMM, OPTIMIZER = TimeCategory.PP_COMM, TimeCategory.DP_COMM, TimeCategory.OPTIMIZER
@@ -29,47 +35,6 @@ Send = tuple[Transfer, Key, object]  # route, message key, the task that produce
 # whether it is a chunk's first forward (gated by the overlapped parameter all-gather)
 _Step = tuple[Task, tuple[Key, ...], bool, TaskWork, float, list[tuple[str, float, Key, object]], bool, bool]
 Wiring = tuple[list[tuple[Key, ...]], list[list[Send]]]  # per position: keys awaited, sends after
-
-
-@dataclass(slots=True)
-class StageOutcome:
-    busy_s: dict[TimeCategory, float] = field(default_factory=lambda: defaultdict(float))
-    pipeline_end_s: float = 0.0
-    grads_ready_s: float = 0.0
-    finished: bool = False
-    memory: MemoryTracker | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ProbeState:
-    """A stage's state when it reaches a probed task position: what its later work depends
-    on besides later messages (`times_s`: its clock, then — no earlier than the clock, since
-    later work only starts from it — when its gradient reduction and each of its links are
-    free), and its running busy times and stored activation bytes."""
-
-    times_s: tuple[float, ...]
-    busy_s: dict[TimeCategory, float]
-    stored_bytes: float
-
-
-@dataclass(frozen=True, slots=True)
-class EngineResult:
-    iteration_time_s: float
-    stages: tuple[StageOutcome, ...]
-    spans: tuple[Span, ...]
-    link_spans: dict[str, list[tuple[float, float, str]]]
-    num_events: int
-    probes: tuple[tuple[ProbeState, ...], ...] = ()  # per stage, at each probed position
-    arrival_s: dict[Key, float] = field(default_factory=dict)  # every message, when probing
-
-    def bubble_fraction(self) -> float:
-        """Idle over busy stage-time until the pipeline's last backward ends (textbook
-        (p − 1)/(m·v) for uniform tasks and free communication)."""
-        span = max(stage.pipeline_end_s for stage in self.stages)
-        work = sum(
-            sum(v for k, v in stage.busy_s.items() if k not in (DP_COMM, OPTIMIZER)) for stage in self.stages
-        )
-        return max(0.0, (span * len(self.stages) - work) / work) if work > 0 else 0.0
 
 
 class _Mailbox:
@@ -354,33 +319,6 @@ def wiring(plan: PipelinePlan, index: int) -> Wiring:
             after = stage.send_after[position] if stage.send_after is not None else position
             sends[after].append(output)
     return waits, sends
-
-
-def last_backward_positions(stage: StagePlan) -> set[int]:
-    last: dict[int, int] = {}
-    for position, task in enumerate(stage.tasks):
-        if task.phase is Phase.BACKWARD:
-            last[task.chunk] = position
-    return set(last.values())
-
-
-def first_forward_positions(stage: StagePlan) -> set[int]:
-    first: dict[int, int] = {}
-    for position, task in enumerate(stage.tasks):
-        if task.phase is Phase.FORWARD and task.chunk not in first:
-            first[task.chunk] = position
-    return set(first.values())
-
-
-def _gated_duration_s(start_s: float, busy_s: float, arrived_s: list[float]) -> float:
-    """A forward split into one equal slice per parameter bucket: slice j starts when the
-    previous slice ends and bucket j has arrived (the forward pre-hook waits for it)."""
-    if not arrived_s:
-        return busy_s
-    end_s = start_s
-    for arrival_s in arrived_s:
-        end_s = max(end_s, arrival_s) + busy_s / len(arrived_s)
-    return end_s - start_s
 
 
 def simulate(

@@ -75,7 +75,7 @@ def assert_identical(new, old, record: bool = False) -> None:
         assert a.pipeline_end_s == b.pipeline_end_s and a.grads_ready_s == b.grads_ready_s
         assert a.finished and b.finished
         assert a.memory == b.memory
-    assert _probe_states(new) == _probe_states(old)  # each engine has its own ProbeState class
+    assert _probe_states(new) == _probe_states(old)
     assert new.arrival_s == old.arrival_s
     if record:
         assert sorted(new.spans) == sorted(old.spans)
