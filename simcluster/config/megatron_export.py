@@ -15,7 +15,7 @@ from simcluster.config.choices import (
     ScheduleKind,
 )
 from simcluster.config.errors import ConfigError
-from simcluster.config.megatron_flags import DEFAULT_VOCAB_DIVISOR, MODEL_INTS, SOURCE
+from simcluster.config.megatron_flags import DEFAULT_VOCAB_DIVISOR, MODEL_FLOATS, MODEL_INTS, SOURCE
 from simcluster.config.scenario import Scenario
 
 
@@ -58,7 +58,7 @@ def _model_flags(scenario: Scenario) -> list[str]:
         flags += ["--position-embedding-type", "rope"]
     if m.untie_embeddings_and_output_weights:
         flags.append("--untie-embeddings-and-output-weights")
-    for flag, key in (("hidden-dropout", "hidden_dropout"), ("attention-dropout", "attention_dropout")):
+    for flag, key in MODEL_FLOATS.items():
         value = getattr(m, key)
         if value != type(m).model_fields[key].default:  # Megatron's default 0.1 needs no flag
             flags += [f"--{flag}", repr(value)]

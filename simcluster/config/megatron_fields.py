@@ -9,7 +9,12 @@ from typing import Any
 
 from simcluster.config.choices import Dtype, Recompute
 from simcluster.config.megatron_cmdline import FlagReader
-from simcluster.config.megatron_flags import DEFAULT_VOCAB_DIVISOR, DEFAULT_VOCAB_SIZE, MODEL_INTS
+from simcluster.config.megatron_flags import (
+    DEFAULT_VOCAB_DIVISOR,
+    DEFAULT_VOCAB_SIZE,
+    MODEL_FLOATS,
+    MODEL_INTS,
+)
 
 _NORMALIZATION = {"LayerNorm": "layernorm", "RMSNorm": "rmsnorm"}
 _POSITION = {"learned_absolute": "learned", "rope": "rope"}
@@ -191,7 +196,7 @@ def read_model(read: FlagReader, tp: int, notes: list[str]) -> dict[str, Any]:
         ordered["position_embedding"] = position
     if read.switch("untie-embeddings-and-output-weights"):
         ordered["untie_embeddings_and_output_weights"] = True
-    for flag, key in (("hidden-dropout", "hidden_dropout"), ("attention-dropout", "attention_dropout")):
+    for flag, key in MODEL_FLOATS.items():
         if read.has(flag):
             ordered[key] = read.number(flag)
     return ordered

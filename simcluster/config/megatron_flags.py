@@ -27,6 +27,7 @@ MODEL_INTS = {
     "vocab-size": "vocab_size",
     "ffn-hidden-size": "ffn_hidden_size",
 }
+MODEL_FLOATS = {"hidden-dropout": "hidden_dropout", "attention-dropout": "attention_dropout"}
 REQUIRED = ("num-layers", "hidden-size", "num-attention-heads", "seq-length", "micro-batch-size")
 
 # The flags that set each scenario key of issue 11: when the simulator refuses the key
@@ -58,7 +59,7 @@ USED = {
     "sequence-parallel", "recompute-granularity", "recompute-activations", "checkpoint-activations",
     "recompute-method", "recompute-num-layers", "bf16", "fp16", "use-distributed-optimizer",
     "overlap-grad-reduce", "world-size", "data-parallel-size", "nproc-per-node", "nnodes",
-    "make-vocab-size-divisible-by", "recompute-modules", "hidden-dropout", "attention-dropout",
+    "make-vocab-size-divisible-by", "recompute-modules", *MODEL_FLOATS,
     *(flag for flags in KEY_FLAGS.values() for flag in flags),
 }  # fmt: skip
 
