@@ -19,10 +19,6 @@ from simcluster.workload.layer_config import LayerConfig
 
 FP32_BYTES = 4
 BF16_BYTES = 2
-# HBM traffic of one optimizer step per parameter on a rank (Megatron mixed precision, fp32
-# main grads, apex FusedAdam): grad-norm read 4; Adam reads grad, master, m, v (16) and
-# writes master, m, v (12); master→bf16 copy reads 4, writes 2; zeroing main grads writes 4.
-OPTIMIZER_STEP_BYTES_PER_PARAM = 4 + 16 + 12 + 6 + 4
 # FP8: Transformer Engine casts each TE linear's bf16 weight to FP8 once per step, on the
 # first microbatch (`is_first_microbatch`; later microbatches reuse the cached copies):
 # reads 2 bytes and writes each cached FP8 copy (row-wise, and on Hopper the column-wise
@@ -31,8 +27,10 @@ BF16_WEIGHT_READ_BYTES_PER_PARAM = 2
 
 
 def optimizer_step_bytes(params: float, grad_bytes: int, optimizer_shards: int) -> float:
-    """HBM bytes of one optimizer step on a rank: OPTIMIZER_STEP_BYTES_PER_PARAM with fp32 grads
-    and no sharding. With the distributed optimizer (`optimizer_shards` = d·c) grad norm, Adam
+    """HBM bytes of one optimizer step on a rank (Megatron mixed precision, apex FusedAdam),
+    per parameter with fp32 grads and no sharding: grad-norm read 4; Adam reads grad, master,
+    m, v (16) and writes master, m, v (12); master→bf16 copy reads 4, writes 2; zeroing the
+    main grads writes 4: 42 bytes. With the distributed optimizer (`optimizer_shards` = d·c) grad norm, Adam
     and the master→bf16 copy run on the rank's 1/(d·c) shard (Megatron-core
     `DistributedOptimizer.step` over its shard of the main params), while zeroing the grad
     buffer (`zero_grad_buffer`) still writes every parameter's main grad; grad reads and the
