@@ -1,5 +1,6 @@
-"""Memory headroom, shared by `plan` and `sweep`: a layout fits only if its fullest stage
-leaves `headroom_fraction` of the device's usable capacity free,
+"""Memory capacity and headroom. Capacity (`capacity_bytes`) is what every `fits` compares
+with (run, memory, sweep, plan); `plan` and `sweep` also keep headroom: a layout fits only
+if its fullest stage leaves `headroom_fraction` of the device's usable capacity free,
 peak ≤ (1 − headroom) · capacity (issue 9).
 
 Capacity is `HardwareProfile.usable_memory_bytes`: the driver-reported capacity minus the

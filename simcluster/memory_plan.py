@@ -17,6 +17,7 @@ from typing import Any
 from simcluster.config.choices import ScheduleKind
 from simcluster.config.hardware import HardwareProfile
 from simcluster.config.scenario import Scenario
+from simcluster.headroom import capacity_bytes
 from simcluster.results import StageMemory
 from simcluster.schedule import build_schedule
 from simcluster.schedule.in_flight import InFlightStates, chunk_in_flight_states
@@ -133,7 +134,7 @@ def stage_memory_row(
         activation_bytes=peak_stored_bytes,
         transient_bytes=peak_activations_bytes - peak_stored_bytes,
         peak_memory_bytes=stage.static.total_bytes + peak_activations_bytes,
-        capacity_bytes=hw.usable_memory_bytes,
+        capacity_bytes=capacity_bytes(hw),
     )
 
 

@@ -21,6 +21,7 @@ from simcluster.config.choices import Recompute
 from simcluster.config.hardware import HardwareProfile, load_hardware
 from simcluster.config.scenario import Scenario, load_scenario
 from simcluster.engine.plan import TimeCategory
+from simcluster.headroom import capacity_bytes
 from simcluster.memory_plan import stage_memory_estimate
 from simcluster.simulation import Simulation
 from simcluster.validation import Comparison, load_paper_tables, scenarios_dir
@@ -144,7 +145,7 @@ def memory_budget_frame(
                 ),
                 "activations_baseline_gb": units.bytes_to_gb(baseline.activation_bytes),
                 "activations_present_gb": units.bytes_to_gb(present.activation_bytes),
-                "capacity_gb": units.bytes_to_gb(hw.usable_memory_bytes),
+                "capacity_gb": units.bytes_to_gb(capacity_bytes(hw)),
             }
         )
     return pd.DataFrame(rows)
