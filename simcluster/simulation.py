@@ -8,7 +8,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from simcluster.config.choices import Dtype, ScheduleKind
+from simcluster.config.choices import Dtype, Fp8Recipe, ScheduleKind
 from simcluster.config.errors import ConfigError
 from simcluster.config.hardware import HardwareProfile
 from simcluster.config.scenario import Scenario, require_hardware_fits
@@ -206,8 +206,10 @@ def tied_reduce_transfer(scenario: Scenario, hw: HardwareProfile, stage: StageWo
 
 def amax_group(scenario: Scenario, hw: HardwareProfile) -> GroupPlacement | None:
     """FP8's amax-reduction group, TP × DP × CP (`get_amax_reduction_group(
-    with_context_parallel=True)`): contiguous ranks in Megatron's tp-cp-dp-pp order."""
-    if scenario.training.dtype is not Dtype.FP8:
+    with_context_parallel=True)`): contiguous ranks in Megatron's tp-cp-dp-pp order. Only
+    delayed scaling reduces the amaxes once per pass; the other recipes scale each tensor
+    from its own amax (`workload.fp8.current_scaling_ops`): None there."""
+    if scenario.training.dtype is not Dtype.FP8 or scenario.training.fp8_recipe is not Fp8Recipe.DELAYED:
         return None
     par = scenario.parallel
     return strided_group(par.tp * par.dp * par.cp, 1, hw)

@@ -49,7 +49,7 @@ def run(
 ) -> None:
     """Simulate one training iteration: time, MFU/HFU, time breakdown, per-stage memory."""
     from simcluster.config.hardware import load_hardware
-    from simcluster.config.scenario import load_scenario
+    from simcluster.config.scenario import load_scenario, require_hardware_fits
     from simcluster.engine.trace import write_trace
     from simcluster.report.tables import format_result, format_summary
     from simcluster.simulation import require_finite, run_simulation
@@ -69,6 +69,7 @@ def run(
         try:
             spec = load_scenario(path)
             profile = load_hardware(hardware or spec.hardware, relative_to=path)
+            require_hardware_fits(spec, profile, path)  # names the file, not only the scenario
             # Every microbatch by default: bit-for-bit the published numbers, and a trace on request.
             sim = run_simulation(spec, profile, record=trace is not None, steady_state=steady_state)
             require_finite(sim.result, path)

@@ -69,3 +69,15 @@ class AttentionBackend(str, enum.Enum):
 
     UNFUSED = "unfused"
     FLASH = "flash"
+
+
+class Fp8Recipe(str, enum.Enum):
+    """How Transformer Engine scales FP8 tensors (Megatron `--fp8-recipe`, modern.md §3.7):
+    delayed (Megatron's default: the scale from earlier steps' amax history, one amax
+    all-reduce per autocast pass), tensorwise (current scaling: one scale per tensor from
+    the tensor itself, so an amax pass before each cast) or mxfp8 (one E8M0 scale per 32
+    elements, computed in the cast; Blackwell tensor cores only)."""
+
+    DELAYED = "delayed"
+    TENSORWISE = "tensorwise"
+    MXFP8 = "mxfp8"

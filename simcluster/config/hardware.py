@@ -165,6 +165,11 @@ class ComputeModel(_Section):
         description="FP8 GEMMs take only the TN layout (Hopper), so Transformer Engine caches a "
         "transposed (column-wise) FP8 copy of each weight beside the row-wise one",
     )
+    mxfp8_block_scaling: bool = Field(
+        default=False,
+        description="the tensor cores run MXFP8 GEMMs (E8M0 scales per 32 elements, Blackwell), "
+        "so training.fp8_recipe mxfp8 can run",
+    )
     memory_bound_efficiency: float = Field(gt=0, le=1)
     kernel_launch_us: float = Field(ge=0)
     gemm_tiles: list[tuple[int, int, float]] = Field(

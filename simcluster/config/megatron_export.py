@@ -9,6 +9,7 @@ from simcluster.config.choices import (
     Activation,
     AttentionBackend,
     Dtype,
+    Fp8Recipe,
     Normalization,
     PositionEmbedding,
     Recompute,
@@ -99,6 +100,8 @@ def _training_flags(scenario: Scenario) -> list[str]:
         flags += ["--recompute-method", "uniform", "--recompute-num-layers", "1"]
     if tr.dtype is Dtype.FP8:
         flags += ["--bf16", "--fp8-format", "hybrid"]  # TE: E4M3 forward, E5M2 gradients
+        if tr.fp8_recipe is not Fp8Recipe.DELAYED:
+            flags += ["--fp8-recipe", tr.fp8_recipe.value]
     elif tr.dtype is not Dtype.FP32:
         flags.append(f"--{tr.dtype.value}")
     # Always explicit: Megatron-core's default (auto) is a fused kernel, the scenario's unfused.

@@ -21,6 +21,12 @@ _POSITION = {"learned_absolute": "learned", "rope": "rope"}
 # Megatron-core's AttnBackend: flash, fused and auto run one fused kernel per direction.
 _ATTENTION = {"flash": "flash", "fused": "flash", "auto": "flash", "unfused": "unfused", "local": "unfused"}
 _FP8_FORMATS = ("e4m3", "hybrid")
+# megatron/core/transformer/transformer_config.py fp8_recipe (modern.md §3.7); the last two
+# have no model here and are simulated as delayed scaling
+_FP8_RECIPES = {
+    "delayed": "delayed", "tensorwise": "tensorwise", "mxfp8": "mxfp8",
+    "blockwise": "delayed", "custom": "delayed",
+}  # fmt: skip
 
 
 def _world_size(read: FlagReader, num_gpus: int | None, notes: list[str]) -> int | None:
@@ -243,7 +249,22 @@ def read_training(read: FlagReader, dp: int, notes: list[str], demoted: dict[str
     for flag in ("overlap-param-gather", "tp-comm-overlap", "grad-reduce-in-bf16", "fp8-param-gather"):
         if read.switch(flag):
             training[flag.replace("-", "_")] = True
+    if (recipe := _fp8_recipe(read, training["dtype"], notes, demoted)) != "delayed":
+        training["fp8_recipe"] = recipe
     return training
+
+
+def _fp8_recipe(read: FlagReader, dtype: str, notes: list[str], demoted: dict[str, str]) -> str:
+    recipe = read.choice("fp8-recipe", _FP8_RECIPES)
+    if recipe is None:
+        return "delayed"
+    if dtype != Dtype.FP8.value:
+        notes.append("--fp8-recipe without --fp8-format has no effect (Megatron trains without FP8)")
+        return "delayed"
+    given = read.text("fp8-recipe")
+    if given in ("blockwise", "custom"):
+        demoted["fp8-recipe"] = f"the {given} FP8 recipe (simulated as delayed scaling)"
+    return recipe
 
 
 def read_parallel(

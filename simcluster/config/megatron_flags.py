@@ -49,6 +49,7 @@ KEY_FLAGS: dict[str, tuple[str, ...]] = {
     "training.tp_comm_overlap": ("tp-comm-overlap",),
     "training.grad_reduce_in_bf16": ("grad-reduce-in-bf16",),
     "training.fp8_param_gather": ("fp8-param-gather",),
+    "training.fp8_recipe": ("fp8-recipe",),
 }
 
 # Flags read into the scenario (beyond MODEL_INTS); everything else is sorted below.
@@ -98,7 +99,6 @@ NOT_MODELLED = {
     "pipeline-model-parallel-split-rank": "encoder-decoder pipelines",
     "pipeline-model-parallel-layout": "a free-form pipeline layout (the four uneven-split flags are read)",
     "cp-comm-type": "the context-parallel communication kind",
-    "fp8-recipe": "the FP8 scaling recipe",
 }
 
 # Why a flag whose scenario key is not priced yet is simulated without it.

@@ -18,6 +18,7 @@ from simcluster.config.choices import (
     Activation,
     AttentionBackend,
     Dtype,
+    Fp8Recipe,
     Normalization,
     PositionEmbedding,
     Recompute,
@@ -126,6 +127,11 @@ class TrainingSpec(StrictModel):
         default=False,
         description="Megatron --grad-reduce-in-bf16: bf16 main grads (2 B/param) reduced in bf16; "
         "default fp32 (Megatron's default with --bf16; NeMo's performance recipes turn this on)",
+    )
+    fp8_recipe: Fp8Recipe = Field(
+        default=Fp8Recipe.DELAYED,
+        description="Megatron --fp8-recipe with dtype fp8: delayed (default) | tensorwise (current "
+        "scaling) | mxfp8 (Blackwell)",
     )
 
 
@@ -341,6 +347,11 @@ def modern_layout_problems(scenario: Scenario, refuse_unpriced: bool = True) -> 
         problems.append(
             f"training.fp8_param_gather: value True: needs training.dtype fp8 (got {tr.dtype.value})"
         )
+    if tr.fp8_recipe is not Fp8Recipe.DELAYED and tr.dtype is not Dtype.FP8:
+        problems.append(
+            f"training.fp8_recipe: value {tr.fp8_recipe.value}: needs training.dtype fp8 "
+            f"(got {tr.dtype.value}); Megatron reads --fp8-recipe only with --fp8-format"
+        )
     if tr.fp8_param_gather and not tr.use_distributed_optimizer:
         # megatron/training/arguments.py: --fp8-param-gather needs the distributed optimizer
         # (or FSDP, which the contract does not have)
@@ -427,6 +438,15 @@ def hardware_problems(scenario: Scenario, hw: HardwareProfile) -> list[str]:
             f"training.dtype: value fp8: hardware profile {hw.name!r} has no FP8 tensor cores "
             "(it needs gpu.peak_fp8_tflop_per_s and compute.fp8_gemm_max_efficiency); "
             f"profiles with FP8: {', '.join(fp8_profiles()) or 'none found'}"
+        )
+    tr = scenario.training
+    if tr.dtype is Dtype.FP8 and tr.fp8_recipe is Fp8Recipe.MXFP8 and not hw.compute.mxfp8_block_scaling:
+        # transformer_engine/pytorch/fp8.py::check_mxfp8_support: "Device compute capability
+        # 10.0 or higher required for MXFP8 execution."
+        problems.append(
+            f"training.fp8_recipe: value mxfp8: hardware profile {hw.name!r} has no MXFP8 "
+            "block-scaled tensor cores (compute.mxfp8_block_scaling; Transformer Engine needs "
+            "compute capability 10.0, Blackwell); allowed here: delayed, tensorwise"
         )
     return problems
 

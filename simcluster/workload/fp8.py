@@ -1,5 +1,7 @@
 """What FP8 training (Transformer Engine, `training.dtype: fp8`) changes in the workload,
-hardware-free: which ops are the TE linears, and the FP8 weight copies they keep.
+hardware-free: which ops are the TE linears, the bytes of their FP8 copies (saved inputs,
+cached weights) and, per scaling recipe (`training.fp8_recipe`), the quantizations' extra
+work.
 
 Megatron-core's dense TE layer (modern.md §3.7-3.8) runs four TE linears per layer: QKV
 (`TELayerNormColumnParallelLinear`), proj (`TERowParallelLinear`), fc1 and fc2. Their fprop,
@@ -11,19 +13,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from simcluster.config.choices import Recompute
+from simcluster.config.choices import Fp8Recipe, Recompute
 from simcluster.workload.layer_config import LayerConfig
-from simcluster.workload.ops import Op, OpKind
+from simcluster.workload.ops import CollectiveKind, Op, OpKind, collective, elementwise
 
 TE_LINEARS = frozenset({"attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2"})
 """Op-name prefixes of the layer's TE linears (`workload.layer`)."""
-
-FP8_WEIGHT_BYTES_PER_PARAM = 1
-"""TE keeps an FP8 copy of each linear's weight next to the bf16 parameter (cast once per
-step, on the first microbatch) unless --fp8-param-gather makes the FP8 copy the parameter
-(not modelled): 1 byte per copy. How many copies (row-wise, plus the column-wise transposed
-one where FP8 GEMMs need the TN layout: TE `Linear` sets the weight quantizer's usage to
-rowwise and columnwise while training) is the hardware's `fp8_weight_copies`."""
 
 
 def is_te_linear_gemm(op: Op) -> bool:
@@ -37,12 +32,24 @@ def te_linear_weight_params(forward: tuple[Op, ...]) -> float:
     return float(sum(shape.k * shape.n for shape in shapes))
 
 
-def fp8_weight_bytes_per_layer(forward: tuple[Op, ...]) -> float:
-    """FP8 weight copies one layer holds on one rank."""
-    return FP8_WEIGHT_BYTES_PER_PARAM * te_linear_weight_params(forward)
-
-
 FP8_SAVED_BYTES_PER_ELEMENT = 1
+MXFP8_BLOCK_ELEMENTS = 32
+MXFP8_SCALE_BYTES = 1
+"""MXFP8 (`training.fp8_recipe: mxfp8`) gives every 32 consecutive elements along the GEMM's
+reduction axis one E8M0 scale byte (TE `MXFP8Quantizer`, OCP MX spec)."""
+
+
+def fp8_bytes_per_element(cfg: LayerConfig) -> float:
+    """Bytes of one element of an FP8 tensor copy, its scales included: 1, or 1 + 1/32 under
+    MXFP8 (a per-tensor scale is a single float). Saved activations and the FP8 weight copies
+    TE caches (cast once per step, on the first microbatch, unless --fp8-param-gather makes
+    the FP8 copy the parameter) are such copies. How many weight copies (row-wise, plus the
+    column-wise transposed one where FP8 GEMMs need the TN layout: TE `Linear` sets the
+    weight quantizer's usage to rowwise and columnwise while training) is the hardware's
+    `fp8_weight_copies`, or 2 under MXFP8 (`workload.model.build_workload`)."""
+    if cfg.fp8_recipe is Fp8Recipe.MXFP8:
+        return FP8_SAVED_BYTES_PER_ELEMENT + MXFP8_SCALE_BYTES / MXFP8_BLOCK_ELEMENTS
+    return float(FP8_SAVED_BYTES_PER_ELEMENT)
 
 
 def fp8_saved_forward(forward: tuple[Op, ...], cfg: LayerConfig) -> tuple[Op, ...]:
@@ -56,13 +63,63 @@ def fp8_saved_forward(forward: tuple[Op, ...], cfg: LayerConfig) -> tuple[Op, ..
     bf16. Full recompute keeps only the (bf16) layer input: unchanged."""
     if cfg.recompute is Recompute.FULL:
         return forward
-    e = cfg.element_bytes
+    e, fp8 = cfg.element_bytes, fp8_bytes_per_element(cfg)
     out = []
     for op in forward:
         if op.gemm is not None and op.name in ("attn.qkv", "mlp.fc1", "mlp.fc2"):
-            op = replace(op, saved_bytes=op.saved_bytes * FP8_SAVED_BYTES_PER_ELEMENT / e)
+            op = replace(op, saved_bytes=op.saved_bytes * fp8 / e)
         elif op.gemm is not None and op.name == "attn.proj":
             input_elements = op.gemm.batch * op.gemm.m * op.gemm.k
-            op = replace(op, saved_bytes=FP8_SAVED_BYTES_PER_ELEMENT * float(input_elements))
+            op = replace(op, saved_bytes=fp8 * float(input_elements))
+        out.append(op)
+    return tuple(out)
+
+
+AMAX_READ_BYTES_PER_ELEMENT = 2
+"""Current scaling's amax pass reads the bf16 tensor once before the cast."""
+AMAX_BYTES = 4
+"""One fp32 amax (and scale) per quantized tensor."""
+NORM_FED_FPROPS = frozenset({"attn.qkv", "mlp.fc1"})
+"""The LayerNormLinear fprops: their norm kernel computes the amax of its output."""
+
+
+def _gathered_input(ops: tuple[Op, ...], index: int) -> bool:
+    """The op at `index` reads the output of the blocking all-gather just before it."""
+    before = ops[index - 1] if index else None
+    return before is not None and before.collective is CollectiveKind.ALL_GATHER and not before.overlaps_next
+
+
+def current_scaling_ops(ops: tuple[Op, ...], cfg: LayerConfig) -> tuple[Op, ...]:
+    """`training.fp8_recipe: tensorwise` (TE `Float8CurrentScaling`): each fprop input and
+    dgrad grad-output is quantized with a scale from its own amax
+    (`Float8CurrentScalingQuantizer::quantize_impl`, pytorch/csrc/quantizer.cpp): an amax
+    kernel reads the bf16 tensor, the scale is computed by a second (tiny) kernel, then the
+    cast runs (priced with the GEMM, `costs.chunk.fp8_cast_s`). Two exceptions from TE's
+    code: a LayerNormLinear's norm kernel computes the amax of its output
+    (`FUSED_NORM_AMAX_FP8` in pytorch/csrc/extensions/normalization.cpp), so the QKV and fc1
+    fprops have no amax pass; and where the quantized shard is all-gathered (sequence
+    parallelism: column-parallel inputs, row-parallel grad-outputs) the amax is first
+    all-reduced (MAX) over the tensor-parallel group (`with_amax_reduction`,
+    `_customize_quantizers_float8_current_scaling` in module/linear.py and
+    layernorm_linear.py). These ops go before the collective the GEMM reads or overlaps, as TE
+    quantizes first (`grad_output_preprocess`) and then gathers. wgrad GEMMs
+    reuse the two quantized operands. Delayed scaling's once-per-pass amax all-reduce
+    (`costs.chunk.fp8_amax_reduction_s`) is not run under this recipe."""
+    out: list[Op] = []
+    for index, op in enumerate(ops):
+        if is_te_linear_gemm(op) and op.gemm is not None and not op.name.endswith(".wgrad"):
+            gathered = _gathered_input(ops, index)
+            elements = float(op.gemm.batch * op.gemm.m * op.gemm.k) / (cfg.tp if gathered else 1)
+            quantize: list[Op] = []
+            if op.name not in NORM_FED_FPROPS:
+                quantize.append(elementwise(f"{op.name}.amax", AMAX_READ_BYTES_PER_ELEMENT * elements))
+            if gathered and cfg.tp > 1:
+                reduce = collective(f"{op.name}.amax_allreduce", CollectiveKind.ALL_REDUCE, AMAX_BYTES)
+                quantize.append(reduce)
+            quantize.append(elementwise(f"{op.name}.fp8_scale", 2 * AMAX_BYTES))
+            # before the collective the GEMM reads (gathered input) or runs beside (bulk overlap)
+            before = out[-1] if out else None
+            moved = [out.pop()] if gathered or (before is not None and before.overlaps_next) else []
+            out += quantize + moved
         out.append(op)
     return tuple(out)

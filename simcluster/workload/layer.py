@@ -22,8 +22,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
-from simcluster.config.choices import Activation, Dtype, PositionEmbedding, Recompute
-from simcluster.workload.fp8 import fp8_saved_forward
+from simcluster.config.choices import Activation, Dtype, Fp8Recipe, PositionEmbedding, Recompute
+from simcluster.workload.fp8 import current_scaling_ops, fp8_saved_forward
 from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.ops import (
     AttentionShape,
@@ -56,10 +56,15 @@ class LayerOps:
 @functools.lru_cache(maxsize=1024)
 def layer_ops(cfg: LayerConfig) -> LayerOps:
     """The layer's ops in execution order, with the recompute mode applied to saved bytes
-    and, with FP8, the TE linears' 1-byte saved inputs (`workload.fp8.fp8_saved_forward`)."""
+    and, with FP8, the TE linears' 1-byte saved inputs (`workload.fp8.fp8_saved_forward`)
+    and, under current scaling, the quantizations' amax work (`workload.fp8.current_scaling_ops`)."""
     ops = _layer_ops_16bit(cfg)
-    if cfg.dtype is Dtype.FP8:
-        return LayerOps(fp8_saved_forward(ops.forward, cfg), ops.backward, ops.recompute)
+    if cfg.dtype is not Dtype.FP8:
+        return ops
+    ops = LayerOps(fp8_saved_forward(ops.forward, cfg), ops.backward, ops.recompute)
+    if cfg.fp8_recipe is Fp8Recipe.TENSORWISE:
+        parts = (ops.forward, ops.backward, ops.recompute)
+        ops = LayerOps(*(current_scaling_ops(part, cfg) for part in parts))
     return ops
 
 

@@ -16,6 +16,7 @@ from simcluster.config.choices import (
     Activation,
     AttentionBackend,
     Dtype,
+    Fp8Recipe,
     Normalization,
     PositionEmbedding,
     Recompute,
@@ -55,6 +56,7 @@ class LayerConfig:
     attention_backend: AttentionBackend = AttentionBackend.UNFUSED
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
+    fp8_recipe: Fp8Recipe = Fp8Recipe.DELAYED
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -67,6 +69,7 @@ class LayerConfig:
         object.__setattr__(self, "normalization", Normalization(self.normalization))
         object.__setattr__(self, "position_embedding", PositionEmbedding(self.position_embedding))
         object.__setattr__(self, "attention_backend", AttentionBackend(self.attention_backend))
+        object.__setattr__(self, "fp8_recipe", Fp8Recipe(self.fp8_recipe))
         owner = type(self).__name__
         for name in _SIZES:
             if getattr(self, name) < 1:

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from simcluster.config.choices import Dtype, Normalization, PositionEmbedding, Recompute
+from simcluster.config.choices import Dtype, Fp8Recipe, Normalization, PositionEmbedding, Recompute
 from simcluster.config.pipeline_split import PipelineSplit
 from simcluster.config.scenario import Scenario
 from simcluster.workload import memory
 from simcluster.workload.context_parallel import context_parallel_layer_ops
 from simcluster.workload.embedding import embedding_ops, output_ops, padded_vocab_size
-from simcluster.workload.fp8 import FP8_WEIGHT_BYTES_PER_PARAM, fp8_weight_bytes_per_layer
+from simcluster.workload.fp8 import fp8_bytes_per_element, te_linear_weight_params
 from simcluster.workload.layer import LayerOps, layer_ops
 from simcluster.workload.layer_config import LayerConfig
 
@@ -112,6 +112,7 @@ def layer_config(scenario: Scenario) -> LayerConfig:
         attention_backend=tr.attention_backend,
         hidden_dropout=m.hidden_dropout,
         attention_dropout=m.attention_dropout,
+        fp8_recipe=tr.fp8_recipe,
     )
 
 
@@ -210,20 +211,23 @@ def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
         )
         gather_bytes = BF16_BYTES * params
         if cfg.dtype is Dtype.FP8:
-            fp8_copy = sum(chunk.num_layers for chunk in chunks) * fp8_weight_bytes_per_layer(layer.forward)
-            te_params = fp8_copy / FP8_WEIGHT_BYTES_PER_PARAM
+            te_params = sum(chunk.num_layers for chunk in chunks) * te_linear_weight_params(layer.forward)
+            # MXFP8 scales run along the GEMM's reduction axis, so W and Wᵀ are two quantized
+            # copies on every GPU (TE `MXFP8Quantizer` row-wise and column-wise usage)
+            copies = 2 if cfg.fp8_recipe is Fp8Recipe.MXFP8 else fp8_weight_copies
+            per_copy = fp8_bytes_per_element(cfg)
+            fp8_copy = per_copy * te_params
             if scenario.training.fp8_param_gather:
                 # the FP8 parameter replaces the bf16 one; parameters are all-gathered in FP8, and
                 # on Hopper the transposed copy is re-made after each gather (read 1, write 1)
-                weights = static.weight_bytes - BF16_BYTES * te_params + fp8_weight_copies * fp8_copy
+                weights = static.weight_bytes - BF16_BYTES * te_params + copies * fp8_copy
                 static = replace(static, weight_bytes=weights)
-                gather_bytes -= (BF16_BYTES - FP8_WEIGHT_BYTES_PER_PARAM) * te_params
-                step_bytes += 2 * (fp8_weight_copies - 1) * te_params
+                gather_bytes -= (BF16_BYTES - per_copy) * te_params
+                step_bytes += 2 * (copies - 1) * fp8_copy
             else:
-                static = replace(static, weight_bytes=static.weight_bytes + fp8_weight_copies * fp8_copy)
+                static = replace(static, weight_bytes=static.weight_bytes + copies * fp8_copy)
                 # the once-per-step weight casts, priced with the step's other HBM-bound work
-                cast = BF16_WEIGHT_READ_BYTES_PER_PARAM + fp8_weight_copies * FP8_WEIGHT_BYTES_PER_PARAM
-                step_bytes += cast * te_params
+                step_bytes += BF16_WEIGHT_READ_BYTES_PER_PARAM * te_params + copies * fp8_copy
         stages.append(
             StageWork(
                 stage=stage,

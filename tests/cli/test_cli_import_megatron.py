@@ -349,3 +349,26 @@ def test_llama3_line_drops_nothing_now_that_every_key_is_priced():
     tr = scenario.training
     assert scenario.parallel.cp == 2 and tr.dtype.value == "fp8"
     assert tr.tp_comm_overlap and tr.overlap_param_gather and tr.overlap_grad_reduce
+
+
+@pytest.mark.parametrize(
+    ("recipe", "key"), [("tensorwise", "tensorwise"), ("mxfp8", "mxfp8"), ("delayed", None)]
+)
+def test_fp8_recipe_sets_its_key(recipe, key):
+    """--fp8-recipe reaches training.fp8_recipe (the default, delayed, is left out)."""
+    imported = parse_megatron_args(f"{MINIMAL} --bf16 --fp8-format hybrid --fp8-recipe {recipe}")
+    assert imported.scenario["training"].get("fp8_recipe") == key
+    assert not [line for line in imported.not_modelled if "--fp8-recipe" in line]
+
+
+def test_fp8_recipes_without_a_model_are_not_modelled_and_simulated_as_delayed():
+    imported = parse_megatron_args(f"{MINIMAL} --bf16 --fp8-format e4m3 --fp8-recipe blockwise")
+    assert "fp8_recipe" not in imported.scenario["training"]
+    assert any(
+        line.startswith("--fp8-recipe blockwise: the blockwise FP8 recipe") for line in imported.not_modelled
+    )
+    without_fp8 = parse_megatron_args(f"{MINIMAL} --bf16 --fp8-recipe tensorwise")
+    assert "fp8_recipe" not in without_fp8.scenario["training"]
+    assert any("--fp8-recipe without --fp8-format has no effect" in note for note in without_fp8.notes)
+    with pytest.raises(ConfigError, match="--fp8-recipe: value 'nvfp4': allowed: delayed, tensorwise, mxfp8"):
+        parse_megatron_args(f"{MINIMAL} --bf16 --fp8-format hybrid --fp8-recipe nvfp4")

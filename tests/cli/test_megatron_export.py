@@ -142,8 +142,11 @@ def modern_scenarios(draw):
             "tp_comm_overlap": sp and draw(st.booleans()),
             "grad_reduce_in_bf16": draw(st.booleans()),
             "fp8_param_gather": distributed and draw(st.booleans()),
+            "fp8_recipe": draw(st.sampled_from(["delayed", "tensorwise", "mxfp8"])),
         },
     }  # fmt: skip
+    if data["training"]["dtype"] != "fp8":
+        data["training"]["fp8_recipe"] = "delayed"
     if data["model"]["activation"] == "swiglu" and data["model"]["ffn_hidden_size"] is None:
         data["model"]["ffn_hidden_size"] = 2816  # Megatron's --swiglu default is not the scenario's 4h
     scenario = Scenario.model_validate(data)
