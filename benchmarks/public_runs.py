@@ -1,0 +1,129 @@
+"""Predicted against published step times of Megatron-core runs (issue 11's public checks).
+
+    python benchmarks/public_runs.py            # table, means per GPU family
+    python benchmarks/public_runs.py --json     # the same as JSON
+
+Each scenario in `benchmarks/public_runs/` describes one published run (its header names the
+source and the settings read from the recipe); `PUBLISHED` below holds the published figure.
+A step time given as tokens/s/GPU is GBS · seq / (tokens/s/GPU · GPUs), NeMo's definition.
+These runs are checks: nothing in a hardware profile is fitted to them. The predictions are
+deterministic, so `benchmarks/results/public_runs.json` records them with the commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from simcluster.config.scenario import load_scenario_and_hardware  # noqa: E402
+from simcluster.simulation import run_simulation  # noqa: E402
+
+RUNS = ROOT / "benchmarks" / "public_runs"
+RESULTS = ROOT / "benchmarks" / "results" / "public_runs.json"
+
+
+@dataclass(frozen=True)
+class Published:
+    file: str
+    source: str
+    tokens_per_s_per_gpu: float | None = None  # converted with the scenario's GBS, seq, GPUs
+    step_s: float | None = None  # where the source gives the step time itself
+
+
+PUBLISHED = (
+    Published("nemo24.12-gpt3-175b-h100-fp8", "NeMo 24.12 summary", 716),
+    Published("nemo24.12-gpt3-175b-512gpu-h100-fp8", "NeMo 24.12 summary", 825),
+    Published("nemo24.12-nemotron4-340b-h100-fp8", "NeMo 24.12 summary", 326),
+    Published("nemo24.12-llama3-8b-h100-fp8", "NeMo 24.12 summary", 12273),
+    Published("nemo24.12-llama3-70b-h100-fp8", "NeMo 24.12 summary", 1524),
+    Published("bridge25.11-llama3-70b-h100-fp8cs", "Megatron-Bridge 25.11", 1602),
+    Published("bridge25.11-llama3.1-405b-h100-fp8cs", "Megatron-Bridge 25.11", 292),
+    Published("bridge26.02-llama3-70b-h100-fp8", "Megatron-Bridge 26.02", 1621),
+    Published("bridge26.02-llama3.1-405b-h100-fp8", "Megatron-Bridge 26.02", 311),
+    Published("nemo25.07-llama3-8b-gb200-fp8cs", "NeMo 25.07 summary", 31737),
+    Published("dgxc-llama3.1-405b-gb200-bf16", "dgxc-benchmarking example", step_s=9.479),
+    Published("bridge25.11-llama3-8b-b200-fp8cs", "Megatron-Bridge 25.11", 30624),
+    Published("bridge25.11-llama3-8b-b200-mxfp8", "Megatron-Bridge 25.11", 29521),
+    Published("bridge25.11-llama3.1-405b-b200-fp8cs", "Megatron-Bridge 25.11", 661),
+    Published("bridge25.11-llama3.1-405b-b200-mxfp8", "Megatron-Bridge 25.11", 624),
+    Published("bridge25.11-llama3-8b-gb200-fp8cs", "Megatron-Bridge 25.11", 31508),
+    Published("bridge25.11-llama3-8b-gb200-mxfp8", "Megatron-Bridge 25.11", 29789),
+    Published("bridge25.11-llama3.1-405b-gb200-fp8cs", "Megatron-Bridge 25.11", 813),
+)
+
+
+def family(hardware: str) -> str:
+    return "H100" if hardware.startswith("h100") else "Blackwell"
+
+
+def rows() -> list[dict[str, object]]:
+    out = []
+    for run in PUBLISHED:
+        scenario, hw = load_scenario_and_hardware(RUNS / f"{run.file}.yaml")
+        tokens = scenario.training.global_batch_size * scenario.model.seq_length
+        published = run.step_s or tokens / (run.tokens_per_s_per_gpu * scenario.num_gpus)
+        result = run_simulation(scenario, hw, steady_state=True).result
+        predicted = result.iteration_time_s
+        out.append({
+            "file": run.file, "source": run.source, "hardware": hw.name, "gpus": scenario.num_gpus,
+            "published_step_s": round(published, 4), "predicted_step_s": round(predicted, 4),
+            "error_pct": round(100 * (predicted - published) / published, 2),
+            "fits_in_memory": result.fits_in_memory,
+        })  # fmt: skip
+    return out
+
+
+def summary(table: list[dict[str, object]]) -> dict[str, dict[str, float]]:
+    by_family: dict[str, list[float]] = {}
+    for row in table:
+        by_family.setdefault(family(str(row["hardware"])), []).append(float(str(row["error_pct"])))
+    return {
+        name: {
+            "runs": len(errors),
+            "mean_abs_error_pct": round(sum(map(abs, errors)) / len(errors), 2),
+            "mean_error_pct": round(sum(errors) / len(errors), 2),
+        }
+        for name, errors in by_family.items()
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    parser.add_argument("--no-save", action="store_true", help=f"do not write {RESULTS.relative_to(ROOT)}")
+    args = parser.parse_args()
+    table = rows()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    payload = {"commit": commit, "runs": table, "summary": summary(table)}
+    if not args.no_save:
+        RESULTS.write_text(json.dumps(payload, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(payload, indent=2))
+        return
+    print(f"{'run':40s} {'GPUs':>6s} {'published s':>12s} {'predicted s':>12s} {'error':>8s}  fits")
+    for row in table:
+        fits = "yes" if row["fits_in_memory"] else "NO"
+        print(
+            f"{row['file']:40s} {row['gpus']:6d} {row['published_step_s']:12.3f} "
+            f"{row['predicted_step_s']:12.3f} {row['error_pct']:+7.1f}%  {fits}"
+        )
+    for name, stats in payload["summary"].items():
+        print(
+            f"{name}: mean |error| {stats['mean_abs_error_pct']:.1f} % over {stats['runs']} runs "
+            f"(mean signed {stats['mean_error_pct']:+.1f} %)"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""The public-run checks (`benchmarks/public_runs.py`): every published figure has its
+scenario file and every file its figure, they all run, and the step-time conversion and
+error summary are right. No accuracy is asserted: these runs are checks, not goals."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from simcluster.config.scenario import load_scenario_and_hardware
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = importlib.util.spec_from_file_location("public_runs", ROOT / "benchmarks" / "public_runs.py")
+assert SPEC is not None and SPEC.loader is not None
+public_runs = importlib.util.module_from_spec(SPEC)
+sys.modules.setdefault("public_runs", public_runs)  # its dataclasses look their module up
+SPEC.loader.exec_module(public_runs)
+
+
+def test_every_published_figure_has_its_file_and_every_file_a_figure():
+    files = {path.stem for path in (ROOT / "benchmarks" / "public_runs").glob("*.yaml")}
+    named = [run.file for run in public_runs.PUBLISHED]
+    assert len(named) == len(set(named)) and set(named) == files
+    for run in public_runs.PUBLISHED:
+        assert (run.tokens_per_s_per_gpu is None) != (run.step_s is None), run.file
+        scenario, _ = load_scenario_and_hardware(ROOT / "benchmarks" / "public_runs" / f"{run.file}.yaml")
+        assert scenario.name == run.file
+
+
+def test_rows_convert_throughput_to_step_time_and_run_every_file():
+    """NeMo's tokens/s/GPU = GBS · seq / (step · GPUs): the Llama 3 8B NeMo 24.12 row (GBS 128,
+    seq 8192, 8 GPUs, 12,273 tokens/s/GPU) is a 10.680 s step."""
+    rows = {row["file"]: row for row in public_runs.rows()}
+    assert len(rows) == len(public_runs.PUBLISHED)
+    assert rows["nemo24.12-llama3-8b-h100-fp8"]["published_step_s"] == pytest.approx(
+        128 * 8192 / (12273 * 8), abs=1e-4
+    )
+    assert rows["dgxc-llama3.1-405b-gb200-bf16"]["published_step_s"] == 9.479
+    for row in rows.values():
+        assert row["predicted_step_s"] > 0
+        expected = 100 * (row["predicted_step_s"] - row["published_step_s"]) / row["published_step_s"]
+        assert row["error_pct"] == pytest.approx(expected, abs=0.01)
+
+
+def test_summary_groups_by_gpu_family():
+    table = [
+        {"hardware": "h100-sxm5-80gb", "error_pct": -10.0},
+        {"hardware": "h100-sxm5-80gb", "error_pct": 4.0},
+        {"hardware": "b200-sxm-180gb", "error_pct": -20.0},
+    ]
+    assert public_runs.summary(table) == {
+        "H100": {"runs": 2, "mean_abs_error_pct": 7.0, "mean_error_pct": -3.0},
+        "Blackwell": {"runs": 1, "mean_abs_error_pct": 20.0, "mean_error_pct": -20.0},
+    }
