@@ -4,9 +4,9 @@ its forward and backward, per microbatch.
 FP8 (`training.dtype: fp8`, Transformer Engine, modern.md §3.7): the fprop, dgrad and wgrad
 GEMMs of the TE linears (QKV, proj, fc1, fc2) run at the FP8 peak × the profile's FP8
 ceiling (`compute.fp8_gemm_time_s`); attention BMMs and the LM head stay BF16. Each fprop
-input and each dgrad grad-output is quantized first by TE's fused cast-transpose (reads
-bf16, writes the FP8 row-wise and column-wise copies: 2 + 1 + 1 bytes per element), on the
-local shard where an all-gather follows, and an all-gather that feeds a TE linear carries
+input and each dgrad grad-output is quantized first by TE's cast (reads bf16, writes the
+FP8 copies its GEMMs read: `fp8_cast_bytes_per_element`), on the local shard where an
+all-gather follows, and an all-gather that feeds a TE linear carries
 FP8 (TE gathers the quantized tensor). Weights are cast once per step
 (`is_first_microbatch`), not per microbatch: not priced. The amax reduction is priced per
 chunk (`fp8_amax_reduction_s`).
@@ -33,7 +33,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from simcluster.config.choices import Dtype
+from simcluster.config.choices import Dtype, Fp8Recipe
 from simcluster.config.hardware import HardwareProfile
 from simcluster.costs.compute import (
     attention_time_s,
@@ -45,12 +45,13 @@ from simcluster.costs.compute import (
 from simcluster.costs.context_parallel import ring_attention_cost_s
 from simcluster.costs.network import GroupPlacement, collective_time_s
 from simcluster.units import us_to_s
-from simcluster.workload.fp8 import is_te_linear_gemm
+from simcluster.workload.fp8 import MXFP8_BLOCK_ELEMENTS, MXFP8_SCALE_BYTES, is_te_linear_gemm
 from simcluster.workload.layer import LayerOps
 from simcluster.workload.model import ChunkWork
 from simcluster.workload.ops import CollectiveKind, Op, OpKind
 
-FP8_CAST_BYTES_PER_ELEMENT = 2 + 1 + 1  # read bf16; write FP8 row-wise and column-wise
+BF16_READ_BYTES = 2
+FP8_COPY_BYTES = 1
 RING_EXCHANGE_SPLITS_PER_RANK = 1  # ring_exchange: num_splits = tp_size
 PIPELINE_SPLITS = 4  # pipeline: num_splits = 4
 PIPELINE_COMM_SMS = 16  # pipeline and bulk: num_sm = 16 with set_sm_margin
@@ -122,10 +123,27 @@ def _gathered_input(ops: tuple[Op, ...], index: int) -> bool:
     return before.collective is CollectiveKind.ALL_GATHER and not before.overlaps_next
 
 
-def fp8_cast_s(ops: tuple[Op, ...], index: int, hw: HardwareProfile, tp: GroupPlacement) -> float:
-    """The cast-transpose of a TE fprop input or dgrad grad-output before the FP8 GEMM at
-    `index` (0 for a wgrad, which reuses both casts): the GEMM's A operand [m, k], on the
-    local shard where it was all-gathered (TE gathers the FP8 tensor)."""
+def fp8_cast_bytes_per_element(hw: HardwareProfile, recipe: Fp8Recipe = Fp8Recipe.DELAYED) -> float:
+    """HBM bytes per element of TE's quantization of an activation or gradient: read bf16,
+    write the row-wise FP8 copy and, where one is needed, the column-wise (transposed) copy
+    the wgrad GEMM reads. Per-tensor recipes write it only on GPUs whose FP8 GEMMs take the
+    TN layout alone (TE pytorch/csrc/quantizer.cpp: create_transpose = columnwise_usage &&
+    !non_tn_fp8_gemm_supported(); the profile's `fp8_weight_transpose_copy`): 4 bytes on
+    Hopper, 3 on Blackwell. MXFP8 always writes both, since its scales run along the
+    reduction axis of each GEMM, plus one scale byte per 32 elements per copy."""
+    if recipe is Fp8Recipe.MXFP8:
+        return BF16_READ_BYTES + 2 * (FP8_COPY_BYTES + MXFP8_SCALE_BYTES / MXFP8_BLOCK_ELEMENTS)
+    copies = 2 if hw.compute.fp8_weight_transpose_copy else 1
+    return float(BF16_READ_BYTES + copies * FP8_COPY_BYTES)
+
+
+def fp8_cast_s(
+    ops: tuple[Op, ...], index: int, hw: HardwareProfile, tp: GroupPlacement,
+    recipe: Fp8Recipe = Fp8Recipe.DELAYED,
+) -> float:  # fmt: skip
+    """The cast of a TE fprop input or dgrad grad-output before the FP8 GEMM at `index` (0
+    for a wgrad, which reuses both casts): the GEMM's A operand [m, k], on the local shard
+    where it was all-gathered (TE gathers the FP8 tensor)."""
     op = ops[index]
     assert op.gemm is not None
     if op.name.endswith(".wgrad"):
@@ -133,12 +151,13 @@ def fp8_cast_s(ops: tuple[Op, ...], index: int, hw: HardwareProfile, tp: GroupPl
     elements = float(op.gemm.batch * op.gemm.m * op.gemm.k)
     if _gathered_input(ops, index):
         elements /= tp.num_ranks
-    return elementwise_time_s(FP8_CAST_BYTES_PER_ELEMENT * elements, hw)
+    return elementwise_time_s(fp8_cast_bytes_per_element(hw, recipe) * elements, hw)
 
 
 def _op_seconds(
-    ops: tuple[Op, ...], index: int, hw: HardwareProfile, tp: GroupPlacement, dtype: Dtype
-) -> float:
+    ops: tuple[Op, ...], index: int, hw: HardwareProfile, tp: GroupPlacement, dtype: Dtype,
+    recipe: Fp8Recipe = Fp8Recipe.DELAYED,
+) -> float:  # fmt: skip
     """`op_time_s` with FP8's changes: an all-gather feeding a TE GEMM moves 1-byte
     elements, and a TE fprop / dgrad GEMM includes its input's cast."""
     op = ops[index]
@@ -148,7 +167,7 @@ def _op_seconds(
         return collective_time_s(op.collective, op.message_bytes / dtype.num_bytes, tp, hw)
     seconds = op_time_s(op, hw, tp, dtype)
     if is_te_linear_gemm(op):
-        seconds += fp8_cast_s(ops, index, hw, tp)
+        seconds += fp8_cast_s(ops, index, hw, tp, recipe)
     return seconds
 
 
@@ -159,6 +178,7 @@ def price_ops(
     dtype: Dtype,
     cp: GroupPlacement = NO_CONTEXT_PARALLEL,
     tp_comm_overlap: bool = False,
+    fp8_recipe: Fp8Recipe = Fp8Recipe.DELAYED,
 ) -> OpsCost:
     """Sum op times in order. An op marked `overlaps_next` runs beside the next op: a share
     `tp_overlap_fraction` of the shorter of the two is hidden (1 = the pair costs the
@@ -166,9 +186,11 @@ def price_ops(
     A context-parallel ring (`Op.ring`) adds its attention to compute and the transfers it
     does not hide to comm, over the ring's placement `cp` (`costs.context_parallel`).
     With `tp_comm_overlap` the TE linears' collectives are priced as TE userbuffers
-    pipeline them (module docstring); the ring is priced the same way there."""
+    pipeline them (module docstring); the ring is priced the same way there. `fp8_recipe`
+    sets what the FP8 casts write (`fp8_cast_bytes_per_element`)."""
+    recipe = fp8_recipe
     if tp_comm_overlap:
-        return _price_ops_userbuffers(ops, hw, tp, dtype, cp)
+        return _price_ops_userbuffers(ops, hw, tp, dtype, cp, recipe)
     overlap = hw.network.tp_overlap_fraction
     compute_s = comm_s = 0.0
     pending_comm_s = 0.0
@@ -181,7 +203,7 @@ def price_ops(
             comm_s += pending_comm_s - overlap * min(pending_comm_s, seconds)
             pending_comm_s = 0.0
             continue
-        seconds = _op_seconds(ops, index, hw, tp, dtype)
+        seconds = _op_seconds(ops, index, hw, tp, dtype, recipe)
         if op.kind is OpKind.COLLECTIVE and op.overlaps_next:
             pending_comm_s += seconds
             continue
@@ -220,6 +242,7 @@ def _price_ops_userbuffers(
     tp: GroupPlacement,
     dtype: Dtype,
     cp: GroupPlacement = NO_CONTEXT_PARALLEL,
+    recipe: Fp8Recipe = Fp8Recipe.DELAYED,
 ) -> OpsCost:
     """`price_ops` with TE userbuffers (module docstring). The overlapped pair's time beyond
     its GEMM is exposed communication; ops outside the pairs are priced as usual, the
@@ -237,8 +260,8 @@ def _price_ops_userbuffers(
             continue
         after = ops[index + 1] if index + 1 < n else None
         if op.kind is OpKind.COLLECTIVE and after is not None and is_te_linear_gemm(after):
-            gather_or_comm_s = _op_seconds(ops, index, hw, tp, dtype)
-            gemm_s = _op_seconds(ops, index + 1, hw, tp, dtype)
+            gather_or_comm_s = _op_seconds(ops, index, hw, tp, dtype, recipe)
+            gemm_s = _op_seconds(ops, index + 1, hw, tp, dtype, recipe)
             if op.overlaps_next:  # bulk: the whole collective beside the whole GEMM
                 gemm_s = _sm_margin(gemm_s, hw, BULK_COMM_SMS)
                 pair_s = max(gemm_s, gather_or_comm_s)
@@ -255,7 +278,7 @@ def _price_ops_userbuffers(
             and after.collective is CollectiveKind.REDUCE_SCATTER
             and not after.overlaps_next
         ):
-            gemm_s = _sm_margin(_op_seconds(ops, index, hw, tp, dtype), hw, PIPELINE_COMM_SMS)
+            gemm_s = _sm_margin(_op_seconds(ops, index, hw, tp, dtype, recipe), hw, PIPELINE_COMM_SMS)
             scatter_s = PIPELINE_SPLITS * collective_time_s(
                 CollectiveKind.REDUCE_SCATTER, after.message_bytes / PIPELINE_SPLITS, tp, hw
             )
@@ -263,7 +286,7 @@ def _price_ops_userbuffers(
             comm_s += pipelined_s(gemm_s, scatter_s, PIPELINE_SPLITS) - gemm_s
             index += 2
             continue
-        seconds = _op_seconds(ops, index, hw, tp, dtype)
+        seconds = _op_seconds(ops, index, hw, tp, dtype, recipe)
         if op.kind is OpKind.COLLECTIVE:
             comm_s += seconds
         else:
@@ -298,9 +321,9 @@ def price_layer_ops(
     """One layer's (or the embedding's, or the output layer's) forward, backward and
     recompute, per microbatch."""
     return ChunkCost(
-        forward=price_ops(ops.forward, hw, tp, dtype, cp, tp_comm_overlap),
-        backward=price_ops(ops.backward, hw, tp, dtype, cp, tp_comm_overlap),
-        recompute=price_ops(ops.recompute, hw, tp, dtype, cp, tp_comm_overlap),
+        forward=price_ops(ops.forward, hw, tp, dtype, cp, tp_comm_overlap, ops.fp8_recipe),
+        backward=price_ops(ops.backward, hw, tp, dtype, cp, tp_comm_overlap, ops.fp8_recipe),
+        recompute=price_ops(ops.recompute, hw, tp, dtype, cp, tp_comm_overlap, ops.fp8_recipe),
     )
 
 

@@ -108,7 +108,7 @@ def context_parallel_layer_ops(ops: LayerOps, cfg: LayerConfig, cp: int) -> Laye
             replace(op, saved_bytes=op.saved_bytes + held) if op.name == "attn.flash" else op
             for op in forward
         )
-    return LayerOps(forward, convert(ops.backward), convert(ops.recompute))
+    return LayerOps(forward, convert(ops.backward), convert(ops.recompute), ops.fp8_recipe)
 
 
 def ring_held_bytes(cfg: LayerConfig) -> float:

@@ -42,9 +42,13 @@ LSE_BYTES = 4  # flash attention keeps the softmax log-sum-exp in fp32, one per 
 
 @dataclass(frozen=True, slots=True)
 class LayerOps:
+    """The ops of one layer (or the embedding, or the output layer) per microbatch, and,
+    for the TE linears' FP8 casts (`costs.chunk.fp8_cast_s`), the scaling recipe."""
+
     forward: tuple[Op, ...]
     backward: tuple[Op, ...]
     recompute: tuple[Op, ...]
+    fp8_recipe: Fp8Recipe = Fp8Recipe.DELAYED
 
     @property
     def saved_bytes(self) -> float:
@@ -61,11 +65,11 @@ def layer_ops(cfg: LayerConfig) -> LayerOps:
     ops = _layer_ops_16bit(cfg)
     if cfg.dtype is not Dtype.FP8:
         return ops
-    ops = LayerOps(fp8_saved_forward(ops.forward, cfg), ops.backward, ops.recompute)
+    forward, backward, recompute = fp8_saved_forward(ops.forward, cfg), ops.backward, ops.recompute
     if cfg.fp8_recipe is Fp8Recipe.TENSORWISE:
-        parts = (ops.forward, ops.backward, ops.recompute)
-        ops = LayerOps(*(current_scaling_ops(part, cfg) for part in parts))
-    return ops
+        forward, backward = current_scaling_ops(forward, cfg), current_scaling_ops(backward, cfg)
+        recompute = current_scaling_ops(recompute, cfg)
+    return LayerOps(forward, backward, recompute, cfg.fp8_recipe)
 
 
 def _layer_ops_16bit(cfg: LayerConfig) -> LayerOps:

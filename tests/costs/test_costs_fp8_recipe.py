@@ -5,12 +5,14 @@ import pytest
 import yaml
 
 from simcluster.config import ConfigError, parse_scenario
-from simcluster.config.choices import Dtype
+from simcluster.config.choices import Dtype, Fp8Recipe
 from simcluster.config.hardware import load_hardware
 from simcluster.config.scenario import require_hardware_fits
-from simcluster.costs.chunk import op_time_s, price_layer_ops
+from simcluster.costs.chunk import fp8_cast_bytes_per_element, op_time_s, price_layer_ops
+from simcluster.costs.compute import elementwise_time_s
 from simcluster.costs.network import GroupPlacement
 from simcluster.simulation import amax_group, run_simulation
+from simcluster.workload.fp8 import is_te_linear_gemm
 from simcluster.workload.layer import layer_ops
 from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.ops import OpKind
@@ -96,3 +98,40 @@ def test_recipe_errors_name_the_key_and_what_is_allowed():
         _scenario(dtype="bf16", fp8_recipe="tensorwise")
     with pytest.raises(ConfigError, match="'delayed', 'tensorwise' or 'mxfp8'"):
         _scenario(fp8_recipe="blockwise")
+
+
+def test_casts_write_the_transposed_copy_only_where_a_gemm_needs_it():
+    """TE writes the column-wise FP8 copy of a per-tensor-scaled activation only on GPUs
+    whose FP8 GEMMs take the TN layout alone (Hopper: read 2 + write 1 + 1 bytes; Blackwell:
+    2 + 1); MXFP8 writes both copies everywhere, each with a scale byte per 32 elements."""
+    b200 = load_hardware("b200-sxm-180gb")
+    assert fp8_cast_bytes_per_element(H100, Fp8Recipe.DELAYED) == 4
+    assert fp8_cast_bytes_per_element(H100, Fp8Recipe.TENSORWISE) == 4
+    assert fp8_cast_bytes_per_element(b200, Fp8Recipe.DELAYED) == 3
+    assert fp8_cast_bytes_per_element(b200, Fp8Recipe.TENSORWISE) == 3
+    assert fp8_cast_bytes_per_element(b200, Fp8Recipe.MXFP8) == 2 + 2 * (1 + 1 / 32)
+
+
+def test_mxfp8_layer_costs_its_wider_casts_and_nothing_else():
+    """On B200, MXFP8 minus delayed = the casts' extra bytes (same GEMMs, no amax work)."""
+    b200 = load_hardware("b200-sxm-180gb")
+    single = {**LAYER, "tp": 1, "sequence_parallel": False}
+    delayed = layer_ops(LayerConfig(**single))
+    mx = layer_ops(LayerConfig(**single, fp8_recipe="mxfp8"))
+    one = GroupPlacement(num_ranks=1, ranks_per_node=1)
+    for part in ("forward", "backward"):
+        ops = getattr(delayed, part)
+        assert [op.name for op in ops] == [op.name for op in getattr(mx, part)]
+        casts = [
+            op.gemm.m * op.gemm.k
+            for op in ops
+            if op.gemm is not None and is_te_linear_gemm(op) and not op.name.endswith(".wgrad")
+        ]
+        extra = sum(
+            elementwise_time_s(fp8_cast_bytes_per_element(b200, Fp8Recipe.MXFP8) * n, b200)
+            - elementwise_time_s(3 * n, b200)
+            for n in casts
+        )
+        before = getattr(price_layer_ops(delayed, b200, one, Dtype.FP8), part).compute_s
+        after = getattr(price_layer_ops(mx, b200, one, Dtype.FP8), part).compute_s
+        assert len(casts) == 4 and after - before == pytest.approx(extra)

@@ -7,8 +7,8 @@ from simcluster.config.choices import Dtype
 from simcluster.config.hardware import load_hardware
 from simcluster.config.scenario import require_hardware_fits
 from simcluster.costs.chunk import (
-    FP8_CAST_BYTES_PER_ELEMENT,
     fp8_amax_reduction_s,
+    fp8_cast_bytes_per_element,
     op_time_s,
     pipelined_s,
     price_ops,
@@ -95,7 +95,7 @@ def test_fp8_casts_the_local_shard_and_gathers_one_byte_elements():
         gemm("attn.qkv", GemmShape(m=tokens, n=3 * h // t, k=h)),
     )
     cost = price_ops(ops, H100, NODE, Dtype.FP8)
-    cast_s = elementwise_time_s(FP8_CAST_BYTES_PER_ELEMENT * tokens * h / t, H100)
+    cast_s = elementwise_time_s(fp8_cast_bytes_per_element(H100) * tokens * h / t, H100)
     assert cost.comm_s == pytest.approx(collective_time_s(CollectiveKind.ALL_GATHER, message / 2, NODE, H100))
     assert cost.compute_s == pytest.approx(fp8_gemm_time_s(ops[1].gemm, H100) + cast_s)
 
