@@ -2,7 +2,6 @@
 is priced op by op, and only delayed scaling reduces the amaxes once per pass."""
 
 import pytest
-import yaml
 
 from simcluster.config import ConfigError, parse_scenario
 from simcluster.config.choices import Dtype, Fp8Recipe
@@ -16,6 +15,7 @@ from simcluster.workload.fp8 import is_te_linear_gemm
 from simcluster.workload.layer import layer_ops
 from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.ops import OpKind
+from tests.modern_cases import llama3_8b
 
 H100 = load_hardware("h100-sxm5-80gb")
 TP2 = GroupPlacement(num_ranks=2, ranks_per_node=8)
@@ -45,27 +45,11 @@ def test_current_scaling_costs_exactly_its_added_ops(userbuffers):
         assert after.comm_s - before.comm_s == pytest.approx(reduces)
 
 
-LLAMA3_8B = {
-    "hardware": "h100-sxm5-80gb",
-    "model": {
-        "num_layers": 4, "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 8192,
-        "vocab_size": 128256, "ffn_hidden_size": 14336, "num_query_groups": 8, "activation": "swiglu",
-        "normalization": "rmsnorm", "position_embedding": "rope",
-        "untie_embeddings_and_output_weights": True, "hidden_dropout": 0.0, "attention_dropout": 0.0,
-    },
-    "parallel": {"tp": 2, "pp": 1, "dp": 4, "sequence_parallel": True},
-    "training": {
-        "micro_batch_size": 1, "global_batch_size": 16, "attention_backend": "flash", "dtype": "fp8",
-        "use_distributed_optimizer": True,
-    },
-}  # fmt: skip
-
-
 def _scenario(hardware="h100-sxm5-80gb", **training):
-    data = yaml.safe_load(yaml.safe_dump(LLAMA3_8B))
-    data["hardware"] = hardware
-    data["training"].update(training)
-    return parse_scenario(data, "recipe.yaml")
+    """Llama 3 8B, 4 layers, TP 2 with SP, FP8 with the distributed optimizer."""
+    training = {"dtype": "fp8", "use_distributed_optimizer": True, **training}
+    parallel = {"tp": 2, "dp": 4, "sequence_parallel": True}
+    return parse_scenario(llama3_8b(hardware, {"num_layers": 4}, parallel, training), "recipe.yaml")
 
 
 def test_only_delayed_scaling_reduces_amaxes_once_per_pass():

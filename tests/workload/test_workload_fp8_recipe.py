@@ -2,7 +2,6 @@
 scaling adds before each quantization and what MXFP8's scales add to memory."""
 
 import pytest
-import yaml
 
 from simcluster.config import parse_scenario
 from simcluster.config.choices import Fp8Recipe
@@ -11,6 +10,7 @@ from simcluster.workload.layer import layer_ops
 from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.model import build_workload
 from simcluster.workload.ops import CollectiveKind, OpKind
+from tests.modern_cases import llama3_8b
 
 LLAMA_LAYER = {
     "hidden_size": 512, "num_attention_heads": 8, "seq_length": 256, "micro_batch_size": 1,
@@ -96,25 +96,11 @@ def test_quantization_runs_before_the_collective_its_gemm_reads_or_overlaps():
         assert ops[names.index(gemm) - 2].name == f"{gemm}.fp8_scale"
 
 
-LLAMA3_8B = {
-    "hardware": "b200-sxm-180gb",
-    "model": {
-        "num_layers": 4, "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 8192,
-        "vocab_size": 128256, "ffn_hidden_size": 14336, "num_query_groups": 8, "activation": "swiglu",
-        "normalization": "rmsnorm", "position_embedding": "rope",
-        "untie_embeddings_and_output_weights": True, "hidden_dropout": 0.0, "attention_dropout": 0.0,
-    },
-    "parallel": {"tp": 1, "pp": 1, "dp": 8},
-    "training": {
-        "micro_batch_size": 1, "global_batch_size": 16, "attention_backend": "flash", "dtype": "fp8",
-    },
-}  # fmt: skip
 TE_WEIGHTS = 4 * 218_103_808  # 4 layers × h(q + 2k) + qh + 3hf
 
 
 def _stage(recipe, copies):
-    data = yaml.safe_load(yaml.safe_dump(LLAMA3_8B))
-    data["training"]["fp8_recipe"] = recipe
+    data = llama3_8b("b200-sxm-180gb", {"num_layers": 4}, training={"dtype": "fp8", "fp8_recipe": recipe})
     return build_workload(parse_scenario(data, "mx.yaml"), copies).stages[0]
 
 

@@ -11,18 +11,7 @@ from simcluster.simulation import run_simulation
 from simcluster.workload import flops
 from simcluster.workload.embedding import padded_vocab_size
 from simcluster.workload.model import build_workload, layer_config, layer_params_per_rank
-
-LLAMA3_8B = {
-    "hardware": "h100-sxm5-80gb",
-    "model": {
-        "num_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 8192,
-        "vocab_size": 128256, "ffn_hidden_size": 14336, "num_query_groups": 8, "activation": "swiglu",
-        "normalization": "rmsnorm", "position_embedding": "rope",
-        "untie_embeddings_and_output_weights": True, "hidden_dropout": 0.0, "attention_dropout": 0.0,
-    },
-    "parallel": {"tp": 1, "pp": 1, "dp": 8},
-    "training": {"micro_batch_size": 1, "global_batch_size": 16, "attention_backend": "flash"},
-}
+from tests.modern_cases import LLAMA3_8B
 
 
 def _scenario(**parallel):
