@@ -10,8 +10,10 @@ with low arithmetic intensity (attention's K = head_dim) fall to the memory roof
 A calibrated profile may list measured GEMMs (`gemm_points`, `simcluster calibrate`); then
     t = launch + FLOPs / rate,   log rate = Σ w_i log(rate_i · e_wave(shape) / e_wave(shape_i))
 over the few nearest measured shapes i in log(M, N, K, batch), w_i ∝ 1 / distance² (an
-exact match is its own rate). The measured rates already contain the memory roofline and
-the device's kernels for those shapes, so no roofline term is added.
+exact match is its own rate). A measured shape's rate already contains the memory roofline
+and the device's kernels for it, so it stands as measured; a shape between or beyond the
+points also keeps the memory roofline, since rates blended from compute-bound points say
+nothing of a skinny GEMM's bytes.
 
 Memory-bound kernels: t = launch + bytes / (HBM · e_mem), or, with measured
 `elementwise_points`, the achieved bandwidth interpolated in log(bytes). A calibrated
@@ -64,12 +66,16 @@ def gemm_efficiency(shape: GemmShape, hw: HardwareProfile) -> float:
 
 
 def gemm_time_s(shape: GemmShape, hw: HardwareProfile, dtype: Dtype = Dtype.BF16) -> float:
-    if hw.compute.gemm_points:
-        return hw.kernel_launch_s + shape.flops / measured_gemm_flop_per_s(shape, hw, dtype)
-    compute_s = shape.flops / (hw.peak_flop_per_s(dtype) * gemm_efficiency(shape, hw))
     memory_s = shape.bytes_moved(dtype.num_bytes) / achieved_bandwidth_bytes_per_s(
         shape.bytes_moved(dtype.num_bytes), hw
     )
+    if hw.compute.gemm_points:
+        compute_s = shape.flops / measured_gemm_flop_per_s(shape, hw, dtype)
+        size = (shape.m, shape.n, shape.k, shape.batch)
+        if any((p.m, p.n, p.k, p.batch) == size for p in hw.compute.gemm_points):
+            return hw.kernel_launch_s + compute_s
+        return hw.kernel_launch_s + max(compute_s, memory_s)
+    compute_s = shape.flops / (hw.peak_flop_per_s(dtype) * gemm_efficiency(shape, hw))
     return hw.kernel_launch_s + max(compute_s, memory_s)
 
 

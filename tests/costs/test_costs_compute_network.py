@@ -101,3 +101,22 @@ def test_overlapped_collective_hides_behind_the_next_gemm():
         max(comm, compute - elementwise_time_s(1e6, A100)) + elementwise_time_s(1e6, A100)
     )
     assert serial.total_s == pytest.approx(comm + compute)
+
+
+def test_measured_gemm_points_stand_at_their_shapes_and_keep_the_roofline_elsewhere():
+    """With `gemm_points`, a measured shape costs launch + FLOPs / its rate, as measured; a
+    shape the points only bracket (a skinny attention BMM, K = 128, blended from square
+    compute-bound points) can not run faster than its bytes allow."""
+    from simcluster.config.hardware import GemmPoint
+
+    points = [GemmPoint(m=n, n=n, k=n, tflop_per_s=250.0) for n in (2048, 4096, 8192)]
+    hw = A100.model_copy(update={"compute": A100.compute.model_copy(update={"gemm_points": points})})
+    square = GemmShape(m=4096, n=4096, k=4096)
+    assert gemm_time_s(square, hw) == pytest.approx(hw.kernel_launch_s + square.flops / 250e12)
+    skinny = GemmShape(m=2048, n=2048, k=128, batch=96)
+    from simcluster.costs.compute import achieved_bandwidth_bytes_per_s
+
+    bytes_moved = skinny.bytes_moved(2)
+    roofline_s = bytes_moved / achieved_bandwidth_bytes_per_s(bytes_moved, hw)
+    assert gemm_time_s(skinny, hw) >= hw.kernel_launch_s + roofline_s * (1 - 1e-9)
+    assert gemm_time_s(skinny, hw) > hw.kernel_launch_s + skinny.flops / 250e12
