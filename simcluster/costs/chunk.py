@@ -45,13 +45,12 @@ from simcluster.costs.compute import (
 from simcluster.costs.context_parallel import ring_attention_cost_s
 from simcluster.costs.network import GroupPlacement, collective_time_s
 from simcluster.units import us_to_s
-from simcluster.workload.fp8 import MXFP8_BLOCK_ELEMENTS, MXFP8_SCALE_BYTES, is_te_linear_gemm
+from simcluster.workload.fp8 import fp8_bytes_per_element, fp8_copies, gathered_input, is_te_linear_gemm
 from simcluster.workload.layer import LayerOps
 from simcluster.workload.model import ChunkWork
 from simcluster.workload.ops import CollectiveKind, Op, OpKind
 
 BF16_READ_BYTES = 2
-FP8_COPY_BYTES = 1
 RING_EXCHANGE_SPLITS_PER_RANK = 1  # ring_exchange: num_splits = tp_size
 PIPELINE_SPLITS = 4  # pipeline: num_splits = 4
 PIPELINE_COMM_SMS = 16  # pipeline and bulk: num_sm = 16 with set_sm_margin
@@ -115,14 +114,6 @@ def _feeds_te_gemm(ops: tuple[Op, ...], index: int) -> bool:
     return index + 1 < len(ops) and is_te_linear_gemm(ops[index + 1])
 
 
-def _gathered_input(ops: tuple[Op, ...], index: int) -> bool:
-    """The GEMM at `index` reads the output of the (blocking) all-gather just before it."""
-    if index == 0:
-        return False
-    before = ops[index - 1]
-    return before.collective is CollectiveKind.ALL_GATHER and not before.overlaps_next
-
-
 def fp8_cast_bytes_per_element(hw: HardwareProfile, recipe: Fp8Recipe = Fp8Recipe.DELAYED) -> float:
     """HBM bytes per element of TE's quantization of an activation or gradient: read bf16,
     write the row-wise FP8 copy and, where one is needed, the column-wise (transposed) copy
@@ -131,10 +122,7 @@ def fp8_cast_bytes_per_element(hw: HardwareProfile, recipe: Fp8Recipe = Fp8Recip
     !non_tn_fp8_gemm_supported(); the profile's `fp8_weight_transpose_copy`): 4 bytes on
     Hopper, 3 on Blackwell. MXFP8 always writes both, since its scales run along the
     reduction axis of each GEMM, plus one scale byte per 32 elements per copy."""
-    if recipe is Fp8Recipe.MXFP8:
-        return BF16_READ_BYTES + 2 * (FP8_COPY_BYTES + MXFP8_SCALE_BYTES / MXFP8_BLOCK_ELEMENTS)
-    copies = 2 if hw.compute.fp8_weight_transpose_copy else 1
-    return float(BF16_READ_BYTES + copies * FP8_COPY_BYTES)
+    return BF16_READ_BYTES + fp8_copies(recipe, hw.fp8_weight_copies) * fp8_bytes_per_element(recipe)
 
 
 def fp8_cast_s(
@@ -149,7 +137,7 @@ def fp8_cast_s(
     if op.name.endswith(".wgrad"):
         return 0.0
     elements = float(op.gemm.batch * op.gemm.m * op.gemm.k)
-    if _gathered_input(ops, index):
+    if gathered_input(ops, index):
         elements /= tp.num_ranks
     return elementwise_time_s(fp8_cast_bytes_per_element(hw, recipe) * elements, hw)
 
@@ -188,9 +176,8 @@ def price_ops(
     With `tp_comm_overlap` the TE linears' collectives are priced as TE userbuffers
     pipeline them (module docstring); the ring is priced the same way there. `fp8_recipe`
     sets what the FP8 casts write (`fp8_cast_bytes_per_element`)."""
-    recipe = fp8_recipe
     if tp_comm_overlap:
-        return _price_ops_userbuffers(ops, hw, tp, dtype, cp, recipe)
+        return _price_ops_userbuffers(ops, hw, tp, dtype, cp, fp8_recipe)
     overlap = hw.network.tp_overlap_fraction
     compute_s = comm_s = 0.0
     pending_comm_s = 0.0
@@ -203,7 +190,7 @@ def price_ops(
             comm_s += pending_comm_s - overlap * min(pending_comm_s, seconds)
             pending_comm_s = 0.0
             continue
-        seconds = _op_seconds(ops, index, hw, tp, dtype, recipe)
+        seconds = _op_seconds(ops, index, hw, tp, dtype, fp8_recipe)
         if op.kind is OpKind.COLLECTIVE and op.overlaps_next:
             pending_comm_s += seconds
             continue

@@ -39,17 +39,24 @@ MXFP8_SCALE_BYTES = 1
 reduction axis one E8M0 scale byte (TE `MXFP8Quantizer`, OCP MX spec)."""
 
 
-def fp8_bytes_per_element(cfg: LayerConfig) -> float:
+def fp8_bytes_per_element(recipe: Fp8Recipe) -> float:
     """Bytes of one element of an FP8 tensor copy, its scales included: 1, or 1 + 1/32 under
-    MXFP8 (a per-tensor scale is a single float). Saved activations and the FP8 weight copies
-    TE caches (cast once per step, on the first microbatch, unless --fp8-param-gather makes
-    the FP8 copy the parameter) are such copies. How many weight copies (row-wise, plus the
-    column-wise transposed one where FP8 GEMMs need the TN layout: TE `Linear` sets the
-    weight quantizer's usage to rowwise and columnwise while training) is the hardware's
-    `fp8_weight_copies`, or 2 under MXFP8 (`workload.model.build_workload`)."""
-    if cfg.fp8_recipe is Fp8Recipe.MXFP8:
+    MXFP8 (a per-tensor scale is a single float). Saved activations, the casts' outputs
+    (`costs.chunk.fp8_cast_bytes_per_element`) and the FP8 weight copies TE caches (cast once
+    per step, on the first microbatch, unless --fp8-param-gather makes the FP8 copy the
+    parameter) are such copies."""
+    if recipe is Fp8Recipe.MXFP8:
         return FP8_SAVED_BYTES_PER_ELEMENT + MXFP8_SCALE_BYTES / MXFP8_BLOCK_ELEMENTS
     return float(FP8_SAVED_BYTES_PER_ELEMENT)
+
+
+def fp8_copies(recipe: Fp8Recipe, hardware_copies: int) -> int:
+    """FP8 copies of a tensor whose GEMMs read it both row-wise and column-wise (a weight, or
+    an activation that also feeds a wgrad): the hardware's `fp8_weight_copies` (2 where FP8
+    GEMMs take only the TN layout, so TE keeps a transposed copy; TE `Linear` sets the
+    quantizer's usage to rowwise and columnwise while training), but always 2 under MXFP8,
+    whose scales run along each GEMM's reduction axis."""
+    return 2 if recipe is Fp8Recipe.MXFP8 else hardware_copies
 
 
 def fp8_saved_forward(forward: tuple[Op, ...], cfg: LayerConfig) -> tuple[Op, ...]:
@@ -63,7 +70,7 @@ def fp8_saved_forward(forward: tuple[Op, ...], cfg: LayerConfig) -> tuple[Op, ..
     bf16. Full recompute keeps only the (bf16) layer input: unchanged."""
     if cfg.recompute is Recompute.FULL:
         return forward
-    e, fp8 = cfg.element_bytes, fp8_bytes_per_element(cfg)
+    e, fp8 = cfg.element_bytes, fp8_bytes_per_element(cfg.fp8_recipe)
     out = []
     for op in forward:
         if op.gemm is not None and op.name in ("attn.qkv", "mlp.fc1", "mlp.fc2"):
@@ -83,8 +90,9 @@ NORM_FED_FPROPS = frozenset({"attn.qkv", "mlp.fc1"})
 """The LayerNormLinear fprops: their norm kernel computes the amax of its output."""
 
 
-def _gathered_input(ops: tuple[Op, ...], index: int) -> bool:
-    """The op at `index` reads the output of the blocking all-gather just before it."""
+def gathered_input(ops: tuple[Op, ...], index: int) -> bool:
+    """The op at `index` (a GEMM) reads the output of the blocking all-gather just before it
+    (so TE quantized the local shard: `current_scaling_ops`, `costs.chunk.fp8_cast_s`)."""
     before = ops[index - 1] if index else None
     return before is not None and before.collective is CollectiveKind.ALL_GATHER and not before.overlaps_next
 
@@ -108,7 +116,7 @@ def current_scaling_ops(ops: tuple[Op, ...], cfg: LayerConfig) -> tuple[Op, ...]
     out: list[Op] = []
     for index, op in enumerate(ops):
         if is_te_linear_gemm(op) and op.gemm is not None and not op.name.endswith(".wgrad"):
-            gathered = _gathered_input(ops, index)
+            gathered = gathered_input(ops, index)
             elements = float(op.gemm.batch * op.gemm.m * op.gemm.k) / (cfg.tp if gathered else 1)
             quantize: list[Op] = []
             if op.name not in NORM_FED_FPROPS:

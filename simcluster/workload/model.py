@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from simcluster.config.choices import Dtype, Fp8Recipe, Normalization, PositionEmbedding, Recompute
+from simcluster.config.choices import Dtype, Normalization, PositionEmbedding, Recompute
 from simcluster.config.pipeline_split import PipelineSplit
 from simcluster.config.scenario import Scenario
 from simcluster.workload import memory
 from simcluster.workload.context_parallel import context_parallel_layer_ops
 from simcluster.workload.embedding import embedding_ops, output_ops, padded_vocab_size
-from simcluster.workload.fp8 import fp8_bytes_per_element, te_linear_weight_params
+from simcluster.workload.fp8 import fp8_bytes_per_element, fp8_copies, te_linear_weight_params
 from simcluster.workload.layer import LayerOps, layer_ops
 from simcluster.workload.layer_config import LayerConfig
 
@@ -212,10 +212,8 @@ def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
         gather_bytes = BF16_BYTES * params
         if cfg.dtype is Dtype.FP8:
             te_params = sum(chunk.num_layers for chunk in chunks) * te_linear_weight_params(layer.forward)
-            # MXFP8 scales run along the GEMM's reduction axis, so W and Wᵀ are two quantized
-            # copies on every GPU (TE `MXFP8Quantizer` row-wise and column-wise usage)
-            copies = 2 if cfg.fp8_recipe is Fp8Recipe.MXFP8 else fp8_weight_copies
-            per_copy = fp8_bytes_per_element(cfg)
+            copies = fp8_copies(cfg.fp8_recipe, fp8_weight_copies)
+            per_copy = fp8_bytes_per_element(cfg.fp8_recipe)
             fp8_copy = per_copy * te_params
             if scenario.training.fp8_param_gather:
                 # the FP8 parameter replaces the bf16 one; parameters are all-gathered in FP8, and
