@@ -7,21 +7,12 @@ import pytest
 from simcluster.config import ConfigError, load_hardware, parse_scenario
 from simcluster.config.scenario import MAX_SIMULATED_TASKS
 from simcluster.simulation import run_simulation
+from tests.config.scenario_cases import with_changes
 
 
 def _scenario(global_batch_size: int, pp: int = 4, vpp: int = 2):
-    data = {
-        "hardware": "a100-sxm4-80gb",
-        "model": {
-            "num_layers": 8,
-            "hidden_size": 256,
-            "num_attention_heads": 8,
-            "seq_length": 128,
-            "vocab_size": 1024,
-        },
-        "parallel": {"tp": 1, "pp": pp, "vpp": vpp},
-        "training": {"micro_batch_size": 1, "global_batch_size": global_batch_size},
-    }
+    data = with_changes("parallel", tp=1, pp=pp, vpp=vpp)
+    data["training"]["global_batch_size"] = global_batch_size
     return parse_scenario(data, "big.yaml")
 
 
