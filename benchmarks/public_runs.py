@@ -18,6 +18,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -63,12 +64,16 @@ def family(hardware: str) -> str:
     return "H100" if hardware.startswith("h100") else "Blackwell"
 
 
-def rows() -> list[dict[str, object]]:
+def rows() -> list[dict[str, Any]]:
     out = []
     for run in PUBLISHED:
         scenario, hw = load_scenario_and_hardware(RUNS / f"{run.file}.yaml")
         tokens = scenario.training.global_batch_size * scenario.model.seq_length
-        published = run.step_s or tokens / (run.tokens_per_s_per_gpu * scenario.num_gpus)
+        if run.step_s is not None:
+            published = run.step_s
+        else:
+            assert run.tokens_per_s_per_gpu is not None
+            published = tokens / (run.tokens_per_s_per_gpu * scenario.num_gpus)
         result = run_simulation(scenario, hw, steady_state=True).result
         predicted = result.iteration_time_s
         out.append({
@@ -80,10 +85,10 @@ def rows() -> list[dict[str, object]]:
     return out
 
 
-def summary(table: list[dict[str, object]]) -> dict[str, dict[str, float]]:
+def summary(table: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     by_family: dict[str, list[float]] = {}
     for row in table:
-        by_family.setdefault(family(str(row["hardware"])), []).append(float(str(row["error_pct"])))
+        by_family.setdefault(family(row["hardware"]), []).append(float(row["error_pct"]))
     return {
         name: {
             "runs": len(errors),
@@ -105,7 +110,7 @@ def main() -> None:
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
-    payload = {"commit": commit, "runs": table, "summary": summary(table)}
+    payload: dict[str, Any] = {"commit": commit, "runs": table, "summary": summary(table)}
     if not args.no_save:
         RESULTS.write_text(json.dumps(payload, indent=2) + "\n")
     if args.json:
