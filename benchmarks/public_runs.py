@@ -57,6 +57,28 @@ PUBLISHED = (
     Published("bridge25.11-llama3-8b-gb200-fp8cs", "Megatron-Bridge 25.11", 31508),
     Published("bridge25.11-llama3-8b-gb200-mxfp8", "Megatron-Bridge 25.11", 29789),
     Published("bridge25.11-llama3.1-405b-gb200-fp8cs", "Megatron-Bridge 25.11", 813),
+    # Same layouts published again by other releases or by NVIDIA/dgxc-benchmarking (the file
+    # header names the first source; these rows name theirs).
+    Published("nemo24.12-llama3-8b-h100-fp8", "dgxc-benchmarking 24.12 (8f5cbb37)", step_s=9.44),
+    Published("nemo24.12-llama3-70b-h100-fp8", "dgxc-benchmarking 24.12 (8f5cbb37)", step_s=10.46),
+    Published("nemo24.12-nemotron4-340b-h100-fp8", "dgxc-benchmarking 24.11 (35a9aecc)", step_s=3.16),
+    Published("bridge25.11-llama3-70b-h100-fp8cs", "Megatron-Bridge 25.09", 1619),
+    Published("bridge25.11-llama3.1-405b-h100-fp8cs", "Megatron-Bridge 25.09", 302),
+    Published("bridge26.02-llama3-70b-h100-fp8", "Megatron-Bridge 26.04", 1633),
+    Published("bridge26.02-llama3.1-405b-h100-fp8", "Megatron-Bridge 26.06", 326),
+    # H100 BF16 and FP8 pairs of one layout, and CP-1 Llama 2 rows.
+    Published("dgxc24.12-llama3.1-8b-h100-bf16", "dgxc-benchmarking 24.12 (8f5cbb37)", step_s=12.78),
+    Published("dgxc24.12-llama3.1-70b-h100-bf16", "dgxc-benchmarking 24.12 (8f5cbb37)", step_s=14.61),
+    Published("dgxc24.12-llama3.1-405b-h100-bf16", "dgxc-benchmarking 24.12 (8f5cbb37)", step_s=17.50),
+    Published("dgxc24.12-llama3.1-405b-h100-fp8", "dgxc-benchmarking 24.12 (8f5cbb37)", step_s=11.00),
+    Published("dgxc24.11-gpt3-175b-h100-bf16", "dgxc-benchmarking 24.11 (35a9aecc)", step_s=8.91),
+    Published("dgxc24.11-gpt3-175b-h100-fp8", "dgxc-benchmarking 24.11 (35a9aecc)", step_s=5.92),
+    Published("dgxc24.11-nemotron4-340b-h100-bf16", "dgxc-benchmarking 24.11 (35a9aecc)", step_s=4.61),
+    Published("dgxc25.04-nemotron4-15b-h100-bf16", "dgxc-benchmarking 25.04 (1f6d9f40)", step_s=2.746),
+    Published("dgxc25.04-nemotron4-15b-h100-fp8", "dgxc-benchmarking 25.04 (1f6d9f40)", step_s=1.988),
+    Published("nemo24.09-llama2-7b-h100-fp8", "NeMo 24.09 summary", 16934),
+    Published("nemo24.09-llama2-13b-h100-fp8", "NeMo 24.09 summary", 8715),
+    Published("nemo24.09-llama2-70b-h100-fp8", "NeMo 24.09 summary", 1728),
 )
 
 
@@ -78,6 +100,7 @@ def rows() -> list[dict[str, Any]]:
         predicted = result.iteration_time_s
         out.append({
             "file": run.file, "source": run.source, "hardware": hw.name, "gpus": scenario.num_gpus,
+            "dtype": scenario.training.dtype.value, "cp": scenario.parallel.cp,
             "published_step_s": round(published, 4), "predicted_step_s": round(predicted, 4),
             "error_pct": round(100 * (predicted - published) / published, 2),
             "fits_in_memory": result.fits_in_memory,
@@ -85,10 +108,12 @@ def rows() -> list[dict[str, Any]]:
     return out
 
 
-def summary(table: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+def summary(table: list[dict[str, Any]], by: str = "family") -> dict[str, dict[str, float]]:
+    """Error statistics per GPU family; `by="dtype"` or `"cp"` splits each family further."""
     by_family: dict[str, list[float]] = {}
     for row in table:
-        by_family.setdefault(family(row["hardware"]), []).append(float(row["error_pct"]))
+        name = family(row["hardware"]) if by == "family" else f"{family(row['hardware'])} {by} {row[by]}"
+        by_family.setdefault(name, []).append(float(row["error_pct"]))
     return {
         name: {
             "runs": len(errors),
@@ -110,20 +135,29 @@ def main() -> None:
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
-    payload: dict[str, Any] = {"commit": commit, "runs": table, "summary": summary(table)}
+    payload: dict[str, Any] = {
+        "commit": commit,
+        "runs": table,
+        "summary": summary(table),
+        "by_dtype": summary(table, by="dtype"),
+        "by_cp": summary(table, by="cp"),
+    }
     if not args.no_save:
         RESULTS.write_text(json.dumps(payload, indent=2) + "\n")
     if args.json:
         print(json.dumps(payload, indent=2))
         return
-    print(f"{'run':40s} {'GPUs':>6s} {'published s':>12s} {'predicted s':>12s} {'error':>8s}  fits")
+    print(
+        f"{'run':40s} {'published by':36s} {'GPUs':>6s} {'published s':>12s} {'predicted s':>12s} "
+        f"{'error':>8s}  fits"
+    )
     for row in table:
         fits = "yes" if row["fits_in_memory"] else "NO"
         print(
-            f"{row['file']:40s} {row['gpus']:6d} {row['published_step_s']:12.3f} "
+            f"{row['file']:40s} {row['source']:36s} {row['gpus']:6d} {row['published_step_s']:12.3f} "
             f"{row['predicted_step_s']:12.3f} {row['error_pct']:+7.1f}%  {fits}"
         )
-    for name, stats in payload["summary"].items():
+    for name, stats in [*payload["summary"].items(), *payload["by_dtype"].items(), *payload["by_cp"].items()]:
         print(
             f"{name}: mean |error| {stats['mean_abs_error_pct']:.1f} % over {stats['runs']} runs "
             f"(mean signed {stats['mean_error_pct']:+.1f} %)"

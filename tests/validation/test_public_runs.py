@@ -19,9 +19,10 @@ SPEC.loader.exec_module(public_runs)
 
 
 def test_every_published_figure_has_its_file_and_every_file_a_figure():
+    """A layout published by several sources is one file with one figure per source."""
     files = {path.stem for path in (ROOT / "benchmarks" / "public_runs").glob("*.yaml")}
-    named = [run.file for run in public_runs.PUBLISHED]
-    assert len(named) == len(set(named)) and set(named) == files
+    named = [(run.file, run.source) for run in public_runs.PUBLISHED]
+    assert len(named) == len(set(named)) and {file for file, _ in named} == files
     for run in public_runs.PUBLISHED:
         assert (run.tokens_per_s_per_gpu is None) != (run.step_s is None), run.file
         scenario, _ = load_scenario_and_hardware(ROOT / "benchmarks" / "public_runs" / f"{run.file}.yaml")
@@ -31,12 +32,18 @@ def test_every_published_figure_has_its_file_and_every_file_a_figure():
 def test_rows_convert_throughput_to_step_time_and_run_every_file():
     """NeMo's tokens/s/GPU = GBS · seq / (step · GPUs): the Llama 3 8B NeMo 24.12 row (GBS 128,
     seq 8192, 8 GPUs, 12,273 tokens/s/GPU) is a 10.680 s step."""
-    rows = {row["file"]: row for row in public_runs.rows()}
+    rows = {(row["file"], row["source"]): row for row in public_runs.rows()}
     assert len(rows) == len(public_runs.PUBLISHED)
-    assert rows["nemo24.12-llama3-8b-h100-fp8"]["published_step_s"] == pytest.approx(
+    assert rows["nemo24.12-llama3-8b-h100-fp8", "NeMo 24.12 summary"]["published_step_s"] == pytest.approx(
         128 * 8192 / (12273 * 8), abs=1e-4
     )
-    assert rows["dgxc-llama3.1-405b-gb200-bf16"]["published_step_s"] == 9.479
+    nemo = rows["nemo24.12-llama3-8b-h100-fp8", "NeMo 24.12 summary"]
+    same_file = rows["nemo24.12-llama3-8b-h100-fp8", "dgxc-benchmarking 24.12 (8f5cbb37)"]
+    assert same_file["published_step_s"] == 9.44
+    assert same_file["predicted_step_s"] == nemo["predicted_step_s"]
+    assert rows["dgxc-llama3.1-405b-gb200-bf16", "dgxc-benchmarking example"]["published_step_s"] == 9.479
+    bf16 = rows["dgxc24.12-llama3.1-8b-h100-bf16", "dgxc-benchmarking 24.12 (8f5cbb37)"]
+    assert (bf16["dtype"], bf16["cp"], same_file["dtype"]) == ("bf16", 2, "fp8")
     for row in rows.values():
         assert row["predicted_step_s"] > 0
         expected = 100 * (row["predicted_step_s"] - row["published_step_s"]) / row["published_step_s"]
@@ -52,4 +59,21 @@ def test_summary_groups_by_gpu_family():
     assert public_runs.summary(table) == {
         "H100": {"runs": 2, "mean_abs_error_pct": 7.0, "mean_error_pct": -3.0},
         "Blackwell": {"runs": 1, "mean_abs_error_pct": 20.0, "mean_error_pct": -20.0},
+    }
+
+
+def test_summary_splits_each_family_by_dtype_or_cp():
+    table = [
+        {"hardware": "h100-sxm5-80gb", "dtype": "bf16", "cp": 2, "error_pct": -10.0},
+        {"hardware": "h100-sxm5-80gb", "dtype": "fp8", "cp": 2, "error_pct": 4.0},
+        {"hardware": "gb200-nvl72", "dtype": "fp8", "cp": 1, "error_pct": -20.0},
+    ]
+    assert public_runs.summary(table, by="dtype") == {
+        "H100 dtype bf16": {"runs": 1, "mean_abs_error_pct": 10.0, "mean_error_pct": -10.0},
+        "H100 dtype fp8": {"runs": 1, "mean_abs_error_pct": 4.0, "mean_error_pct": 4.0},
+        "Blackwell dtype fp8": {"runs": 1, "mean_abs_error_pct": 20.0, "mean_error_pct": -20.0},
+    }
+    assert public_runs.summary(table, by="cp") == {
+        "H100 cp 2": {"runs": 2, "mean_abs_error_pct": 7.0, "mean_error_pct": -3.0},
+        "Blackwell cp 1": {"runs": 1, "mean_abs_error_pct": 20.0, "mean_error_pct": -20.0},
     }
