@@ -29,3 +29,13 @@ def llama3_8b(
     for section, update in (("model", model), ("parallel", parallel), ("training", training)):
         data[section].update(update or {})
     return data
+
+
+# One rank's Llama 3 8B layer on 4,096 tokens (a CP-2 rank of the 8k sequence) with flash
+# attention, as `workload.layer_config.LayerConfig` keywords; tests add dtype, tp, recipe.
+LLAMA3_8B_LAYER: dict[str, Any] = {
+    "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 4096, "micro_batch_size": 1,
+    "ffn_hidden_size": 14336, "num_query_groups": 8, "activation": "swiglu", "normalization": "rmsnorm",
+    "position_embedding": "rope", "attention_backend": "flash", "hidden_dropout": 0.0,
+    "attention_dropout": 0.0,
+}  # fmt: skip

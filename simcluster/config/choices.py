@@ -71,6 +71,18 @@ class AttentionBackend(str, enum.Enum):
     FLASH = "flash"
 
 
+class AttentionKernel(str, enum.Enum):
+    """Which fused-attention kernels run `attention_backend: flash` (modern.md §2): auto is
+    the kernel Transformer Engine's DotProductAttention picks by default (cuDNN fused
+    attention on Hopper and later, priced by the profile's `compute.flash_attention_*`);
+    flash_attn_2 is Dao's FlashAttention-2, which TE runs when its cuDNN backend is turned
+    off (`NVTE_FUSED_ATTN=0`) and flash-attn 2 is what is installed (priced by the profile's
+    `compute.flash_attn_2`). Same saved tensors either way: only the rate differs."""
+
+    AUTO = "auto"
+    FLASH_ATTN_2 = "flash_attn_2"
+
+
 class Fp8Recipe(str, enum.Enum):
     """How Transformer Engine scales FP8 tensors (Megatron `--fp8-recipe`, modern.md §3.7):
     delayed (Megatron's default: the scale from earlier steps' amax history, one amax

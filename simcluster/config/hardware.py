@@ -122,6 +122,31 @@ class GemmPoint(StrictModel):
     tflop_per_s: float = Field(gt=0)
 
 
+class AttentionRates(_Section):
+    """Achieved rates of one family of fused-attention kernels (head dim 128, BF16), FLOPs
+    counted as flash-attention's benchmarks count them (modern.md §2): the same three tables
+    as `compute.flash_attention_*`, for kernels other than the profile's default ones."""
+
+    fwd_tflop_per_s: list[tuple[float, float]] = Field(
+        description="(sequence length, achieved TFLOP/s) of the forward, not causal"
+    )
+    bwd_tflop_per_s: list[tuple[float, float]] = Field(
+        description="(sequence length, achieved TFLOP/s) of the backward, not causal, FLOPs = 2.5 × forward"
+    )
+    causal_efficiency: list[tuple[float, float]] = Field(
+        description="(sequence length, causal TFLOP/s over non-causal TFLOP/s) at the same length"
+    )
+
+    @model_validator(mode="after")
+    def _causal_is_a_fraction(self) -> AttentionRates:
+        if any(ratio > 1 for _, ratio in self.causal_efficiency):
+            raise ValueError(
+                f"causal_efficiency: value {shorten(self.causal_efficiency)}: a causal kernel is at "
+                "most as fast as the non-causal one (ratio <= 1)"
+            )
+        return self
+
+
 class GpuSpec(_Section):
     name: str
     peak_bf16_tflop_per_s: float = Field(gt=0)
@@ -212,6 +237,11 @@ class ComputeModel(_Section):
         default=None,
         description="(sequence length, causal TFLOP/s over non-causal TFLOP/s) at the same "
         "length: a causal kernel does half the FLOPs but not at the same rate",
+    )
+    flash_attn_2: AttentionRates | None = Field(
+        default=None,
+        description="Dao's FlashAttention-2 kernels' rates (scenario `training.attention_kernel: "
+        "flash_attn_2`); absent = that kernel cannot be priced on this profile",
     )
 
 

@@ -8,6 +8,7 @@ import shlex
 from simcluster.config.choices import (
     Activation,
     AttentionBackend,
+    AttentionKernel,
     Dtype,
     Fp8Recipe,
     Normalization,
@@ -16,7 +17,13 @@ from simcluster.config.choices import (
     ScheduleKind,
 )
 from simcluster.config.errors import ConfigError
-from simcluster.config.megatron_flags import DEFAULT_VOCAB_DIVISOR, MODEL_FLOATS, MODEL_INTS, SOURCE
+from simcluster.config.megatron_flags import (
+    DEFAULT_VOCAB_DIVISOR,
+    FUSED_ATTENTION_OFF,
+    MODEL_FLOATS,
+    MODEL_INTS,
+    SOURCE,
+)
 from simcluster.config.scenario import Scenario
 
 
@@ -135,7 +142,10 @@ def to_megatron_args(scenario: Scenario, gpus_per_node: int | None = None) -> st
         raise ConfigError(SOURCE, ["training.schedule: value 'gpipe': Megatron-LM has no GPipe schedule"])
     world = scenario.num_gpus
     per_node = gpus_per_node if gpus_per_node and world % gpus_per_node == 0 else world
+    flash_attn_2 = scenario.training.attention_kernel is AttentionKernel.FLASH_ATTN_2
+    environment = [FUSED_ATTENTION_OFF] if flash_attn_2 else []
     flags = [
+        *environment,
         "torchrun",
         "--nnodes",
         str(world // per_node),

@@ -12,6 +12,7 @@ from simcluster.config.megatron_cmdline import FlagReader
 from simcluster.config.megatron_flags import (
     DEFAULT_VOCAB_DIVISOR,
     DEFAULT_VOCAB_SIZE,
+    FUSED_ATTENTION_OFF,
     MODEL_FLOATS,
     MODEL_INTS,
 )
@@ -227,6 +228,22 @@ def _attention_backend(read: FlagReader, notes: list[str]) -> str:
             "Megatron-core's default, auto, runs a fused kernel: pass --attention-backend flash"
         )
     return backend or "unfused"
+
+
+def read_environment(launcher: list[str], training: dict[str, Any], notes: list[str]) -> None:
+    """Environment assignments before the launcher that change what is priced: with
+    `NVTE_FUSED_ATTN=0` a flash backend runs FlashAttention-2 (`attention_kernel`)."""
+    if FUSED_ATTENTION_OFF not in launcher:
+        return
+    if training.get("attention_backend") != "flash":
+        notes.append(f"{FUSED_ATTENTION_OFF} has no effect here: the attention is unfused")
+        return
+    training["attention_kernel"] = "flash_attn_2"
+    notes.append(
+        f"attention_kernel = flash_attn_2: {FUSED_ATTENTION_OFF} turns off TE's cuDNN attention, so TE "
+        "runs flash-attn's kernels (priced as FlashAttention-2; with FlashAttention-3 installed set "
+        "attention_kernel: auto, whose cuDNN rates are close to FA3's)"
+    )
 
 
 def read_training(read: FlagReader, dp: int, notes: list[str], demoted: dict[str, str]) -> dict[str, Any]:

@@ -29,6 +29,11 @@ MODEL_INTS = {
 }
 MODEL_FLOATS = {"hidden-dropout": "hidden_dropout", "attention-dropout": "attention_dropout"}
 REQUIRED = ("num-layers", "hidden-size", "num-attention-heads", "seq-length", "micro-batch-size")
+# Transformer Engine reads NVTE_FUSED_ATTN before choosing an attention backend: 0 turns its
+# cuDNN fused attention off (transformer_engine/pytorch/attention/dot_product_attention/
+# utils.py::get_attention_backend), so TE runs Dao's flash-attn kernels (FlashAttention-2
+# where flash-attn 2 is installed). Written before the launcher, as NeMo's launch scripts do.
+FUSED_ATTENTION_OFF = "NVTE_FUSED_ATTN=0"
 
 # The flags that set each scenario key of issue 11: when the simulator refuses the key
 # (`NOT_MODELLED_YET`), these flags are "not modelled" and the key keeps its default.

@@ -22,7 +22,7 @@ import yaml
 from simcluster.config.choices import Dtype
 from simcluster.config.errors import ConfigError
 from simcluster.config.megatron_cmdline import FlagReader, collect_flags, shown, split_command_line
-from simcluster.config.megatron_fields import read_model, read_parallel, read_training
+from simcluster.config.megatron_fields import read_environment, read_model, read_parallel, read_training
 from simcluster.config.megatron_flags import (
     DEFAULT_HARDWARE,
     KEY_FLAGS,
@@ -131,7 +131,7 @@ def parse_megatron_args(
     the scenario rules reject). `num_gpus` overrides any world size on the command line.
     """
     words = split_command_line(command)
-    flags, repeated, _ = collect_flags(words)
+    flags, repeated, launcher = collect_flags(words)
     notes = [f"--{flag} given more than once; the last value is used" for flag in repeated]
     notes += [
         f"unexpanded shell variable {w}: expand it before importing" for w in words if w.startswith("$")
@@ -147,6 +147,7 @@ def parse_megatron_args(
     model = read_model(read, tp, notes)
     parallel = read_parallel(read, model.get("num_layers") or 1, num_gpus, notes)
     training = read_training(read, parallel["dp"], notes, demoted)
+    read_environment(launcher, training, notes)
     if read.problems:
         raise ConfigError(SOURCE, read.problems)
     requested = {

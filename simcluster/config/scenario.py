@@ -17,6 +17,7 @@ from pydantic import Field, ValidationError
 from simcluster.config.choices import (
     Activation,
     AttentionBackend,
+    AttentionKernel,
     Dtype,
     Fp8Recipe,
     Normalization,
@@ -132,6 +133,12 @@ class TrainingSpec(StrictModel):
         default=Fp8Recipe.DELAYED,
         description="Megatron --fp8-recipe with dtype fp8: delayed (default) | tensorwise (current "
         "scaling) | mxfp8 (Blackwell)",
+    )
+    attention_kernel: AttentionKernel = Field(
+        default=AttentionKernel.AUTO,
+        description="with attention_backend flash: auto (default; Transformer Engine's own choice, "
+        "cuDNN fused attention on Hopper and later) | flash_attn_2 (FlashAttention-2: TE with "
+        "NVTE_FUSED_ATTN=0 and flash-attn 2 installed)",
     )
 
 
@@ -317,6 +324,12 @@ def modern_layout_problems(scenario: Scenario, refuse_unpriced: bool = True) -> 
             "training.attention_backend: value flash: flash attention runs in 16-bit "
             "(fp16 / bf16 / fp8 recipes); dtype fp32 allows only unfused"
         )
+    if tr.attention_kernel is not AttentionKernel.AUTO and tr.attention_backend is not AttentionBackend.FLASH:
+        problems.append(
+            f"training.attention_kernel: value {tr.attention_kernel.value}: needs "
+            f"training.attention_backend flash (got {tr.attention_backend.value}, whose kernels are "
+            "the paper's unfused ones); allowed with it: auto"
+        )
     if par.cp > 1 and m.seq_length % (2 * par.cp):
         problems.append(
             f"model.seq_length: value {m.seq_length}: must be divisible by 2 * cp ({2 * par.cp}); "
@@ -409,18 +422,26 @@ def load_scenario(path: str | Path, refuse_unpriced: bool = True) -> Scenario:
     return parse_scenario(read_yaml(path), path, default_name=path.stem, refuse_unpriced=refuse_unpriced)
 
 
-def fp8_profiles() -> list[str]:
-    """The profiles on the search path that can price FP8 GEMMs (an FP8 tensor-core peak and
-    an FP8 GEMM ceiling)."""
+def profiles_with(can_price: Callable[[HardwareProfile], bool]) -> list[str]:
+    """The profiles on the search path (sorted) that `can_price` accepts; unreadable ones are skipped."""
     names = []
     for name in known_profiles():
         try:
             profile = load_hardware(name)
         except ConfigError:
             continue
-        if profile.peak_fp8_flop_per_s is not None and profile.compute.fp8_gemm_max_efficiency is not None:
+        if can_price(profile):
             names.append(name)
     return sorted(names)
+
+
+def fp8_profiles() -> list[str]:
+    """The profiles on the search path that can price FP8 GEMMs (an FP8 tensor-core peak and
+    an FP8 GEMM ceiling)."""
+    return profiles_with(
+        lambda profile: profile.peak_fp8_flop_per_s is not None
+        and profile.compute.fp8_gemm_max_efficiency is not None
+    )
 
 
 def hardware_problems(scenario: Scenario, hw: HardwareProfile) -> list[str]:
@@ -431,6 +452,13 @@ def hardware_problems(scenario: Scenario, hw: HardwareProfile) -> list[str]:
             f"training.attention_backend: value flash: hardware profile {hw.name!r} has no "
             "compute.flash_attention_* rates (achieved TFLOP/s with sources), so flash attention "
             "cannot be priced on it; use attention_backend: unfused or a profile with the rates"
+        )
+    if scenario.training.attention_kernel is AttentionKernel.FLASH_ATTN_2 and hw.compute.flash_attn_2 is None:
+        with_rates = profiles_with(lambda profile: profile.compute.flash_attn_2 is not None)
+        problems.append(
+            f"training.attention_kernel: value flash_attn_2: hardware profile {hw.name!r} has no "
+            "compute.flash_attn_2 rates (FlashAttention-2's achieved TFLOP/s with sources); "
+            f"profiles with them: {', '.join(with_rates) or 'none found'}; or use attention_kernel: auto"
         )
     fp8_ready = hw.peak_fp8_flop_per_s is not None and hw.compute.fp8_gemm_max_efficiency is not None
     if scenario.training.dtype is Dtype.FP8 and not fp8_ready:

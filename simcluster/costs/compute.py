@@ -40,7 +40,7 @@ import math
 import numpy as np
 
 from simcluster import units
-from simcluster.config.choices import Dtype
+from simcluster.config.choices import AttentionKernel, Dtype
 from simcluster.config.hardware import GemmPoint, HardwareProfile
 from simcluster.workload.ops import AttentionShape, GemmShape
 
@@ -152,10 +152,21 @@ def fp8_gemm_time_s(shape: GemmShape, hw: HardwareProfile) -> float:
 
 
 def flash_attention_flop_per_s(shape: AttentionShape, hw: HardwareProfile) -> float:
-    """Achieved FLOP/s of a fused flash-attention call (module docstring). Raises ValueError
-    when the profile has no flash-attention rates."""
+    """Achieved FLOP/s of a fused flash-attention call (module docstring), from the tables of
+    the kernels `shape.kernel` names: the profile's `flash_attention_*` for auto (its default
+    kernels), `flash_attn_2` for FlashAttention-2. Raises ValueError when the profile has no
+    such rates."""
     compute = hw.compute
-    if (
+    if shape.kernel is AttentionKernel.FLASH_ATTN_2:
+        if compute.flash_attn_2 is None:
+            raise ValueError(
+                f"hardware profile {hw.name!r} has no compute.flash_attn_2 rates: it cannot price "
+                "attention_kernel: flash_attn_2 (use attention_kernel: auto, or add measured rates "
+                "with sources)"
+            )
+        rates = compute.flash_attn_2
+        fwd, bwd, causal = rates.fwd_tflop_per_s, rates.bwd_tflop_per_s, rates.causal_efficiency
+    elif (
         compute.flash_attention_fwd_tflop_per_s is None
         or compute.flash_attention_bwd_tflop_per_s is None
         or compute.flash_attention_causal_efficiency is None
@@ -164,12 +175,13 @@ def flash_attention_flop_per_s(shape: AttentionShape, hw: HardwareProfile) -> fl
             f"hardware profile {hw.name!r} has no compute.flash_attention_* rates: it cannot price "
             "attention_backend: flash (use attention_backend: unfused, or add measured rates with sources)"
         )
-    table = (
-        compute.flash_attention_bwd_tflop_per_s if shape.backward else compute.flash_attention_fwd_tflop_per_s
-    )
-    tflop_per_s = _interp_log(shape.seq_k, table)
+    else:
+        fwd = compute.flash_attention_fwd_tflop_per_s
+        bwd = compute.flash_attention_bwd_tflop_per_s
+        causal = compute.flash_attention_causal_efficiency
+    tflop_per_s = _interp_log(shape.seq_k, bwd if shape.backward else fwd)
     if shape.causal:
-        tflop_per_s *= _interp_log(shape.seq_k, compute.flash_attention_causal_efficiency)
+        tflop_per_s *= _interp_log(shape.seq_k, causal)
     return units.tflop_per_s_to_flop_per_s(tflop_per_s)
 
 

@@ -204,6 +204,7 @@ def flash_attention_shape(cfg: LayerConfig, backward: bool = False) -> Attention
         head_dim=cfg.kv_channels,
         causal=True,
         backward=backward,
+        kernel=cfg.attention_kernel,
     )
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from simcluster.config.choices import (
     Activation,
     AttentionBackend,
+    AttentionKernel,
     Dtype,
     Fp8Recipe,
     Normalization,
@@ -57,6 +58,7 @@ class LayerConfig:
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
     fp8_recipe: Fp8Recipe = Fp8Recipe.DELAYED
+    attention_kernel: AttentionKernel = AttentionKernel.AUTO
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -70,6 +72,7 @@ class LayerConfig:
         object.__setattr__(self, "position_embedding", PositionEmbedding(self.position_embedding))
         object.__setattr__(self, "attention_backend", AttentionBackend(self.attention_backend))
         object.__setattr__(self, "fp8_recipe", Fp8Recipe(self.fp8_recipe))
+        object.__setattr__(self, "attention_kernel", AttentionKernel(self.attention_kernel))
         owner = type(self).__name__
         for name in _SIZES:
             if getattr(self, name) < 1:
@@ -95,6 +98,11 @@ class LayerConfig:
         for name in ("hidden_dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{owner}.{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.attention_kernel is not AttentionKernel.AUTO and not self.flash:
+            raise ValueError(
+                f"{owner}.attention_kernel={self.attention_kernel.value} needs attention_backend=flash, "
+                f"got {self.attention_backend.value}"
+            )
         if self.flash and self.element_bytes != 2:
             raise ValueError(
                 f"{owner}.attention_backend=flash needs 16-bit activations, got dtype={self.dtype.value}"

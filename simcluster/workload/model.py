@@ -113,6 +113,7 @@ def layer_config(scenario: Scenario) -> LayerConfig:
         hidden_dropout=m.hidden_dropout,
         attention_dropout=m.attention_dropout,
         fp8_recipe=tr.fp8_recipe,
+        attention_kernel=tr.attention_kernel,
     )
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from simcluster.config.choices import AttentionKernel
+
 
 class OpKind(enum.Enum):
     GEMM = "gemm"
@@ -72,6 +74,7 @@ class AttentionShape:
     head_dim: int
     causal: bool
     backward: bool = False
+    kernel: AttentionKernel = AttentionKernel.AUTO  # which library's kernels: prices differ, bytes do not
 
     @property
     def visible_fraction(self) -> float:

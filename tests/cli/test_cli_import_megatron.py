@@ -372,3 +372,18 @@ def test_fp8_recipes_without_a_model_are_not_modelled_and_simulated_as_delayed()
     assert any("--fp8-recipe without --fp8-format has no effect" in note for note in without_fp8.notes)
     with pytest.raises(ConfigError, match="--fp8-recipe: value 'nvfp4': allowed: delayed, tensorwise, mxfp8"):
         parse_megatron_args(f"{MINIMAL} --bf16 --fp8-format hybrid --fp8-recipe nvfp4")
+
+
+def test_cudnn_attention_turned_off_imports_as_flash_attention_2():
+    """NeMo's launch scripts set NVTE_FUSED_ATTN=0 before the launcher to run flash-attn's
+    kernels instead of cuDNN's: the import prices FlashAttention-2 and says why."""
+    line = f"NVTE_FUSED_ATTN=0 torchrun --nproc_per_node 8 pretrain_gpt.py {MINIMAL} --bf16"
+    imported = parse_megatron_args(f"{line} --attention-backend auto")
+    assert imported.scenario["training"]["attention_kernel"] == "flash_attn_2"
+    why = "attention_kernel = flash_attn_2: NVTE_FUSED_ATTN=0"
+    assert any(note.startswith(why) for note in imported.notes)
+    default = parse_megatron_args(f"torchrun pretrain_gpt.py {MINIMAL} --bf16 --attention-backend auto")
+    assert "attention_kernel" not in default.scenario["training"]
+    unfused = parse_megatron_args(f"{line} --attention-backend unfused")
+    assert "attention_kernel" not in unfused.scenario["training"]
+    assert "NVTE_FUSED_ATTN=0 has no effect here: the attention is unfused" in unfused.notes

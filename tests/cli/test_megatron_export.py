@@ -143,10 +143,13 @@ def modern_scenarios(draw):
             "grad_reduce_in_bf16": draw(st.booleans()),
             "fp8_param_gather": distributed and draw(st.booleans()),
             "fp8_recipe": draw(st.sampled_from(["delayed", "tensorwise", "mxfp8"])),
+            "attention_kernel": draw(st.sampled_from(["auto", "flash_attn_2"])),
         },
     }  # fmt: skip
     if data["training"]["dtype"] != "fp8":
         data["training"]["fp8_recipe"] = "delayed"
+    if data["training"]["attention_backend"] != "flash":
+        data["training"]["attention_kernel"] = "auto"
     if data["model"]["activation"] == "swiglu" and data["model"]["ffn_hidden_size"] is None:
         data["model"]["ffn_hidden_size"] = 2816  # Megatron's --swiglu default is not the scenario's 4h
     scenario = Scenario.model_validate(data)

@@ -46,3 +46,27 @@ def test_causal_efficiency_is_at_most_one():
     data["compute"]["flash_attention_causal_efficiency"][0] = [512, 1.2]
     with pytest.raises(ConfigError, match="ratio <= 1"):
         parse_hardware(data, "x.yaml")
+
+
+@pytest.mark.parametrize("stem", ["h100-sxm5-80gb", "h200-sxm-141gb"])
+def test_hopper_profiles_price_flash_attention_2_below_their_default_kernels(stem):
+    """FlashAttention-2 is slower than cuDNN's kernels on Hopper at every tabulated length
+    (FlashAttention-3 paper, Fig. 5/6); each of its three tables has a source."""
+    data = _data(stem)
+    block = data["compute"]["flash_attn_2"]
+    assert set(block["sources"]) == {"fwd_tflop_per_s", "bwd_tflop_per_s", "causal_efficiency"}
+    rates = load_hardware(stem).compute
+    assert rates.flash_attn_2 is not None
+    for fa2, default in (
+        (rates.flash_attn_2.fwd_tflop_per_s, rates.flash_attention_fwd_tflop_per_s),
+        (rates.flash_attn_2.bwd_tflop_per_s, rates.flash_attention_bwd_tflop_per_s),
+    ):
+        assert [seq for seq, _ in fa2] == [seq for seq, _ in default or []]
+        assert all(slow < fast for (_, slow), (_, fast) in zip(fa2, default or [], strict=True))
+
+
+def test_flash_attention_2_causal_efficiency_is_at_most_one():
+    data = _data("h100-sxm5-80gb")
+    data["compute"]["flash_attn_2"]["causal_efficiency"][0] = [512, 1.1]
+    with pytest.raises(ConfigError, match="causal_efficiency: value .*ratio <= 1"):
+        parse_hardware(data, "x.yaml")

@@ -15,16 +15,11 @@ from simcluster.workload.fp8 import is_te_linear_gemm
 from simcluster.workload.layer import layer_ops
 from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.ops import OpKind
-from tests.modern_cases import llama3_8b
+from tests.modern_cases import LLAMA3_8B_LAYER, llama3_8b
 
 H100 = load_hardware("h100-sxm5-80gb")
 TP2 = GroupPlacement(num_ranks=2, ranks_per_node=8)
-LAYER = {
-    "hidden_size": 4096, "num_attention_heads": 32, "seq_length": 4096, "micro_batch_size": 1,
-    "ffn_hidden_size": 14336, "num_query_groups": 8, "activation": "swiglu", "normalization": "rmsnorm",
-    "position_embedding": "rope", "attention_backend": "flash", "hidden_dropout": 0.0,
-    "attention_dropout": 0.0, "dtype": "fp8", "tp": 2, "sequence_parallel": True,
-}  # fmt: skip
+LAYER = {**LLAMA3_8B_LAYER, "dtype": "fp8", "tp": 2, "sequence_parallel": True}
 
 
 @pytest.mark.parametrize("userbuffers", [False, True])
