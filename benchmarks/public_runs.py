@@ -61,7 +61,6 @@ PUBLISHED = (
     # header names the first source; these rows name theirs).
     Published("nemo24.12-llama3-8b-h100-fp8", "dgxc-benchmarking 24.12 (8f5cbb37)", step_s=9.44),
     Published("nemo24.12-llama3-70b-h100-fp8", "dgxc-benchmarking 24.12 (8f5cbb37)", step_s=10.46),
-    Published("nemo24.12-nemotron4-340b-h100-fp8", "dgxc-benchmarking 24.11 (35a9aecc)", step_s=3.16),
     Published("bridge25.11-llama3-70b-h100-fp8cs", "Megatron-Bridge 25.09", 1619),
     Published("bridge25.11-llama3.1-405b-h100-fp8cs", "Megatron-Bridge 25.09", 302),
     Published("bridge26.02-llama3-70b-h100-fp8", "Megatron-Bridge 26.04", 1633),
@@ -74,6 +73,7 @@ PUBLISHED = (
     Published("dgxc24.11-gpt3-175b-h100-bf16", "dgxc-benchmarking 24.11 (35a9aecc)", step_s=8.91),
     Published("dgxc24.11-gpt3-175b-h100-fp8", "dgxc-benchmarking 24.11 (35a9aecc)", step_s=5.92),
     Published("dgxc24.11-nemotron4-340b-h100-bf16", "dgxc-benchmarking 24.11 (35a9aecc)", step_s=4.61),
+    Published("dgxc24.11-nemotron4-340b-h100-fp8", "dgxc-benchmarking 24.11 (35a9aecc)", step_s=3.16),
     Published("dgxc25.04-nemotron4-15b-h100-bf16", "dgxc-benchmarking 25.04 (1f6d9f40)", step_s=2.746),
     Published("dgxc25.04-nemotron4-15b-h100-fp8", "dgxc-benchmarking 25.04 (1f6d9f40)", step_s=1.988),
     Published("nemo24.09-llama2-7b-h100-fp8", "NeMo 24.09 summary", 16934),
