@@ -195,6 +195,13 @@ class ComputeModel(_Section):
         description="the tensor cores run MXFP8 GEMMs (E8M0 scales per 32 elements, Blackwell), "
         "so training.fp8_recipe mxfp8 can run",
     )
+    mxfp8_gemm_rate_ratio: float | None = Field(
+        default=None,
+        gt=0,
+        le=2,
+        description="an MXFP8 GEMM's rate over the per-tensor FP8 GEMM's at the same shape "
+        "(kernel only, operands already quantized); absent = the same rate",
+    )
     memory_bound_efficiency: float = Field(gt=0, le=1)
     kernel_launch_us: float = Field(ge=0)
     gemm_tiles: list[tuple[int, int, float]] = Field(

@@ -95,11 +95,13 @@ class ChunkCost:
         return self.backward.total_s + self.recompute.total_s
 
 
-def op_time_s(op: Op, hw: HardwareProfile, tp: GroupPlacement, dtype: Dtype) -> float:
+def op_time_s(
+    op: Op, hw: HardwareProfile, tp: GroupPlacement, dtype: Dtype, recipe: Fp8Recipe = Fp8Recipe.DELAYED
+) -> float:
     if op.kind is OpKind.GEMM:
         assert op.gemm is not None
         if dtype is Dtype.FP8 and is_te_linear_gemm(op):
-            return fp8_gemm_time_s(op.gemm, hw)
+            return fp8_gemm_time_s(op.gemm, hw, recipe)
         return gemm_time_s(op.gemm, hw, dtype)
     if op.kind is OpKind.ELEMENTWISE:
         return elementwise_time_s(op.bytes_moved, hw, elementwise_kind(op.name))
@@ -153,7 +155,7 @@ def _op_seconds(
         return op_time_s(op, hw, tp, dtype)
     if op.collective is CollectiveKind.ALL_GATHER and _feeds_te_gemm(ops, index):
         return collective_time_s(op.collective, op.message_bytes / dtype.num_bytes, tp, hw)
-    seconds = op_time_s(op, hw, tp, dtype)
+    seconds = op_time_s(op, hw, tp, dtype, recipe)
     if is_te_linear_gemm(op):
         seconds += fp8_cast_s(ops, index, hw, tp, recipe)
     return seconds

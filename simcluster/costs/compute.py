@@ -40,8 +40,9 @@ import math
 import numpy as np
 
 from simcluster import units
-from simcluster.config.choices import AttentionKernel, Dtype
+from simcluster.config.choices import AttentionKernel, Dtype, Fp8Recipe
 from simcluster.config.hardware import GemmPoint, HardwareProfile
+from simcluster.workload.fp8 import fp8_bytes_per_element
 from simcluster.workload.ops import AttentionShape, GemmShape
 
 NEAREST_GEMM_POINTS = 4  # measured shapes blended per prediction
@@ -116,11 +117,10 @@ def elementwise_time_s(bytes_moved: float, hw: HardwareProfile, kind: str | None
     return hw.kernel_launch_s + bytes_moved / achieved_bandwidth_bytes_per_s(bytes_moved, hw, kind)
 
 
-FP8_INPUT_BYTES = 1  # e4m3 / e5m2 operands
 FP8_GEMM_OUTPUT_BYTES = 2  # Transformer Engine's FP8 GEMMs write bf16 outputs
 
 
-def fp8_gemm_time_s(shape: GemmShape, hw: HardwareProfile) -> float:
+def fp8_gemm_time_s(shape: GemmShape, hw: HardwareProfile, recipe: Fp8Recipe = Fp8Recipe.DELAYED) -> float:
     """A Transformer Engine FP8 GEMM: the roofline of `gemm_time_s` at the FP8 peak times
     `fp8_gemm_max_efficiency` (the profile's FP8 MAMF) and the same wave quantization, with
     1-byte operands and a bf16 output (fp32 when accumulating into main_grad). A profile
@@ -128,12 +128,17 @@ def fp8_gemm_time_s(shape: GemmShape, hw: HardwareProfile) -> float:
     (`interpolated_flop_per_s`, capped at the ceiling) instead: the ceiling is the best rate
     of a shape sweep (MAMF), which the 4k-sized GEMMs of a training step do not reach. A
     calibrated profile's bf16 `gemm_points` are otherwise scaled by the ratio of the FP8 to
-    the BF16 ceiling (a declared assumption: no FP8 GEMM is measured there yet)."""
+    the BF16 ceiling (a declared assumption: no FP8 GEMM is measured there yet).
+
+    Under MXFP8 (`recipe`) the block-scaled kernel runs at `compute.mxfp8_gemm_rate_ratio`
+    of that rate (absent: the same rate) and reads one E8M0 scale per 32 operand elements."""
     peak, ceiling = hw.peak_fp8_flop_per_s, hw.compute.fp8_gemm_max_efficiency
     if peak is None or ceiling is None:
         raise ValueError(f"hardware {hw.name!r} has no FP8 tensor-core peak and FP8 GEMM ceiling")
+    block_scaled = recipe is Fp8Recipe.MXFP8
+    relative = (hw.compute.mxfp8_gemm_rate_ratio or 1.0) if block_scaled else 1.0
     output_bytes = 8 if shape.accumulate_fp32 else FP8_GEMM_OUTPUT_BYTES
-    operands = FP8_INPUT_BYTES * (shape.m * shape.k + shape.k * shape.n)
+    operands = fp8_bytes_per_element(recipe) * (shape.m * shape.k + shape.k * shape.n)
     moved = float(shape.batch * (operands + output_bytes * shape.m * shape.n))
     memory_s = moved / achieved_bandwidth_bytes_per_s(moved, hw)
     if hw.compute.fp8_gemm_points:
@@ -141,13 +146,13 @@ def fp8_gemm_time_s(shape: GemmShape, hw: HardwareProfile) -> float:
         # `measured_gemm_flop_per_s` does, capped at the ceiling; the memory roofline stays
         # for shapes far from the (compute-bound) points.
         rate = interpolated_flop_per_s(shape, hw.compute.fp8_gemm_points, hw, cap_flop_per_s=peak * ceiling)
-        return hw.kernel_launch_s + max(shape.flops / rate, memory_s)
+        return hw.kernel_launch_s + max(shape.flops / (rate * relative), memory_s)
     if hw.compute.gemm_points:
         bf16_ceiling = hw.peak_flop_per_s(Dtype.BF16) * hw.compute.gemm_max_efficiency
         rate = measured_gemm_flop_per_s(shape, hw) * peak * ceiling / bf16_ceiling
-        return hw.kernel_launch_s + shape.flops / rate
+        return hw.kernel_launch_s + shape.flops / (rate * relative)
     wave = wave_efficiency(shape, hw.gpu.num_sms, hw.compute.gemm_tiles)
-    compute_s = shape.flops / (peak * ceiling * wave)
+    compute_s = shape.flops / (peak * ceiling * wave * relative)
     return hw.kernel_launch_s + max(compute_s, memory_s)
 
 

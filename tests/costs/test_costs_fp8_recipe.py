@@ -8,13 +8,13 @@ from simcluster.config.choices import Dtype, Fp8Recipe
 from simcluster.config.hardware import load_hardware
 from simcluster.config.scenario import require_hardware_fits
 from simcluster.costs.chunk import fp8_cast_bytes_per_element, op_time_s, price_layer_ops
-from simcluster.costs.compute import elementwise_time_s
+from simcluster.costs.compute import elementwise_time_s, fp8_gemm_time_s
 from simcluster.costs.network import GroupPlacement
 from simcluster.simulation import amax_group, run_simulation
 from simcluster.workload.fp8 import is_te_linear_gemm
 from simcluster.workload.layer import layer_ops
 from simcluster.workload.layer_config import LayerConfig
-from simcluster.workload.ops import OpKind
+from simcluster.workload.ops import GemmShape, OpKind, gemm
 from tests.modern_cases import LLAMA3_8B_LAYER, llama3_8b
 
 H100 = load_hardware("h100-sxm5-80gb")
@@ -91,8 +91,31 @@ def test_casts_write_the_transposed_copy_only_where_a_gemm_needs_it():
     assert fp8_cast_bytes_per_element(b200, Fp8Recipe.MXFP8) == 2 + 2 * (1 + 1 / 32)
 
 
-def test_mxfp8_layer_costs_its_wider_casts_and_nothing_else():
-    """On B200, MXFP8 minus delayed = the casts' extra bytes (same GEMMs, no amax work)."""
+def test_mxfp8_gemms_run_at_the_profiles_block_scaled_rate():
+    """A compute-bound TE GEMM under MXFP8 takes the per-tensor FP8 kernel time divided by
+    `compute.mxfp8_gemm_rate_ratio` (B200: 0.951, TE's B300 GEMM profiling); a profile
+    without the ratio prices both alike; only TE linears' GEMMs are FP8 at all."""
+    b200 = load_hardware("b200-sxm-180gb")
+    ratio = b200.compute.mxfp8_gemm_rate_ratio
+    assert ratio == 0.951
+    shape = GemmShape(m=8192, n=8192, k=8192)
+    launch = b200.kernel_launch_s
+    per_tensor = fp8_gemm_time_s(shape, b200, Fp8Recipe.TENSORWISE) - launch
+    assert fp8_gemm_time_s(shape, b200, Fp8Recipe.MXFP8) - launch == pytest.approx(per_tensor / ratio)
+    assert fp8_gemm_time_s(shape, b200, Fp8Recipe.DELAYED) - launch == pytest.approx(per_tensor)
+    no_ratio = b200.compute.model_copy(update={"mxfp8_gemm_rate_ratio": None})
+    without = b200.model_copy(update={"compute": no_ratio})
+    assert fp8_gemm_time_s(shape, without, Fp8Recipe.MXFP8) == pytest.approx(launch + per_tensor)
+    lm_head = gemm("output.logits", shape)
+    assert not is_te_linear_gemm(lm_head)
+    one = GroupPlacement(num_ranks=1, ranks_per_node=1)
+    bf16_head = op_time_s(lm_head, b200, one, Dtype.FP8)
+    assert op_time_s(lm_head, b200, one, Dtype.FP8, Fp8Recipe.MXFP8) == bf16_head
+
+
+def test_mxfp8_layer_costs_its_wider_casts_and_slower_gemms_and_nothing_else():
+    """On B200, MXFP8 minus delayed = the casts' extra bytes plus the block-scaled GEMMs'
+    extra time (no amax work either way)."""
     b200 = load_hardware("b200-sxm-180gb")
     single = {**LAYER, "tp": 1, "sequence_parallel": False}
     delayed = layer_ops(LayerConfig(**single))
@@ -111,6 +134,9 @@ def test_mxfp8_layer_costs_its_wider_casts_and_nothing_else():
             - elementwise_time_s(3 * n, b200)
             for n in casts
         )
+        te_gemms = [op.gemm for op in ops if op.gemm is not None and is_te_linear_gemm(op)]
+        for g in te_gemms:
+            extra += fp8_gemm_time_s(g, b200, Fp8Recipe.MXFP8) - fp8_gemm_time_s(g, b200, Fp8Recipe.DELAYED)
         before = getattr(price_layer_ops(delayed, b200, one, Dtype.FP8), part).compute_s
         after = getattr(price_layer_ops(mx, b200, one, Dtype.FP8), part).compute_s
         assert len(casts) == 4 and after - before == pytest.approx(extra)
