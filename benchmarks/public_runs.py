@@ -79,6 +79,24 @@ PUBLISHED = (
     Published("nemo24.09-llama2-7b-h100-fp8", "NeMo 24.09 summary", 16934),
     Published("nemo24.09-llama2-13b-h100-fp8", "NeMo 24.09 summary", 8715),
     Published("nemo24.09-llama2-70b-h100-fp8", "NeMo 24.09 summary", 1728),
+    # Blackwell: the same layouts in other Megatron-Bridge releases (major releases only; 25.09
+    # cells are FP8-CS, parenthesised FP8-MX), and layouts of their own.
+    Published("bridge25.11-llama3-8b-b200-fp8cs", "Megatron-Bridge 25.09", 29994),
+    Published("bridge25.11-llama3-8b-b200-mxfp8", "Megatron-Bridge 25.09", 29388),
+    Published("bridge25.11-llama3.1-405b-b200-fp8cs", "Megatron-Bridge 25.09", 664),
+    Published("bridge25.11-llama3.1-405b-b200-mxfp8", "Megatron-Bridge 25.09", 622),
+    Published("bridge25.11-llama3.1-405b-gb200-fp8cs", "Megatron-Bridge 26.02", 793),
+    Published("bridge25.11-llama3.1-405b-gb200-fp8cs", "Megatron-Bridge 26.04", 842),
+    Published("bridge25.11-llama3.1-405b-gb200-fp8cs", "Megatron-Bridge 26.06", 843),
+    Published("bridge25.09-llama3-70b-gb200-mxfp8", "Megatron-Bridge 25.09", 3546),
+    Published("bridge26.04-llama3-70b-gb200-mxfp8", "Megatron-Bridge 26.04", 3828),
+    Published("bridge25.09-llama3.1-405b-gb200-mxfp8", "Megatron-Bridge 25.09", 578),
+    Published("bridge26.02-llama3.1-405b-gb200-mxfp8", "Megatron-Bridge 26.02", 786),
+    Published("bridge26.02-llama3.1-405b-gb200-mxfp8", "Megatron-Bridge 26.04", 793),
+    Published("bridge26.02-llama3.1-405b-gb200-mxfp8", "Megatron-Bridge 26.06", 783),
+    Published("nemo25.02-gpt3-175b-b200-fp8", "NeMo 25.02 summary", 1600),
+    Published("nemo25.02-llama3.1-405b-b200-fp8", "NeMo 25.02 summary", 625),
+    Published("nemo25.04-llama3.1-405b-gb200-fp8cs", "NeMo 25.04 summary", 665),
 )
 
 
