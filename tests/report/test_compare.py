@@ -105,3 +105,26 @@ def test_cli_needs_two_files_and_valid_ones(tmp_path):
     bad.write_text(yaml.safe_dump({"name": "bad"}))
     broken = runner.invoke(app, ["compare", str(SELECTIVE), str(bad)])
     assert broken.exit_code == 2 and "bad.yaml" in broken.stderr
+
+
+def test_the_modern_keys_are_layout_rows():
+    """Issue 11's keys (cp, the attention kernel, the FP8 recipe, ...) are compared too: a
+    flash-attention scenario against its FlashAttention-2 twin differs in that row and in
+    time, not in the kernel-independent layout rows."""
+    data = {
+        "name": "small-flash",
+        "hardware": "h100-sxm5-80gb",
+        "model": {"num_layers": 4, "hidden_size": 1024, "num_attention_heads": 16, "num_query_groups": 4,
+                  "seq_length": 2048, "vocab_size": 32000},
+        "parallel": {"tp": 2, "cp": 2, "pp": 1},
+        "training": {"micro_batch_size": 1, "global_batch_size": 8, "attention_backend": "flash"},
+    }  # fmt: skip
+    auto = parse_scenario(data, "auto")
+    training = {**data["training"], "attention_kernel": "flash_attn_2"}
+    fa2 = parse_scenario({**data, "training": training}, "fa2")
+    h100 = load_hardware("h100-sxm5-80gb")
+    comparison = compare_results((auto, fa2), [run_simulation(s, h100).result for s in (auto, fa2)])
+    assert _row(comparison, "attention_kernel").values == ("auto", "flash_attn_2")
+    assert _row(comparison, "attention_kernel").differs and _row(comparison, "iteration_time_s").differs
+    assert _row(comparison, "cp").values == (2, 2) and not _row(comparison, "cp").differs
+    assert _row(comparison, "num_query_groups").values == (4, 4)
