@@ -56,6 +56,16 @@ def _curve_problem(points: list[tuple[float, float]]) -> str | None:
     return None
 
 
+def _causal_ratio_problem(name: str, ratios: list[tuple[float, float]] | None) -> str | None:
+    """A (length, causal / non-causal rate) table: a causal kernel is never the faster."""
+    if any(ratio > 1 for _, ratio in ratios or []):
+        return (
+            f"{name}: value {shorten(ratios)}: a causal kernel is at most as fast as the "
+            "non-causal one (ratio <= 1)"
+        )
+    return None
+
+
 class _Section(StrictModel):
     """A profile section whose every numeric field must have a `sources` entry, and whose
     every number is a physical quantity: not negative anywhere, and positive inside tables
@@ -139,11 +149,8 @@ class AttentionRates(_Section):
 
     @model_validator(mode="after")
     def _causal_is_a_fraction(self) -> AttentionRates:
-        if any(ratio > 1 for _, ratio in self.causal_efficiency):
-            raise ValueError(
-                f"causal_efficiency: value {shorten(self.causal_efficiency)}: a causal kernel is at "
-                "most as fast as the non-causal one (ratio <= 1)"
-            )
+        if problem := _causal_ratio_problem("causal_efficiency", self.causal_efficiency):
+            raise ValueError(problem)
         return self
 
 
@@ -265,12 +272,9 @@ class ComputeModel(_Section):
             raise ValueError(
                 f"{', '.join(given)} given without {', '.join(missing)}: flash attention needs all three"
             )
-        if any(ratio > 1 for _, ratio in self.flash_attention_causal_efficiency or []):
-            raise ValueError(
-                "flash_attention_causal_efficiency: value "
-                f"{shorten(self.flash_attention_causal_efficiency)}: a causal kernel is at most as fast "
-                "as the non-causal one (ratio <= 1)"
-            )
+        causal = self.flash_attention_causal_efficiency
+        if problem := _causal_ratio_problem("flash_attention_causal_efficiency", causal):
+            raise ValueError(problem)
         return self
 
     @property
