@@ -4,6 +4,9 @@ ConfigErrors naming the file.
 Scenario files, sweep specs and hardware profiles come from users and from the internet, so
 the reader bounds the work a file can ask for before anything is built from it:
 - at most `MAX_FILE_BYTES` of text (the largest shipped or calibrated profile is ~100 kB);
+- nesting is limited to `MAX_DEPTH` levels, checked on the event stream before any node is
+  composed, so the limit and its message are ours whatever the YAML library refuses itself
+  (libyaml since PyYAML 6.0.4 stops at 1,000 levels with a message of its own);
 - aliases may repeat nodes, but the document expanded must stay under `MAX_EXPANDED_NODES`
   nodes and `MAX_DEPTH` levels ("billion laughs": nine lines that expand to 10⁹ nodes
   would otherwise take minutes and gigabytes in the validators); recursive aliases are
@@ -25,6 +28,7 @@ from simcluster.config.errors import ConfigError, cut, shorten
 MAX_FILE_BYTES = 4_000_000
 MAX_EXPANDED_NODES = 100_000
 MAX_DEPTH = 64
+_DEEPER = f"nested deeper than {MAX_DEPTH} levels"
 
 _Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # type: ignore[assignment]
 
@@ -87,7 +91,7 @@ def expanded_size(root: Node) -> int:
         if key in on_path:
             raise ValueError("an alias refers to a mapping or list that contains it (recursive alias)")
         if depth > MAX_DEPTH:
-            raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
+            raise ValueError(_DEEPER)
         on_path.add(key)
         stack.append((node, depth, True))
         for child in _children(node):
@@ -98,10 +102,43 @@ def expanded_size(root: Node) -> int:
     return sizes.get(id(root), 1)
 
 
+def _deepest_within_limit(events: yaml.SafeLoader) -> None:
+    depth = 0
+    try:
+        while events.check_event():
+            event = events.get_event()
+            if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise ValueError(_DEEPER)
+            elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+                depth -= 1
+    finally:
+        events.dispose()
+
+
+def check_nesting(text: str) -> None:
+    """Raise ValueError once the YAML events open more than `MAX_DEPTH` collections, before the
+    composer's recursion can be reached. libyaml looks ahead over a run of `[` and refuses past
+    its own 1,000 levels before the first event; on any refusal of the fast reader the pure-Python
+    one (no depth limit, no recursion) reads the events again, so a too-deep document gets our
+    message and any other error is left for the loader to report."""
+    try:
+        _deepest_within_limit(_Loader(text))
+    except yaml.YAMLError:
+        if _Loader is yaml.SafeLoader:
+            return
+        try:
+            _deepest_within_limit(yaml.SafeLoader(text))
+        except yaml.YAMLError:
+            return
+
+
 def parse_yaml_text(text: str, source: str | Path) -> Any:
     """YAML text -> Python data under the bounds above; any problem is one ConfigError."""
     loader = _UniqueKeyLoader(text)
     try:
+        check_nesting(text)
         node = loader.get_single_node()
         if node is None:
             return None
@@ -112,7 +149,7 @@ def parse_yaml_text(text: str, source: str | Path) -> Any:
     except (_DuplicateKey, ValueError) as error:
         raise ConfigError(source, [f"(YAML): {error}"]) from None
     except RecursionError:
-        raise ConfigError(source, [f"(YAML): nested deeper than {MAX_DEPTH} levels"]) from None
+        raise ConfigError(source, [f"(YAML): {_DEEPER}"]) from None
     finally:
         loader.dispose()
 

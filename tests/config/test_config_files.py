@@ -5,11 +5,10 @@ import tracemalloc
 import pytest
 
 from simcluster.config import ConfigError, load_scenario
-from simcluster.config.files import MAX_EXPANDED_NODES, parse_yaml_text, read_yaml
+from simcluster.config.files import MAX_DEPTH, MAX_EXPANDED_NODES, parse_yaml_text, read_yaml
 
 LAUGHS = "\n".join(
-    [f'a0: &a0 ["{"lol" * 3}"]']
-    + [f"a{n}: &a{n} [{', '.join([f'*a{n - 1}'] * 10)}]" for n in range(1, 10)]
+    [f'a0: &a0 ["{"lol" * 3}"]'] + [f"a{n}: &a{n} [{', '.join([f'*a{n - 1}'] * 10)}]" for n in range(1, 10)]
 )  # expands to 10⁹ strings in 10 short lines
 
 
@@ -55,10 +54,32 @@ def test_recursive_alias_is_refused():
         parse_yaml_text("a: &a [*a]\n", "f.yaml")
 
 
-def test_deep_nesting_is_refused():
-    """10,000 nested lists: one error, no RecursionError."""
+@pytest.mark.parametrize("levels", [MAX_DEPTH + 1, 999, 1_001, 10_000])
+@pytest.mark.parametrize("opening", ["[", "{a: "])
+def test_deep_nesting_is_refused_with_our_message(levels, opening):
+    """Too deep is our refusal with our message at every depth: just past our limit, and past
+    libyaml's own 1,000-level limit (PyYAML 6.0.4), which must not answer first."""
+    closing = "]" if opening == "[" else "}"
+    with pytest.raises(ConfigError, match=f"nested deeper than {MAX_DEPTH} levels"):
+        parse_yaml_text(opening * levels + closing * levels, "f.yaml")
+
+
+def test_nesting_at_the_limit_loads():
+    data = parse_yaml_text("[" * MAX_DEPTH + "]" * MAX_DEPTH, "f.yaml")
+    for _ in range(MAX_DEPTH - 1):
+        (data,) = data
+    assert data == []
+
+
+def test_deep_block_style_nesting_is_refused():
+    """Indented (block) mappings count the same as flow ones."""
+    text = (
+        "".join(f"{'  ' * level}k{level}:\n" for level in range(MAX_DEPTH + 1))
+        + "  " * (MAX_DEPTH + 1)
+        + "v\n"
+    )
     with pytest.raises(ConfigError, match="deeper than"):
-        parse_yaml_text("[" * 10_000 + "]" * 10_000, "f.yaml")
+        parse_yaml_text(text, "f.yaml")
 
 
 def test_duplicate_key_is_an_error(tmp_path):
