@@ -38,6 +38,7 @@ from simcluster.config.scenario import (
     Scenario,
     hardware_problems,
     parse_scenario,
+    profiles_with,
     unpriced_keys,
 )
 
@@ -95,9 +96,10 @@ def hardware_refusals(imported: MegatronImport, profile: HardwareProfile) -> lis
     scenario = parse_scenario(imported.scenario, SOURCE, refuse_unpriced=False)
     problems = hardware_problems(scenario, profile)
     if problems and any(note.startswith(DEFAULTED_HARDWARE_NOTE) for note in imported.notes):
+        able = profiles_with(lambda other: not hardware_problems(scenario, other))
         problems.append(
             f"no --hardware was given, so the default {DEFAULT_HARDWARE} was used and the line needs a "
-            "newer GPU: pass --hardware with one of the profiles named above"
+            f"newer GPU: pass --hardware with a profile that can price it ({', '.join(able) or 'none found'})"
         )
     return problems
 
