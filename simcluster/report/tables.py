@@ -134,8 +134,9 @@ def stage_ranges(indices: Sequence[int]) -> str:
 
 def format_summary(results: Sequence[SimulationResult]) -> str:
     """One line per scenario, for `simcluster run FOLDER`: the fullest stage's peak (and
-    which stage), and the stages that do not fit."""
-    return format_table(
+    which stage), and the stages that do not fit; a note under the table where FP8 runs'
+    MFU is of the BF16 peak."""
+    table = format_table(
         ["scenario", "GPUs", "iteration", "MFU %", "HFU %", "idle %", "peak GB (fullest stage)", "fits"],
         [
             [
@@ -151,6 +152,8 @@ def format_summary(results: Sequence[SimulationResult]) -> str:
             for r in results
         ],
     )
+    fp8 = [r.scenario for r in results if r.fp8_peak_mfu is not None]
+    return table + (f"\n{', '.join(fp8)}: {FP8_MFU_NOTE}" if fp8 else "")
 
 
 def _not_fitting(result: SimulationResult) -> str:

@@ -164,3 +164,14 @@ def test_tiny_model_times_read_as_numbers(tmp_path):
     assert iteration.endswith((" ms", " µs"))
     seconds = json.loads(runner.invoke(app, ["run", str(path), "--json"]).stdout)["iteration_time_s"]
     assert seconds < 0.1 and iteration.split()[-2] == format_duration(seconds).split()[0]
+
+
+def test_folder_summary_notes_the_fp8_denominator():
+    """A folder with an FP8 run: one line under the table names it and says what compares."""
+    stages = [_stage(0, 10.0)]
+    bf16 = _result(stages, mfu_peak_flop_per_s=989e12, mfu_peak_dtype="bf16")
+    fp8 = replace(bf16, scenario="fp8-run", fp8_peak_flop_per_s=1979e12)
+    assert fp8.fp8_peak_mfu == pytest.approx(0.5 * 989 / 1979)
+    assert format_summary([bf16]).splitlines()[-1].startswith("pp16")
+    note = format_summary([bf16, fp8]).splitlines()[-1]
+    assert note.startswith("fp8-run: FP8 run: MFU and HFU divide by the BF16 peak")
