@@ -59,6 +59,29 @@ class SimulationResult:
     paper_hardware_flops: float = 0.0  # Korthikanti Eq. 8 for selective (Table 5's HFU column)
     paper_hfu: float = 0.0
     tokens_per_s_per_gpu: float = 0.0  # global_batch_size · seq_length / iteration time / GPUs
+    # MFU's denominator per GPU: the dense 16-bit tensor-core peak (the fp32 peak for fp32
+    # runs), for FP8 runs too, so that MFU compares with a BF16 run of the same GPU; an FP8
+    # run's MFU of the FP8 peak is `fp8_peak_mfu`.
+    mfu_peak_flop_per_s: float = 0.0
+    mfu_peak_dtype: str = ""
+    fp8_peak_flop_per_s: float | None = None  # set for FP8 runs: the dense FP8 peak
+
+    @property
+    def fp8_peak_mfu(self) -> float | None:
+        """An FP8 run's MFU of the FP8 dense peak (half its MFU of the BF16 peak on Hopper);
+        None for other runs."""
+        if not self.fp8_peak_flop_per_s or not self.mfu_peak_flop_per_s:
+            return None
+        return self.mfu * self.mfu_peak_flop_per_s / self.fp8_peak_flop_per_s
+
+    @property
+    def fullest_stage(self) -> StageMemory:
+        """The stage with the highest peak (the first of equals)."""
+        return max(self.stages, key=lambda stage: stage.peak_memory_bytes)
+
+    @property
+    def stages_not_fitting(self) -> tuple[int, ...]:
+        return tuple(stage.stage for stage in self.stages if not stage.fits)
 
     @property
     def fits_in_memory(self) -> bool:
@@ -103,5 +126,12 @@ class SimulationResult:
             "paper_hardware_flops": self.paper_hardware_flops,
             "paper_hfu": self.paper_hfu,
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "mfu_peak_dtype": self.mfu_peak_dtype or None,
+            "mfu_peak_flop_per_s": self.mfu_peak_flop_per_s or None,
+            "fp8_peak_flop_per_s": self.fp8_peak_flop_per_s,
+            "fp8_peak_mfu": self.fp8_peak_mfu,
+            "fullest_stage": self.fullest_stage.stage,
+            "max_stage_peak_memory_bytes": self.fullest_stage.peak_memory_bytes,
+            "stages_not_fitting": list(self.stages_not_fitting),
             **self.extras,
         }

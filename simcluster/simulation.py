@@ -430,6 +430,9 @@ def run_simulation(
         paper_hardware_flops=paper_hardware_flops,
         paper_hfu=flops.utilization(paper_hardware_flops, t, scenario.num_gpus, peak),
         tokens_per_s_per_gpu=B * s / t / scenario.num_gpus,
+        mfu_peak_flop_per_s=peak,
+        mfu_peak_dtype=(tr.dtype if tr.dtype in (Dtype.FP32, Dtype.FP16) else Dtype.BF16).value,
+        fp8_peak_flop_per_s=hw.peak_fp8_flop_per_s if tr.dtype is Dtype.FP8 else None,
     )
     return Simulation(scenario, hw, workload, plan, engine, result)
 

@@ -10,7 +10,7 @@ import typer
 
 from simcluster.cli._app import app, fail, output_file
 from simcluster.config.errors import ConfigError
-from simcluster.config.megatron_args import DEFAULT_HARDWARE
+from simcluster.config.megatron_flags import SOURCE
 
 
 @app.command(
@@ -28,7 +28,10 @@ def import_megatron(
         ),
     ],
     out: Annotated[Path | None, typer.Option(help="write the scenario here instead of stdout")] = None,
-    hardware: Annotated[str, typer.Option(help="hardware profile stem or path")] = DEFAULT_HARDWARE,
+    hardware: Annotated[
+        str | None,
+        typer.Option(help="hardware profile stem or path (default a100-sxm4-80gb, said in a note)"),
+    ] = None,
     name: Annotated[str | None, typer.Option(help="scenario name (default: --out's stem)")] = None,
     num_gpus: Annotated[
         int | None, typer.Option(min=1, help="world size, for dp = num_gpus / (tp * cp * pp)")
@@ -36,17 +39,20 @@ def import_megatron(
 ) -> None:
     """Turn Megatron-LM arguments into a scenario; unknown and ignored flags are listed."""
     from simcluster.config.hardware import load_hardware
-    from simcluster.config.megatron_args import parse_megatron_args
+    from simcluster.config.megatron_args import DEFAULT_HARDWARE, parse_megatron_args
+    from simcluster.config.megatron_import import hardware_refusals
     from simcluster.output_files import write_text_atomically
 
     if out is not None:
         output_file(out, "--out")
     command = sys.stdin.read() if args == ["-"] else args
     try:
-        load_hardware(hardware)
+        profile = load_hardware(hardware or DEFAULT_HARDWARE)
         imported = parse_megatron_args(
             command, hardware, name or (out.stem if out else "megatron-import"), num_gpus
         )
+        if refusals := hardware_refusals(imported, profile):
+            raise ConfigError(SOURCE, refusals)
     except ConfigError as error:
         fail(error)
     for line in imported.comment_lines():

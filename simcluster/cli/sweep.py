@@ -38,28 +38,42 @@ def _cell(value: object) -> str:
 
 
 def _top_table(outcome: SweepOutcome, count: int) -> str:
-    """The best `count` by MFU that fit, with every swept axis as a column (so two rows that
-    differ only in, say, the distributed optimizer look different)."""
+    """The best `count` that fit (by MFU; by tokens/s per GPU when the hardware varies), with
+    every swept axis as a column (so two rows that differ only in, say, the distributed
+    optimizer look different)."""
     from simcluster import units
-    from simcluster.report.tables import format_table
-    from simcluster.sweep import best_by_mfu
+    from simcluster.report.tables import format_duration, format_table
+    from simcluster.sweep import best_rows
+    from simcluster.sweep.run import RANK_BY_TOKENS
     from simcluster.sweep.summary import swept_columns
 
     columns = swept_columns(outcome)
-    best = best_by_mfu(outcome.table, count)
+    best, ranked_by = best_rows(outcome.table, count)
     rows = [
         [
             *(_cell(row[column]) for column in columns),
-            f"{100 * row.mfu:.1f}", f"{row.iteration_time_s:.3f}",
+            f"{100 * row.mfu:.1f}", f"{row.tokens_per_s_per_gpu:,.0f}", format_duration(row.iteration_time_s),
             f"{units.bytes_to_gb(row.max_stage_peak_memory_bytes):.1f}",
             f"{units.bytes_to_gb(row.memory_headroom_bytes):.1f}",
         ]
         for _, row in best.iterrows()
     ]  # fmt: skip
-    headers = [*(_LABELS.get(c, c) for c in columns), "MFU %", "iter s", "peak GB", "headroom GB"]
+    headers = [
+        *(_LABELS.get(c, c) for c in columns),
+        "MFU %",
+        "tokens/s/GPU",
+        "iteration",
+        "peak GB",
+        "headroom GB",
+    ]
     if not rows:
         return f"no simulated configuration fits with headroom {outcome.headroom_fraction:g}"
-    return "\n".join([format_table(headers, rows), "", *_winner_flags(outcome, best.iloc[0])])
+    order = (
+        "ranked by tokens/s per GPU: the hardware differs between rows, and MFU is of each GPU's own peak"
+        if ranked_by == RANK_BY_TOKENS
+        else "ranked by MFU (one hardware profile)"
+    )
+    return "\n".join([order, format_table(headers, rows), "", *_winner_flags(outcome, best.iloc[0])])
 
 
 def _winner_flags(outcome: SweepOutcome, row: pd.Series) -> list[str]:
@@ -103,7 +117,12 @@ def sweep(
     workers: Annotated[int | None, typer.Option(min=1, help="local processes (default: every core)")] = None,
     dask: Annotated[str | None, typer.Option(help="Dask scheduler address, e.g. tcp://host:8786")] = None,
     top: Annotated[
-        int | None, typer.Option(min=1, help="print the best N by MFU that fit (--json: default 10)")
+        int | None,
+        typer.Option(
+            min=1,
+            help="print the best N that fit, by MFU (by tokens/s per GPU when the hardware varies; "
+            "--json: default 10)",
+        ),
     ] = None,
     headroom: Annotated[
         float,

@@ -104,6 +104,18 @@ NOT_MODELLED = {
     "pipeline-model-parallel-split-rank": "encoder-decoder pipelines",
     "pipeline-model-parallel-layout": "a free-form pipeline layout (the four uneven-split flags are read)",
     "cp-comm-type": "the context-parallel communication kind",
+    # megatron/core/fusions/fused_cross_entropy.py (the `native` impl): the same fp32 softmax
+    # is saved as the unfused _VocabParallelCrossEntropy's, so memory is unchanged; its fused
+    # kernels and one merged all-reduce are priced as the unfused loss's
+    "cross-entropy-loss-fusion": (
+        "the fused vocab-parallel loss (memory unchanged: it saves the same fp32 softmax; "
+        "time priced as the unfused loss's kernels)"
+    ),
+    # TE cross_entropy.py::CrossEntropyFunction writes the gradient into the logits in place
+    "cross-entropy-fusion-impl": (
+        "the loss kernel (te saves the 16-bit logits, 2·s·b·V/t, instead of the fp32 softmax, "
+        "4·s·b·V/t; priced as native)"
+    ),
 }
 
 # Why a flag whose scenario key is not priced yet is simulated without it.

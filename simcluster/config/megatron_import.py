@@ -21,6 +21,7 @@ import yaml
 
 from simcluster.config.choices import Dtype
 from simcluster.config.errors import ConfigError
+from simcluster.config.hardware import HardwareProfile
 from simcluster.config.megatron_cmdline import FlagReader, collect_flags, shown, split_command_line
 from simcluster.config.megatron_fields import read_environment, read_model, read_parallel, read_training
 from simcluster.config.megatron_flags import (
@@ -35,7 +36,9 @@ from simcluster.config.megatron_flags import (
 from simcluster.config.scenario import (
     NOT_MODELLED_YET_MESSAGE,
     Scenario,
+    hardware_problems,
     parse_scenario,
+    profiles_with,
     unpriced_keys,
 )
 
@@ -80,6 +83,27 @@ class MegatronImport:
         return comments + yaml.safe_dump(self.scenario, sort_keys=False)
 
 
+DEFAULTED_HARDWARE_NOTE = (
+    f"hardware: {DEFAULT_HARDWARE}, import-megatron's default (a launch line names no GPU)"
+)
+
+
+def hardware_refusals(imported: MegatronImport, profile: HardwareProfile) -> list[str]:
+    """What the imported run needs that `profile` cannot price (`scenario.hardware_problems`:
+    flash attention or FP8 on a GPU without them), so that `import-megatron` refuses a
+    scenario `run` would refuse; where the profile was the default rather than the user's
+    choice, the last line says so and how to choose."""
+    scenario = parse_scenario(imported.scenario, SOURCE, refuse_unpriced=False)
+    problems = hardware_problems(scenario, profile)
+    if problems and any(note.startswith(DEFAULTED_HARDWARE_NOTE) for note in imported.notes):
+        able = profiles_with(lambda other: not hardware_problems(scenario, other))
+        problems.append(
+            f"no --hardware was given, so the default {DEFAULT_HARDWARE} was used and the line needs a "
+            f"newer GPU: pass --hardware with a profile that can price it ({', '.join(able) or 'none found'})"
+        )
+    return problems
+
+
 def _sort_flags(flags: dict[str, list[str]], demoted: dict[str, str]) -> dict[str, tuple[str, ...]]:
     """The flags not read into the scenario, shown as written, by bucket."""
     buckets: dict[str, list[str]] = {"ignored": [], "not_modelled": [], "unknown": []}
@@ -121,7 +145,7 @@ def _without_unpriced(
 
 def parse_megatron_args(
     command: str | Sequence[str],
-    hardware: str = DEFAULT_HARDWARE,
+    hardware: str | None = DEFAULT_HARDWARE,
     name: str = "megatron-import",
     num_gpus: int | None = None,
 ) -> MegatronImport:
@@ -129,10 +153,15 @@ def parse_megatron_args(
 
     Raises ConfigError naming every problem (a missing required flag, a bad value, a layout
     the scenario rules reject). `num_gpus` overrides any world size on the command line.
+    `hardware` None: a launch line names no GPU, so `DEFAULT_HARDWARE` is used and a note
+    says so (`import-megatron` without `--hardware`).
     """
     words = split_command_line(command)
     flags, repeated, launcher = collect_flags(words)
     notes = [f"--{flag} given more than once; the last value is used" for flag in repeated]
+    if hardware is None:
+        hardware = DEFAULT_HARDWARE
+        notes.append(f"{DEFAULTED_HARDWARE_NOTE}; pass --hardware for another GPU")
     notes += [
         f"unexpanded shell variable {w}: expand it before importing" for w in words if w.startswith("$")
     ]

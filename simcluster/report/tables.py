@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from simcluster import units
@@ -25,6 +26,53 @@ def _gb(num_bytes: float) -> str:
     return f"{units.bytes_to_gb(num_bytes):.1f}"
 
 
+# Largest first: a duration is shown in the largest unit in which it reads at least 1.
+_TIME_UNITS = (("s", 1.0), ("ms", units.SECONDS_PER_MS), ("µs", units.SECONDS_PER_US))
+
+
+def format_duration(seconds: float) -> str:
+    """A duration for people in the largest of s / ms / µs in which it reads >= 1: "4.617 s",
+    "12.34 ms", "85.20 µs". Seconds keep the three decimals the tables always had; ms and µs
+    keep four significant digits, so a tiny model's times read as numbers, not "0.000 s".
+    `--json` keeps SI seconds."""
+    if seconds == 0 or not math.isfinite(seconds):
+        return f"{seconds:g} s"
+    for unit, scale in _TIME_UNITS:
+        value = seconds / scale
+        if unit == "s":
+            text = f"{value:.3f}"
+        else:
+            decimals = 1 if abs(value) >= 100 else 2 if abs(value) >= 10 else 3
+            text = f"{value:.{decimals}f}"
+        if abs(float(text)) >= 1 or unit == _TIME_UNITS[-1][0]:  # after rounding: 0.9996 s is 1.000 s
+            return f"{text} {unit}"
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _mfu_rows(result: SimulationResult) -> list[list[object]]:
+    """MFU and HFU with their denominator named: the dense peak of the run's 16-bit (or
+    fp32) tensor cores, so an FP8 run's MFU is of the BF16 peak and can pass 90 %; its MFU
+    of the FP8 peak follows, and a note says what compares across precisions."""
+    peak = result.mfu_peak_flop_per_s
+    if not peak:  # a result built without the denominator (older code paths)
+        return [["MFU", f"{100 * result.mfu:.1f} %"], ["HFU", f"{100 * result.hfu:.1f} %"]]
+    of_peak = f"{result.mfu_peak_dtype.upper()} peak {units.flop_per_s_to_tflop_per_s(peak):,.0f} TFLOP/s"
+    rows: list[list[object]] = [
+        [f"MFU (of {of_peak})", f"{100 * result.mfu:.1f} %"],
+        [f"HFU (of {of_peak})", f"{100 * result.hfu:.1f} %"],
+    ]
+    if result.fp8_peak_mfu is not None and result.fp8_peak_flop_per_s:
+        fp8_peak = units.flop_per_s_to_tflop_per_s(result.fp8_peak_flop_per_s)
+        rows.append([f"MFU of the FP8 peak ({fp8_peak:,.0f} TFLOP/s)", f"{100 * result.fp8_peak_mfu:.1f} %"])
+    return rows
+
+
+FP8_MFU_NOTE = (
+    "FP8 run: MFU and HFU divide by the BF16 peak (so they can pass 90 %); to compare runs of "
+    "different precision or GPU, compare tokens/s per GPU (or model TFLOP/s per GPU)."
+)
+
+
 def format_result(result: SimulationResult) -> str:
     t = result.iteration_time_s
     summary = format_table(
@@ -33,55 +81,84 @@ def format_result(result: SimulationResult) -> str:
             ["scenario", result.scenario],
             ["hardware", result.hardware],
             ["GPUs", result.num_gpus],
-            ["iteration time", f"{t:.3f} s"],
-            ["MFU", f"{100 * result.mfu:.1f} %"],
-            ["HFU", f"{100 * result.hfu:.1f} %"],
+            ["iteration time", format_duration(t)],
+            *_mfu_rows(result),
             ["model TFLOP/s per GPU", f"{result.tflops_per_gpu:.1f}"],
             ["tokens/s per GPU", f"{result.tokens_per_s_per_gpu:,.0f}"],
             ["pipeline idle (bubble share)", f"{100 * result.pipeline_idle_fraction:.1f} %"],
             ["bubble / busy time", f"{result.bubble_to_busy_ratio:.3f}"],
             [
                 "layer forward / backward",
-                f"{1e3 * result.layer.forward_s:.2f} / {1e3 * result.layer.backward_s:.2f} ms",
+                f"{format_duration(result.layer.forward_s)} / {format_duration(result.layer.backward_s)}",
             ],
         ],
     )
+    if result.fp8_peak_mfu is not None:
+        summary += "\n" + FP8_MFU_NOTE
     breakdown = format_table(
-        ["time (mean stage)", "s", "share"],
-        [[k, f"{v:.3f}", f"{100 * v / t:.1f} %"] for k, v in result.time_breakdown_s.items()],
+        ["time (mean stage)", "time", "share"],
+        [[k, format_duration(v), f"{100 * v / t:.1f} %"] for k, v in result.time_breakdown_s.items()],
     )
-    memory = stage_memory_table(_stages_to_show(result))
+    shown = stages_to_show(result)
+    memory = stage_memory_table(shown, merge_identical=True)
+    hidden = sorted({s.stage for s in result.stages} - {s.stage for s in shown})
+    if hidden:
+        memory += (
+            f"\nnot shown: stage{'s' if len(hidden) > 1 else ''} {stage_ranges(hidden)} "
+            "(each fits, and none is fuller than the fullest shown)"
+        )
     return "\n\n".join([summary, breakdown, memory])
 
 
-def _stages_to_show(result: SimulationResult, limit: int = 8):
-    """Every stage for short pipelines; otherwise the first, the last and the fullest."""
+def stages_to_show(result: SimulationResult, limit: int = 8) -> list[StageMemory]:
+    """Every stage for short pipelines; otherwise the first, the last, the fullest and every
+    stage that does not fit (a pp-16 run whose stages 1-14 overflow shows all fourteen)."""
     stages = list(result.stages)
     if len(stages) <= limit:
         return stages
-    fullest = max(stages, key=lambda s: s.peak_memory_bytes)
-    picked = {stages[0].stage: stages[0], fullest.stage: fullest, stages[-1].stage: stages[-1]}
-    return [picked[k] for k in sorted(picked)]
+    picked = {stages[0].stage, result.fullest_stage.stage, stages[-1].stage}
+    picked.update(result.stages_not_fitting)
+    return [s for s in stages if s.stage in picked]
+
+
+def stage_ranges(indices: Sequence[int]) -> str:
+    """Sorted stage indices as ranges: [1, 2, 3, 7] -> "1–3, 7"."""
+    spans: list[list[int]] = []
+    for index in indices:
+        if spans and index == spans[-1][1] + 1:
+            spans[-1][1] = index
+        else:
+            spans.append([index, index])
+    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in spans)
 
 
 def format_summary(results: Sequence[SimulationResult]) -> str:
-    """One line per scenario, for `simcluster run FOLDER`."""
-    return format_table(
-        ["scenario", "GPUs", "iteration s", "MFU %", "HFU %", "idle %", "peak GB (stage 0)", "fits"],
+    """One line per scenario, for `simcluster run FOLDER`: the fullest stage's peak (and
+    which stage), and the stages that do not fit; a note under the table where FP8 runs'
+    MFU is of the BF16 peak."""
+    table = format_table(
+        ["scenario", "GPUs", "iteration", "MFU %", "HFU %", "idle %", "peak GB (fullest stage)", "fits"],
         [
             [
                 r.scenario,
                 r.num_gpus,
-                f"{r.iteration_time_s:.3f}",
+                format_duration(r.iteration_time_s),
                 f"{100 * r.mfu:.1f}",
                 f"{100 * r.hfu:.1f}",
                 f"{100 * r.pipeline_idle_fraction:.1f}",
-                _gb(r.stages[0].peak_memory_bytes),
-                "yes" if r.fits_in_memory else "NO",
+                f"{_gb(r.fullest_stage.peak_memory_bytes)} (stage {r.fullest_stage.stage})",
+                "yes" if r.fits_in_memory else _not_fitting(r),
             ]
             for r in results
         ],
     )
+    fp8 = [r.scenario for r in results if r.fp8_peak_mfu is not None]
+    return table + (f"\n{', '.join(fp8)}: {FP8_MFU_NOTE}" if fp8 else "")
+
+
+def _not_fitting(result: SimulationResult) -> str:
+    bad = result.stages_not_fitting
+    return f"NO: stage{'s' if len(bad) > 1 else ''} {stage_ranges(bad)} of {len(result.stages)}"
 
 
 def _layers_per_stage(report) -> object:
@@ -112,8 +189,12 @@ def format_memory_report(report) -> str:
     return head + "\n\n" + stages
 
 
-def stage_memory_table(stages: Sequence[StageMemory]) -> str:
-    """One row per stage: static parts, activations, transient, peak, fits."""
+def stage_memory_table(stages: Sequence[StageMemory], merge_identical: bool = False) -> str:
+    """One row per stage: static parts, activations, transient, peak, fits. With
+    `merge_identical`, neighbouring stages whose rows read the same share one row ("1–14")."""
+    rows = [_stage_cells(s) for s in stages]
+    if merge_identical:
+        rows = _merged(rows)
     return format_table(
         [
             "stage",
@@ -125,17 +206,27 @@ def stage_memory_table(stages: Sequence[StageMemory]) -> str:
             "peak GB",
             "fits",
         ],
-        [
-            [
-                s.stage,
-                _gb(s.weight_bytes),
-                _gb(s.gradient_bytes),
-                _gb(s.optimizer_bytes),
-                _gb(s.activation_bytes),
-                _gb(s.transient_bytes),
-                _gb(s.peak_memory_bytes),
-                "yes" if s.fits else f"NO (> {_gb(s.capacity_bytes)})",
-            ]
-            for s in stages
-        ],
+        [[stage_ranges(indices), *cells] for indices, cells in rows],
     )
+
+
+def _stage_cells(s: StageMemory) -> tuple[list[int], list[str]]:
+    return [s.stage], [
+        _gb(s.weight_bytes),
+        _gb(s.gradient_bytes),
+        _gb(s.optimizer_bytes),
+        _gb(s.activation_bytes),
+        _gb(s.transient_bytes),
+        _gb(s.peak_memory_bytes),
+        "yes" if s.fits else f"NO (> {_gb(s.capacity_bytes)})",
+    ]
+
+
+def _merged(rows: list[tuple[list[int], list[str]]]) -> list[tuple[list[int], list[str]]]:
+    merged: list[tuple[list[int], list[str]]] = []
+    for indices, cells in rows:
+        if merged and merged[-1][1] == cells and merged[-1][0][-1] + 1 == indices[0]:
+            merged[-1][0].extend(indices)
+        else:
+            merged.append((list(indices), cells))
+    return merged

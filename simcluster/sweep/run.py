@@ -182,8 +182,40 @@ def run_sweep(
     return outcome.table
 
 
+def _fitting(table: pd.DataFrame) -> pd.DataFrame:
+    return table[(table["status"] == "ok") & table["fits"].fillna(False).astype(bool)]
+
+
 def best_by_mfu(table: pd.DataFrame, count: int) -> pd.DataFrame:
     """The `count` simulated configurations with the highest MFU that fit (leave the
     sweep's headroom free)."""
-    fitting = table[(table["status"] == "ok") & table["fits"].fillna(False).astype(bool)]
-    return fitting.sort_values("mfu", ascending=False, kind="stable").head(count)
+    return _fitting(table).sort_values("mfu", ascending=False, kind="stable").head(count)
+
+
+RANK_BY_MFU = "mfu"
+RANK_BY_TOKENS = "tokens_per_s_per_gpu"
+
+
+def tokens_per_s_per_gpu(table: pd.DataFrame) -> pd.Series:
+    """global_batch_size · seq_length / iteration time / GPUs of each row (NaN where the row
+    was not simulated), as `SimulationResult.tokens_per_s_per_gpu`."""
+    tokens = table["global_batch_size"].astype(float) * table["seq_length"].astype(float)
+    return tokens / table["iteration_time_s"] / table["num_gpus"].astype(float)
+
+
+def ranking(table: pd.DataFrame) -> str:
+    """What the best rows are ranked by: MFU while every fitting row runs on one hardware
+    profile; tokens/s per GPU once profiles differ, because MFU divides by each GPU's own
+    peak (an A100 row at 50 % MFU is slower than an H100 row at 40 %). The GPU count is fixed
+    within a sweep, so this is the fastest iteration for a given batch."""
+    hardware = _fitting(table)["hardware"] if "hardware" in table else pd.Series(dtype=object)
+    return RANK_BY_TOKENS if hardware.nunique() > 1 else RANK_BY_MFU
+
+
+def best_rows(table: pd.DataFrame, count: int) -> tuple[pd.DataFrame, str]:
+    """The `count` best configurations that fit and what they are ranked by (`ranking`):
+    highest MFU, or highest tokens/s per GPU when the hardware varies; each row gains a
+    `tokens_per_s_per_gpu` column."""
+    fitting = _fitting(table).assign(tokens_per_s_per_gpu=lambda rows: tokens_per_s_per_gpu(rows))
+    key = ranking(table)
+    return fitting.sort_values(key, ascending=False, kind="stable").head(count), key

@@ -85,12 +85,14 @@ def row_json(row: pd.Series) -> dict[str, Any]:
 
 
 def sweep_json(outcome: SweepOutcome, out: Path, top: int = DEFAULT_TOP) -> dict[str, Any]:
-    """The summary of `outcome` and its best `top` rows by MFU that fit, every column and
-    `megatron_args` (null where Megatron-LM cannot run the configuration: GPipe)."""
-    from simcluster.sweep.run import best_by_mfu
+    """The summary of `outcome` and its best `top` rows that fit, every column and
+    `megatron_args` (null where Megatron-LM cannot run the configuration: GPipe), ranked by
+    MFU, or by tokens/s per GPU where the hardware varies (`ranked_by` says which)."""
+    from simcluster.sweep.run import best_rows
 
     expansion = outcome.expansion
     configs = configs_by_id(outcome)
+    best, ranked_by = best_rows(outcome.table, top)
     return {
         "spec": str(outcome.spec.source),
         "out": str(out),
@@ -106,11 +108,12 @@ def sweep_json(outcome: SweepOutcome, out: Path, top: int = DEFAULT_TOP) -> dict
         "num_resumed": outcome.num_resumed,
         "status_counts": outcome.status_counts,
         "elapsed_s": outcome.elapsed_s,
+        "ranked_by": ranked_by,
         "top": [
             {
                 **row_json(row),
                 "megatron_args": _megatron_args_or_none(outcome, row, configs),
             }
-            for _, row in best_by_mfu(outcome.table, top).iterrows()
+            for _, row in best.iterrows()
         ],
     }

@@ -21,7 +21,8 @@ def test_sweep_command_writes_the_table_and_prints_the_best(write_sweep, tmp_pat
     assert result.exit_code == 0, result.output
     assert "32 combinations: 18 valid, 14 invalid" in result.output
     assert "table: ok 13, oom 5 (fits: headroom 0.1 of usable memory)" in result.output
-    assert "MFU %" in result.output and len(result.output.splitlines()) == 2 + 2 + 3 + 3  # + the flags
+    assert "ranked by MFU (one hardware profile)" in result.output
+    assert "MFU %" in result.output and len(result.output.splitlines()) == 2 + 1 + 2 + 3 + 3  # + the flags
     assert len(pd.read_parquet(out)) == len(pd.read_csv(out.with_suffix(".csv"))) == SMALL_NUM_VALID
     again = runner.invoke(app, [*args, "--resume"])
     assert again.exit_code == 0 and f"ran 0 ({SMALL_NUM_VALID} already in" in again.output
@@ -65,7 +66,7 @@ def test_top_shows_every_swept_axis(write_sweep, tmp_path):
     result = runner.invoke(app, ["sweep", str(spec), "--out", str(tmp_path / "o.parquet"), "--workers", "1",
                                  "--no-progress", "--top", "2"])  # fmt: skip
     assert result.exit_code == 0, result.output
-    header, _, *rows = result.output.splitlines()[2:-3]  # the winner's flags follow the table
+    header, _, *rows = result.output.splitlines()[3:-3]  # the ranking, the table, the winner's flags
     assert header.split()[:4] == ["tp", "pp", "dp", "dist-opt"] and "recompute" not in header
     assert sorted(row.split()[3] for row in rows) == ["no", "yes"]
 
@@ -83,7 +84,8 @@ def test_json_is_the_summary_and_the_best_rows(write_sweep, tmp_path):
     assert (data["num_combinations"], data["num_valid"], data["num_invalid"]) == (32, SMALL_NUM_VALID, 14)
     assert data["status_counts"] == {"ok": 14, "oom": 4} and data["headroom_fraction"] == 0.0
     assert data["swept_axes"] == ["tp", "pp", "dp", "vpp", "sequence_parallel", "recompute"]
-    assert len(data["top"]) == 3 and {*pd.read_parquet(out).columns, "megatron_args"} == set(data["top"][0])
+    columns = {*pd.read_parquet(out).columns, "megatron_args", "tokens_per_s_per_gpu"}
+    assert len(data["top"]) == 3 and columns == set(data["top"][0]) and data["ranked_by"] == "mfu"
     mfus = [row["mfu"] for row in data["top"]]
     assert mfus == sorted(mfus, reverse=True) and all(row["fits"] for row in data["top"])
 
