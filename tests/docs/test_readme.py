@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -162,6 +163,8 @@ def test_worked_example_figures_are_what_run_json_prints():
         assert _as_shown(stage["peak_memory_bytes"] / 1e9, row[peak]) == row[peak], row
         assert row[fits] == ("yes" if stage["fits"] else "NO"), row
     assert {"iteration time", "MFU", "HFU", "compute", "idle"} <= checked
+    usable = re.search(r"usable memory \(([\d.]+) GB", _section("Worked example"))
+    assert usable and _as_shown(data["stages"][0]["capacity_bytes"] / 1e9, usable[1]) == usable[1]
 
 
 @functools.cache
@@ -244,3 +247,25 @@ def test_accuracy_table_is_what_the_commands_print():
         assert row is not None, f"no accuracy row starts with {label!r}"
         assert row[1:] == [cell.replace("−", "-") for cell in cells], label
     assert len(table) == len(expected)
+
+
+def _console_output(text: str, command: str) -> str:
+    """The output shown under `$ command` in a console block of `text`."""
+    for language, body in code_blocks(text):
+        lines = body.splitlines()
+        if language == "console" and lines and lines[0] == f"$ {command}":
+            return "\n".join(lines[1:])
+    raise AssertionError(f"no console block shows `$ {command}`")
+
+
+def test_accuracy_doc_shows_what_validate_and_the_development_set_print():
+    """docs/accuracy.md's `simcluster validate` and `python benchmarks/dev_runs.py` blocks are
+    those commands' output, line for line (both run on the A100 profiles only)."""
+    doc = (ROOT / "docs" / "accuracy.md").read_text(encoding="utf-8")
+    result = runner.invoke(app, ["validate"])
+    assert result.exit_code == 0, result.output
+    assert _console_output(doc, "simcluster validate") == result.output.rstrip("\n")
+    dev = subprocess.run(
+        [sys.executable, "benchmarks/dev_runs.py"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert _console_output(doc, "python benchmarks/dev_runs.py") == dev.stdout.rstrip("\n")
