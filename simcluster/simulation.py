@@ -89,8 +89,9 @@ def _task_works(
 
 def p2p_send(scenario: Scenario, hw: HardwareProfile, src: int, dst: int, message_bytes: float) -> Transfer:
     """Each rank sends its 1/t of the activation. Without SP the receiver then all-gathers
-    the t pieces over NVLink (Megatron's scatter/gather p2p, megatron.md §4.1) before the
-    p2p call returns, so the message is delivered only after that all-gather."""
+    the t pieces over NVLink (Megatron-LM 2021's scatter/gather p2p,
+    `megatron/p2p_communication.py`) before the p2p call returns, so the message is
+    delivered only after that all-gather."""
     same = stages_share_node(scenario, hw, src, dst)
     return Transfer(_p2p_link(same, src), p2p_seconds(scenario, hw, same, message_bytes))
 
@@ -111,7 +112,7 @@ def p2p_seconds(scenario: Scenario, hw: HardwareProfile, same_node: bool, messag
 
 
 MIN_BUCKET_PARAMS = 40_000_000  # Megatron's default DP bucket: max(40M, 1M · |DP×CP|) params
-BUCKET_PARAMS_PER_DP_RANK = 1_000_000  # (training.py::resolve_ddp_bucket_size; modern.md §3.4)
+BUCKET_PARAMS_PER_DP_RANK = 1_000_000  # (Megatron-LM training.py::resolve_ddp_bucket_size)
 
 
 def dp_bucket_params(scenario: Scenario) -> float:

@@ -1,6 +1,6 @@
 """A long pipeline from a short one: the engine's steady state, certified and repeated.
 
-Megatron's schedules are warm-up / steady state / cooldown (megatron.md §4.1–4.2). Once m
+Megatron's schedules are warm-up / steady state / cooldown (`pipeline_parallel/schedules.py`). Once m
 is large enough that the warm-up is not clipped by m (and, for the interleaved schedule,
 m > p so it is not the all-warm-up shape), one more microbatch (one more group of p for
 the interleaved schedule, whose order repeats per group) adds one more period of the

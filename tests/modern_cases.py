@@ -1,4 +1,4 @@
-"""A Llama 3 8B scenario shared by the tests of the modern layer (modern.md §3.8)."""
+"""A Llama 3 8B scenario shared by the tests of the modern layer (Megatron's Llama 3 8B shape)."""
 
 import copy
 from typing import Any

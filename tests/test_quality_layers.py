@@ -1,4 +1,4 @@
-"""Architecture rules of DESIGN.md / STYLE.md, checked: import directions, and the linters."""
+"""Architecture rules of docs/layout.md, checked: import directions, and the linters."""
 
 import ast
 import shutil
@@ -10,7 +10,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "simcluster"
 # Every top-level module and package of simcluster, lowest first: each may import only from
-# itself and the ones before it (DESIGN.md's flow: config -> workload -> costs -> schedule ->
+# itself and the ones before it (docs/layout.md's flow: config -> workload -> costs -> schedule ->
 # engine -> results -> report / sweep / cli). calibration (torch-free: measurement records
 # to a profile, priced with costs) comes before profiler (the torch layer and its benchmarks,
 # which write calibration's records); the engine's steady-state extension (periodicity,

@@ -89,7 +89,7 @@ def memory(
             typer.echo(
                 f"of these, {measured['view_held_bytes']:,} bytes are the QKV output kept alive "
                 "by V's view in the selective-recompute checkpoint while Q or K is a new tensor "
-                "(Megatron-core's split; README \"Activation memory\"), counted in predicted"
+                "(Megatron-core's split; docs/memory.md), counted in predicted"
             )
 
 

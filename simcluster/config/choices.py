@@ -37,7 +37,7 @@ class Dtype(str, enum.Enum):
 
 class Activation(str, enum.Enum):
     """The MLP's non-linearity (Megatron `--swiglu`, `--squared-relu`; GeLU by default).
-    SwiGLU is gated: fc1 produces gate and up, 2·ffn wide (modern.md §3.8)."""
+    SwiGLU is gated: fc1 produces gate and up, 2·ffn wide (Megatron-core `transformer/mlp.py`)."""
 
     GELU = "gelu"
     SWIGLU = "swiglu"
@@ -72,7 +72,7 @@ class AttentionBackend(str, enum.Enum):
 
 
 class AttentionKernel(str, enum.Enum):
-    """Which fused-attention kernels run `attention_backend: flash` (modern.md §2): auto is
+    """Which fused-attention kernels run `attention_backend: flash` (docs/cost_model.md): auto is
     the kernel Transformer Engine's DotProductAttention picks by default (cuDNN fused
     attention on Hopper and later, priced by the profile's `compute.flash_attention_*`);
     flash_attn_2 is Dao's FlashAttention-2, which TE runs when its cuDNN backend is turned
@@ -84,7 +84,7 @@ class AttentionKernel(str, enum.Enum):
 
 
 class Fp8Recipe(str, enum.Enum):
-    """How Transformer Engine scales FP8 tensors (Megatron `--fp8-recipe`, modern.md §3.7):
+    """How Transformer Engine scales FP8 tensors (Megatron `--fp8-recipe`, `fp8_utils.py::get_fp8_recipe`):
     delayed (Megatron's default: the scale from earlier steps' amax history, one amax
     all-reduce per autocast pass), tensorwise (current scaling: one scale per tensor from
     the tensor itself, so an amax pass before each cast) or mxfp8 (one E8M0 scale per 32

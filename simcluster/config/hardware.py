@@ -134,7 +134,7 @@ class GemmPoint(StrictModel):
 
 class AttentionRates(_Section):
     """Achieved rates of one family of fused-attention kernels (head dim 128, BF16), FLOPs
-    counted as flash-attention's benchmarks count them (modern.md §2): the same three tables
+    counted as flash-attention's benchmarks count them (docs/cost_model.md): the same three tables
     as `compute.flash_attention_*`, for kernels other than the profile's default ones."""
 
     fwd_tflop_per_s: list[tuple[float, float]] = Field(

@@ -22,7 +22,7 @@ _POSITION = {"learned_absolute": "learned", "rope": "rope"}
 # Megatron-core's AttnBackend: flash, fused and auto run one fused kernel per direction.
 _ATTENTION = {"flash": "flash", "fused": "flash", "auto": "flash", "unfused": "unfused", "local": "unfused"}
 _FP8_FORMATS = ("e4m3", "hybrid")
-# megatron/core/transformer/transformer_config.py fp8_recipe (modern.md §3.7); the last two
+# megatron/core/transformer/transformer_config.py fp8_recipe (and fp8_utils.py::get_fp8_recipe); the last two
 # have no model here and are simulated as delayed scaling
 _FP8_RECIPES = {
     "delayed": "delayed", "tensorwise": "tensorwise", "mxfp8": "mxfp8",

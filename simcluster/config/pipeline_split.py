@@ -1,6 +1,7 @@
 """How many transformer layers each pipeline stage and each of its virtual chunks builds.
 
-Megatron-core's rules (modern.md §3.5), written once: the scenario loader reports what they
+Megatron-core's rules (`transformer_block.py::get_num_layers_to_build`,
+`transformer_layer.py::get_transformer_layer_offset`), written once: the scenario loader reports what they
 refuse and the workload builds its chunks from what they give.
 
 * Default: every stage gets L/p layers, every chunk L/(p·v).

@@ -302,7 +302,7 @@ def unpriced_keys(scenario: Scenario) -> list[str]:
 
 def modern_layout_problems(scenario: Scenario, refuse_unpriced: bool = True) -> list[str]:
     """Megatron-core's rules for GQA, context parallelism, the overlaps and uneven pipeline
-    splits (modern.md §3), then (unless `refuse_unpriced` is off, for tools that only
+    splits (docs/scenario.md), then (unless `refuse_unpriced` is off, for tools that only
     describe a run, never price it: `export-megatron`) the keys set that are not priced yet."""
     m, par, tr = scenario.model, scenario.parallel, scenario.training
     problems: list[str] = []

@@ -1,7 +1,7 @@
 """Price a chunk's ops: seconds of compute, recompute and exposed tensor-parallel comm for
 its forward and backward, per microbatch.
 
-FP8 (`training.dtype: fp8`, Transformer Engine, modern.md §3.7): the fprop, dgrad and wgrad
+FP8 (`training.dtype: fp8`, Transformer Engine `module/linear.py`): the fprop, dgrad and wgrad
 GEMMs of the TE linears (QKV, proj, fc1, fc2) run at the FP8 peak × the profile's FP8
 ceiling (`compute.fp8_gemm_time_s`); attention BMMs and the LM head stay BF16. Each fprop
 input and each dgrad grad-output is quantized first by TE's cast (reads bf16, writes the
@@ -11,7 +11,7 @@ FP8 (TE gathers the quantized tensor). Weights are cast once per step
 (`is_first_microbatch`), not per microbatch: not priced. The amax reduction is priced per
 chunk (`fp8_amax_reduction_s`).
 
-TP comm overlap (`tp_comm_overlap`, TE userbuffers, modern.md §3.3), with TE's defaults
+TP comm overlap (`tp_comm_overlap`, TE userbuffers), with TE's defaults
 (`transformer_engine/pytorch/module/base.py::initialize_ub`, `get_default_config`):
 * an all-gather feeding a TE GEMM (qkv/fc1 fprop, proj/fc2 dgrad) is a ring exchange in t
   chunks: the local chunk's GEMM starts at once, chunk i's GEMM waits for step i, so
@@ -288,7 +288,7 @@ def fp8_amax_reduction_s(group: GroupPlacement, hw: HardwareProfile) -> float:
     """One synchronous MAX all-reduce of the concatenated amaxes over TP×DP×CP, once per
     forward and once per backward of the FP8 autocast region (TE
     `quantization.py::reduce_and_update_fp8_tensors`; Megatron's delayed scaling wraps the
-    whole block in one autocast: modern.md §3.7). A few hundred bytes, so latency only:
+    whole block in one autocast, `transformer_block.py`). A few hundred bytes, so latency only:
     NCCL's tree algorithm for small messages crosses about 2·⌈log2 n⌉ hops (up and down a
     tree), at the profile's per-step latency of the slowest link it crosses."""
     if group.num_ranks <= 1:

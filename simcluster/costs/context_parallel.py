@@ -1,8 +1,9 @@
 """The context-parallel K/V ring priced on the context-parallel group's links.
 
-TE's `AttnFuncWithCPAndKVP2P` (modern.md §3.2) posts the send/recv of the next step's K/V
-before computing the current step, on the same ring: step i's attention and the transfer
-that step i + 1 waits for run together, so a step costs the longer of the two. Step 0 uses
+TE's `AttnFuncWithCPAndKVP2P` (`attention/dot_product_attention/context_parallel.py`)
+posts the send/recv of the next step's K/V before computing the current step, on the same
+ring: step i's attention and the transfer that step i + 1 waits for run together, so a
+step costs the longer of the two. Step 0 uses
 the rank's own K/V (TE's `p2p_comm_buffers[0]` is the local K/V: nothing to wait for, and a
 send is posted only while i < c − 1); the last step has no transfer beside it, and the
 backward ends with the accumulated dK/dV sent back to its owner:

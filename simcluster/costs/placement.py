@@ -1,5 +1,5 @@
 """Where ranks sit: Megatron's rank order (tensor fastest, then context, then data, then
-pipeline: `tp-cp-ep-dp-pp` with ep = 1 for dense layers, modern.md §3.1) on
+pipeline: `tp-cp-ep-dp-pp` with ep = 1 for dense layers, Megatron-core `parallel_state.py::RankGenerator`) on
 NVLink domains of `HardwareProfile.nvlink_domain_size` GPUs (a node of `gpus_per_node`
 GPUs, or a larger fabric of several nodes such as GB200 NVL72's 72 GPUs in 4-GPU trays), and
 the communicators that follow from it. A group whose ranks stay in one domain uses NVLink,

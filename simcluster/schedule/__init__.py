@@ -1,6 +1,6 @@
 """Pipeline schedules: (pp, vpp, microbatches) -> per-stage ordered tasks. Pure.
 
-Megatron's non-interleaved 1F1B (megatron.md §4.1), interleaved 1F1B (§4.2) and GPipe,
+Megatron's non-interleaved 1F1B, interleaved 1F1B (Megatron-core `pipeline_parallel/schedules.py`) and GPipe,
 the dependency chain between stages, and two analyses: the peak number of stashed
 chunk-forwards and the ideal (communication-free) makespan.
 """

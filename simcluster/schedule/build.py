@@ -14,7 +14,7 @@ def build_schedule(
     kind: ScheduleKind, num_stages: int, num_microbatches: int, num_chunks: int
 ) -> Schedule:
     """Per-stage ordered tasks for `kind`; 1F1B with num_chunks > 1 is Megatron's
-    interleaved schedule (megatron.md §4.1, §4.2)."""
+    interleaved schedule (Megatron-core `pipeline_parallel/schedules.py`)."""
     require_positive("num_chunks", num_chunks)
     if kind is ScheduleKind.GPIPE:
         return gpipe(num_stages, num_microbatches, num_chunks)

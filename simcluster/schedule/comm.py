@@ -1,4 +1,4 @@
-"""When each stage sends and receives, as Megatron's schedules do it (megatron.md §4.1–4.2).
+"""When each stage sends and receives, as Megatron's schedules do it (`pipeline_parallel/schedules.py`).
 
 Non-interleaved 1F1B sends a task's output right after the task and receives a task's
 input right before it (send_forward_recv_backward / send_backward_recv_forward), which is

@@ -1,6 +1,6 @@
 """Which task feeds which: the chain of virtual stages a microbatch travels through.
 
-Layer placement (megatron.md §4.2, core_v0.8.0 `_get_layer_offset`): chunk c on rank r
+Layer placement (Megatron-core core_v0.8.0 `TransformerLayer._get_layer_offset`): chunk c on rank r
 holds layers [c·L/v + r·L/(p·v), … + L/(p·v)), so the model is a chain of p·v virtual
 stages vs = c·p + r. Forward activations flow up the chain (rank p − 1 wraps to rank 0
 between chunks); gradients flow down it. The last virtual stage turns its own forward

@@ -1,5 +1,6 @@
-"""GPipe: every forward, then every backward (Huang et al. 2019; megatron.md §4.2 notes
-that Megatron's interleaved schedule with m == p degenerates to this all-warm-up shape)."""
+"""GPipe: every forward, then every backward (Huang et al. 2019, arXiv 1811.06965;
+Megatron's interleaved schedule, `forward_backward_pipelining_with_interleaving`, with
+m == p degenerates to this all-warm-up shape)."""
 
 from __future__ import annotations
 

@@ -20,8 +20,8 @@ def in_flight_counts(stage_tasks: Iterable[Task]) -> list[int]:
 
 def peak_in_flight(stage_tasks: Iterable[Task]) -> int:
     """Maximum number of chunk-forwards whose backward has not yet run on one stage:
-    min(p − r, m) for 1F1B (megatron.md §4.1), v·p + p − 1 on rank 0 for interleaved
-    with enough microbatches (§4.2, Korthikanti §4.2.3)."""
+    min(p − r, m) for 1F1B, v·p + p − 1 on rank 0 for interleaved with enough
+    microbatches (`pipeline_parallel/schedules.py`; Korthikanti §4.2.3)."""
     return max(in_flight_counts(stage_tasks), default=0)
 
 

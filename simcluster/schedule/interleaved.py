@@ -1,8 +1,9 @@
 """Interleaved (virtual-pipeline) 1F1B, exactly as Megatron orders it.
 
-Source: megatron.md §4.2, `forward_backward_pipelining_with_interleaving` (2021 code to
-core_v0.8.0, i.e. microbatch groups of size p). Each rank holds v model chunks and runs
-M = m·v chunk-sized "virtual microbatches" forward and backward.
+Source: Megatron-LM `forward_backward_pipelining_with_interleaving` in
+`megatron/core/pipeline_parallel/schedules.py` (2021 code to core_v0.8.0, i.e. microbatch
+groups of size p). Each rank holds v model chunks and runs M = m·v
+chunk-sized "virtual microbatches" forward and backward.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ from simcluster.schedule.validation import require_positive, require_stage
 
 
 def virtual_chunk(k: int, num_stages: int, num_chunks: int) -> int:
-    """Chunk of forward virtual index k: (k mod (p·v)) div p (megatron.md §4.2)."""
+    """Chunk of forward virtual index k: (k mod (p·v)) div p (Megatron's `get_model_chunk_id`)."""
     return (k % (num_stages * num_chunks)) // num_stages
 
 
 def virtual_microbatch(k: int, num_stages: int, num_chunks: int) -> int:
-    """Microbatch of virtual index k: (k div (p·v))·p + (k mod p) (megatron.md §4.2)."""
+    """Microbatch of virtual index k: (k div (p·v))·p + (k mod p) (Megatron's schedules.py)."""
     return (k // (num_stages * num_chunks)) * num_stages + k % num_stages
 
 
@@ -30,12 +31,12 @@ def check_interleavable(num_stages: int, num_microbatches: int, num_chunks: int)
     if num_microbatches % num_stages != 0:
         raise ValueError(
             f"num_microbatches={num_microbatches} is not divisible by "
-            f"num_stages={num_stages}; the interleaved schedule requires it (megatron.md §4.2)"
+            f"num_stages={num_stages}; Megatron's interleaved schedule requires it"
         )
 
 
 def interleaved_warmup(num_stages: int, stage: int, num_microbatches: int, num_chunks: int) -> int:
-    """Warm-up chunk-forwards on rank r (megatron.md §4.2):
+    """Warm-up chunk-forwards on rank r (Megatron's schedules.py):
     W = min((p − r − 1)·2 + (v − 1)·p, M), and W = M when m == p (all warm-up)."""
     check_interleavable(num_stages, num_microbatches, num_chunks)
     require_stage(stage, num_stages)
@@ -49,7 +50,7 @@ def _virtual_tasks(
     num_stages: int, num_microbatches: int, num_chunks: int
 ) -> tuple[list[Task], list[Task]]:
     """Forward and backward task of every virtual index k < M; backward k runs chunk
-    v − 1 − chunk(k) (backward traverses the chunks in reverse, megatron.md §4.2)."""
+    v − 1 − chunk(k) (backward traverses the chunks in reverse, as in Megatron)."""
     forwards: list[Task] = []
     backwards: list[Task] = []
     for k in range(num_microbatches * num_chunks):
@@ -61,7 +62,7 @@ def _virtual_tasks(
 
 
 def interleaved_one_f_one_b(num_stages: int, num_microbatches: int, num_chunks: int) -> Schedule:
-    """Per-stage task order of Megatron's interleaved 1F1B (megatron.md §4.2).
+    """Per-stage task order of Megatron's interleaved 1F1B (`forward_backward_pipelining_with_interleaving`).
 
     Warm-up: forward(k) for k < W; steady: forward(k + W) then backward(k); cooldown:
     the remaining backwards. Peak in-flight on rank 0 is W + 1 = v·p + p − 1 chunks when

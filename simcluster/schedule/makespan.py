@@ -2,8 +2,8 @@
 
 Each stage runs its tasks in the given order; a task starts when its stage is free and
 its upstream task (`dependencies.upstream`) has finished; communication is free. It is
-the textbook model behind the bubble fractions (p − 1)/m (1F1B, GPipe; megatron.md §4.1)
-and (p − 1)/(v·m) (interleaved, §4.2), and a cross-check for the SimPy engine.
+the textbook model behind the bubble fractions (p − 1)/m (1F1B, GPipe; Narayanan et al.
+SC'21 §2.2) and (p − 1)/(v·m) (interleaved, §2.2.2), and a cross-check for the SimPy engine.
 """
 
 from __future__ import annotations

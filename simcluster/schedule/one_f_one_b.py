@@ -1,7 +1,8 @@
 """Non-interleaved 1F1B (PipeDream-Flush), exactly as Megatron orders it.
 
-Source: megatron.md §4.1, `forward_backward_pipelining_without_interleaving` in
-`megatron/core/pipeline_parallel/schedules.py` (same logic since the 2021 code).
+Source: Megatron-LM `forward_backward_pipelining_without_interleaving` in
+`megatron/core/pipeline_parallel/schedules.py` (same logic since the 2021
+`megatron/schedules.py`).
 """
 
 from __future__ import annotations
@@ -12,14 +13,15 @@ from simcluster.schedule.validation import require_positive, require_stage
 
 
 def one_f_one_b_warmup(num_stages: int, stage: int, num_microbatches: int) -> int:
-    """Warm-up forwards on rank r: W = min(p − r − 1, m) (megatron.md §4.1)."""
+    """Warm-up forwards on rank r: W = min(p − r − 1, m) (Megatron's `num_warmup_microbatches`)."""
     require_positive("num_microbatches", num_microbatches)
     require_stage(stage, num_stages)
     return min(num_stages - stage - 1, num_microbatches)
 
 
 def one_f_one_b(num_stages: int, num_microbatches: int) -> Schedule:
-    """Per-stage task order of Megatron's non-interleaved 1F1B (megatron.md §4.1).
+    """Per-stage task order of Megatron's non-interleaved 1F1B
+    (`forward_backward_pipelining_without_interleaving`).
 
     Rank r runs W = min(p − r − 1, m) forwards, then m − W pairs (forward of the next
     microbatch, backward of the oldest), then W backwards. Every task has chunk 0.

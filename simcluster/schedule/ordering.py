@@ -1,8 +1,8 @@
 """The warm-up / steady / cooldown shape every Megatron pipeline schedule shares.
 
-megatron.md §4.1 and §4.2: a rank runs `num_warmup` forwards, then alternates one
-forward with one backward (the oldest outstanding one) while forwards remain, then runs
-the remaining backwards.
+Megatron-core `pipeline_parallel/schedules.py` (1F1B, interleaved or not): a rank runs
+`num_warmup` forwards, then alternates one forward with one backward (the oldest
+outstanding one) while forwards remain, then runs the remaining backwards.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ def warmup_steady_cooldown(
     """Order one stage: forwards[:W], then (forwards[W+k], backwards[k]) pairs for
     k < M − W, then backwards[M−W:], with M = len(forwards) = len(backwards).
 
-    `backwards[k]` is the backward Megatron runs k-th (megatron.md §4.1 steady state:
-    forward of the next microbatch, then backward of the oldest).
+    `backwards[k]` is the backward Megatron runs k-th
+    (`forward_backward_pipelining_without_interleaving`'s steady state: forward of the next
+    microbatch, then backward of the oldest).
     """
     num_total = len(forwards)
     num_steady = num_total - num_warmup

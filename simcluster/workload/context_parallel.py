@@ -1,6 +1,6 @@
 """Context parallelism's attention: the K/V ring of Megatron-core's default
 `--cp-comm-type p2p` (TE `attention/dot_product_attention/context_parallel.py::
-AttnFuncWithCPAndKVP2P`, modern.md §3.2).
+AttnFuncWithCPAndKVP2P`).
 
 The rest of the layer needs nothing here: `workload.model.layer_config` describes every
 rank's layer on its s/c tokens, so its GEMMs, element-wise kernels, SP collectives and saved
@@ -10,7 +10,7 @@ local s/c keys; with c > 1 it becomes a ring of c steps over all s keys
 
 What the ring keeps for backward is what the local kernel keeps: Q, one K/V chunk of s/c
 tokens (the last received; K/V circulate again in backward), O and the LSE, so the flash
-op's saved bytes carry over unchanged (modern.md §4, "Effect of CP").
+op's saved bytes carry over unchanged (docs/memory.md, "Context parallelism").
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ With ffn = 4h this is Eq. 7, 72BsLh²(1 + s/(6h) + v/(12hL)). Hardware FLOPs add
 recomputation re-runs: full recompute one layer forward per layer (Narayanan Eq. 3,
 96BsLh²(1 + s/(6h) + v/(16hL)) at ffn = 4h); selective recompute the attention core's
 forward, 4Bs²h per layer. Eq. 8 adds 12Bs²h instead (three times what the re-run costs,
-see reference/paper.md), so its HFU can exceed 1 for long sequences; `paper_hardware_flops`
+see docs/cost_model.md), so its HFU can exceed 1 for long sequences; `paper_hardware_flops`
 keeps Eq. 8 for comparison with Table 5's HFU column, which follows it.
 
 The sums are written in the papers' factored form, 72·B·s·L·h²·(a + b + c) with each
@@ -26,7 +26,7 @@ B is the global batch. The time model prices the op graph's FLOPs instead; these
 numbers MFU and HFU are reported with.
 
 GQA and gated MLPs follow Megatron-core's `num_floating_point_operations`
-(megatron/training/training.py; modern.md §3.9): QKV h·(q + 2k), projection q·h, MLP
+(megatron/training/training.py): QKV h·(q + 2k), projection q·h, MLP
 glu·h·f with glu = 3 for SwiGLU (fc1 2f wide) and 2 otherwise, attention core width q.
 The attention core is NOT halved for the causal mask: 12·B·s²·L·q per iteration, the
 convention of Megatron-core core_v0.11 and earlier (and of Eq. 7, so Table 5's MFU does

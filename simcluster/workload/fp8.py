@@ -3,7 +3,7 @@ hardware-free: which ops are the TE linears, the bytes of their FP8 copies (save
 cached weights) and, per scaling recipe (`training.fp8_recipe`), the quantizations' extra
 work.
 
-Megatron-core's dense TE layer (modern.md §3.7-3.8) runs four TE linears per layer: QKV
+Megatron-core's dense TE layer (`models/gpt/gpt_layer_specs.py`) runs four TE linears per layer: QKV
 (`TELayerNormColumnParallelLinear`), proj (`TERowParallelLinear`), fc1 and fc2. Their fprop,
 dgrad and wgrad GEMMs run in FP8; the attention core and the LM head (Megatron's own
 `ColumnParallelLinear`) stay BF16.
@@ -60,7 +60,7 @@ def fp8_copies(recipe: Fp8Recipe, hardware_copies: int) -> int:
 
 
 def fp8_saved_forward(forward: tuple[Op, ...], cfg: LayerConfig) -> tuple[Op, ...]:
-    """The forward ops with FP8's saved bytes (modern.md §3.7 and §4 "Effect of FP8"): a TE
+    """The forward ops with FP8's saved bytes (docs/memory.md, "FP8"): a TE
     Linear saves only its quantized input, 1 byte per element (TE `linear.py`), and a
     LayerNormLinear its FP8 ln_out, the local sequence shard under SP
     (`layernorm_linear.py`). So QKV's and fc1's ln_out and fc2's input drop to 1 byte, and

@@ -7,7 +7,7 @@ and dropout regions hold s/t of the sequence and the conjugate collectives becom
 all-gather / reduce-scatter (Fig. 5). The `saved_bytes` of the forward ops add up to the six
 rows of Table 2 (tested against `simcluster.workload.memory`).
 
-The Llama-style options (modern.md §3.8, §4) change single ops, each as Megatron-core with
+The Llama-style options (docs/memory.md) change single ops, each as Megatron-core with
 Transformer Engine runs it: GQA narrows the QKV GEMM to (q + 2k)/t; SwiGLU widens fc1 to
 2f/t and gates in one element-wise kernel; squared ReLU is GeLU's place with its own
 kernel; RMSNorm is a norm kernel of the same bytes (its fp32 rsigma, like layer norm's
@@ -79,7 +79,8 @@ def _layer_ops_16bit(cfg: LayerConfig) -> LayerOps:
     if cfg.recompute is Recompute.SELECTIVE and cfg.flash:
         # Megatron-core `--recompute-modules core_attn` (the default module): the checkpoint
         # keeps Q, K, V (the storage the kernel would save) and proj still keeps O, so only
-        # the LSE is freed; the backward re-runs the flash forward (modern.md §3.6, §4).
+        # the LSE is freed; the backward re-runs the flash forward
+        # (`attention.py::_checkpointed_attention_forward`).
         q, k = _slice_bytes(cfg, cfg.query_width), _slice_bytes(cfg, cfg.kv_width)
         kept = {"attn.flash": q + 2 * k + qkv_output_held_bytes(cfg), "attn.proj": q}
         forward = tuple(_with_saved(op, kept[op.name]) if op.name in kept else op for op in forward)
@@ -102,7 +103,7 @@ def _layer_ops_16bit(cfg: LayerConfig) -> LayerOps:
 
 def qkv_output_held_bytes(cfg: LayerConfig) -> float:
     """Bytes the selective-recompute checkpoint keeps beyond Q, K and V themselves: the rest
-    of the QKV GEMM output, held alive by V's view (modern.md open question 1, settled).
+    of the QKV GEMM output, held alive by V's view (docs/memory.md, "Does V keep the QKV output alive?").
 
     Megatron-core `SelfAttention.get_query_key_value_tensors` views the QKV output as
     [s, b, g/t, (a/g + 2)·d] and splits it (torch.split or TE's SplitAlongDim: views), then
@@ -168,7 +169,7 @@ def _layer_norm(cfg: LayerConfig, name: str) -> Op:
 def _bias_dropout_add(cfg: LayerConfig, name: str) -> Op:
     """Megatron's fused bias-dropout-add: reads branch and residual, writes out and a
     one-byte mask; keeps the mask, sbh (÷t with SP). With hidden dropout 0 the dropout
-    returns its input: no mask is written or kept (modern.md §4 row 7)."""
+    returns its input: no mask is written or kept (ATen `Dropout.cpp`: p == 0 is the identity)."""
     elements = cfg.region_tokens * cfg.hidden_size
     mask = MASK_BYTES if cfg.hidden_dropout > 0 else 0
     return elementwise(name, (3 * cfg.element_bytes + mask) * elements, mask * elements)
@@ -212,7 +213,7 @@ def _attention_core_forward(cfg: LayerConfig) -> tuple[Op, ...]:
     """The attention core on a rank. Unfused: QKᵀ, fused scale-mask-softmax, dropout, ×V on
     a/t heads, 5as²b/t + 6sbh/t kept (K and V repeated to q wide under GQA, so the same).
     Flash: one kernel keeping Q, K, V, O and the fp32 LSE, 2sb(2q + 2k)/t + 4sba/t
-    (modern.md §4 row 5); proj's input O is the same storage (row 6)."""
+    (docs/memory.md); proj's input O is the same storage (TE `linear.py`)."""
     if cfg.flash:
         q, k = _slice_bytes(cfg, cfg.query_width), _slice_bytes(cfg, cfg.kv_width)
         lse = LSE_BYTES * cfg.micro_batch_size * cfg.heads_per_rank * cfg.seq_length
@@ -264,7 +265,7 @@ def _attention_block_forward(cfg: LayerConfig, core: tuple[Op, ...]) -> tuple[Op
 def _activation_forward(cfg: LayerConfig) -> Op:
     """The MLP's element-wise kernel on [s, b, fc1 width/t]. GeLU (Megatron's fused
     bias-GeLU): reads x, writes y, keeps x. SwiGLU (`bias_swiglu_impl`): reads gate and up
-    (2f), writes f, keeps its 2f-wide input (modern.md §4 row 10). Squared ReLU: reads x,
+    (2f), writes f, keeps its 2f-wide input (`fusions/fused_bias_swiglu.py`). Squared ReLU: reads x,
     writes relu(x)², keeps x."""
     e, tokens, t, f = cfg.element_bytes, cfg.tokens, cfg.tp, cfg.ffn_hidden_size
     if cfg.activation is Activation.SWIGLU:
@@ -357,7 +358,7 @@ def _mlp_block_backward(cfg: LayerConfig) -> tuple[Op, ...]:
 
 
 def _attention_core_backward(cfg: LayerConfig) -> tuple[Op, ...]:
-    """Flash: one backward kernel (2.5 × the forward's FLOPs, modern.md §2). Unfused: the
+    """Flash: one backward kernel (2.5 × the forward's FLOPs, docs/cost_model.md). Unfused: the
     four batched GEMMs and the dropout and softmax backwards, then the GQA group sum."""
     if cfg.flash:
         return (flash_attention("attn.flash.bwd", flash_attention_shape(cfg, backward=True)),)

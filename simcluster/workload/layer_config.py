@@ -32,7 +32,7 @@ class LayerConfig:
     """One layer on one rank. `ffn_hidden_size` 0 means Megatron's default 4h;
     `num_query_groups` 0 (or None) means a key/value head per query head (no GQA).
 
-    The modern options (modern.md §3.8) default to the paper's GPT layer: MHA, GeLU,
+    The modern options (docs/scenario.md) default to the paper's GPT layer: MHA, GeLU,
     LayerNorm, learned absolute positions, the unfused attention core, and Megatron's
     default dropout 0.1 (`--hidden-dropout`, `--attention-dropout`), whose one-byte masks
     Table 2 counts; a probability of 0 keeps no mask (ATen's dropout returns its input).

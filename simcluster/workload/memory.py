@@ -83,8 +83,8 @@ def layer_activation_bytes(
     element_bytes: int = 2,
     rope: bool = False,
 ) -> float:
-    """Activation bytes per layer per rank for every layer option (README "Activation memory
-    of the modern layer"; modern.md §4): Table 2 generalised, with q = h, k = g·h/a,
+    """Activation bytes per layer per rank for every layer option (docs/memory.md, "Activation
+    memory of the modern layer"): Table 2 generalised, with q = h, k = g·h/a,
     f = ffn (0 = 4h), e bytes per element, r = 1/t with SP else 1:
 
         regions (norm inputs, QKV and fc1 inputs, masks) = sb·h·r·(4e + 2·[hidden dropout])

@@ -134,7 +134,8 @@ def layer_params_per_rank(
 ) -> float:
     """QKV, projection, fc1, fc2 weights and column biases split by t; row-parallel biases
     and both norms replicated (12h² + 13h per layer when ffn = 4h, t = 1). Megatron-core
-    widths (modern.md §3.8): linear_qkv h × (q + 2k) with q = a·d_h and k = g·d_h (0 = h),
+    widths (`transformer/attention.py`, `transformer/mlp.py`): linear_qkv h × (q + 2k)
+    with q = a·d_h and k = g·d_h (0 = h),
     linear_proj q × h, linear_fc1 h × 2f when gated (SwiGLU) else h × f, linear_fc2 f × h.
     Biases follow Megatron's default `add_bias_linear` (the scenario has no
     `--disable-bias-linear`; Llama's recipes drop them, (q + 2k + fc1)/t + 2h per layer)."""
@@ -247,8 +248,8 @@ def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
             )
         )
     # Per rank, each pipeline message is 1/t of [s/c, b, h]: the sequence shard with SP, or
-    # Megatron's scatter/gather split without it (reference/megatron.md §4.1: the p2p tensor
-    # shape is [s/cp, b, h]); cfg.tokens already holds s/c.
+    # Megatron's scatter/gather split without it (Megatron-core `p2p_communication.py`: the p2p
+    # tensor shape is [s/cp, b, h]); cfg.tokens already holds s/c.
     p2p_bytes = cfg.element_bytes * cfg.tokens * cfg.hidden_size / par.tp
     return Workload(scenario, cfg, layer, tuple(stages), p2p_bytes)
 
@@ -264,8 +265,8 @@ def recompute_workspace_bytes(workload: Workload) -> float:
 
 def ring_buffer_bytes(workload: Workload) -> float:
     """The context-parallel ring's transient receive buffers: two K/V chunks (the one being
-    used and the one arriving; TE AttnFuncWithCPAndKVP2P's `p2p_comm_buffers`, modern.md §4
-    "Effect of CP"); 0 without cp."""
+    used and the one arriving; TE AttnFuncWithCPAndKVP2P's `p2p_comm_buffers`; docs/memory.md
+    "Context parallelism"); 0 without cp."""
     rings = [op.ring for op in workload.layer.forward if op.ring is not None]
     return 2 * rings[0].first_message_bytes if rings else 0.0
 

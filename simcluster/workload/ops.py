@@ -51,7 +51,7 @@ class GemmShape:
 FLASH_BACKWARD_FLOP_RATIO = 2.5
 """Flash-attention backward FLOPs over forward FLOPs: five GEMMs (QKᵀ recomputed, dV, dP,
 dQ, dK) against two (flash-attention `benchmarks/benchmark_flash_attention.py::flops`;
-modern.md §2). The profile's backward TFLOP/s are measured under this convention."""
+docs/cost_model.md). The profile's backward TFLOP/s are measured under this convention."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +63,7 @@ class AttentionShape:
     parallelism calls it with seq_q = s/c (or a 1/(2c) chunk) and seq_k = the keys one ring
     step brings; without it seq_q = seq_k = s. A causal mask is bottom-right aligned (query i
     of seq_q sees keys up to seq_k - seq_q + i, flash-attention ≥ 2.1), so a rank-local
-    causal chunk with seq_q = seq_k does half the work (modern.md §2).
+    causal chunk with seq_q = seq_k does half the work (flash-attention `hopper/benchmark_attn.py::flops`).
     """
 
     batch: int
@@ -85,7 +85,7 @@ class AttentionShape:
 
     @property
     def forward_flops(self) -> float:
-        """QKᵀ and P·V over the visible scores: 4·b·heads·s_q·s_k·d·visible (modern.md §2)."""
+        """QKᵀ and P·V over the visible scores: 4·b·heads·s_q·s_k·d·visible (docs/cost_model.md)."""
         dense = 4.0 * self.batch * self.heads * self.seq_q * self.seq_k * self.head_dim
         return dense * self.visible_fraction
 
@@ -99,7 +99,7 @@ class AttentionShape:
 @dataclass(frozen=True, slots=True)
 class RingAttention:
     """Context-parallel attention, Megatron-core's default `--cp-comm-type p2p` (TE
-    `AttnFuncWithCPAndKVP2P`, modern.md §3.2), one direction on one rank of a ring of
+    `AttnFuncWithCPAndKVP2P`), one direction on one rank of a ring of
     `cp_size`. The local K/V chunk circulates in `cp_size` steps; the transfer bringing step
     i + 1's K/V runs beside step i's attention. With the 2·c-chunk causal load balance
     every step does ½(s/c)² of attention: step 0 is the causal `diagonal` (local Q × local

@@ -118,17 +118,17 @@ def test_every_key_of_the_contract_is_priced_now():
     assert scenario.training.tp_comm_overlap and scenario.training.overlap_param_gather
 
 
-def test_the_readme_contract_block_lists_every_scenario_key_with_its_default():
-    """The README's scenario block is the contract users read: it names every key of every
-    section (issue 11's parallel keys were missing from it), and each optional key it shows
-    with a value equal to the key's default where the comment says it is optional."""
+def test_the_documented_contract_block_lists_every_scenario_key_with_its_default():
+    """docs/scenario.md's commented scenario block is the contract users read: it names every
+    key of every section (issue 11's parallel keys were missing from it), and each optional key
+    it shows with a value equal to the key's default where the comment says it is optional."""
     import yaml
 
     from simcluster.config.scenario import ModelSpec, ParallelSpec, Scenario, TrainingSpec
     from tests.paths import ROOT
 
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    start = text.index("## Scenario files")
+    text = (ROOT / "docs" / "scenario.md").read_text(encoding="utf-8")
+    start = text.index("## The file, with comments")
     opening = text.index("```yaml", start) + len("```yaml")
     block = text[opening: text.index("```", opening)]
     shown = yaml.safe_load(block)

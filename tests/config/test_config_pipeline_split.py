@@ -1,4 +1,4 @@
-"""Megatron-core's uneven pipeline splits (modern.md §3.5): the layers each stage and chunk
+"""Megatron-core's uneven pipeline splits (`get_num_layers_to_build`): the layers each stage and chunk
 builds, by hand, and the loader's refusals, one per rule."""
 
 import pytest
@@ -42,7 +42,7 @@ def test_llama3_405b_with_both_account_for_flags():
 def test_embedding_only_offsets_follow_get_transformer_layer_offset():
     """L 7, p 2, v 2, embedding counted: (7 + 1)/4 = 2 per chunk, rank 0's first chunk 1.
     Offsets: virtual stage order [0]=1 layer, [1]=2, [2]=2, [3]=2 → 0, 1, 3, 5; Megatron:
-    vp·(8/2) + r·2 − 1 for every chunk but the first (modern.md §3.5)."""
+    vp·(8/2) + r·2 − 1 for every chunk but the first (`get_transformer_layer_offset`)."""
     split = pipeline_split(SplitRequest(7, 2, 2, account_for_embedding=True))
     assert split.chunk_layers == ((1, 2), (2, 2))
     offsets = {(r, c): split.layer_offset(r, c) for r in range(2) for c in range(2)}

@@ -1,4 +1,4 @@
-"""Layouts Megatron-core accepts (modern.md §3.5), written from the flags' side by the
+"""Layouts Megatron-core accepts (`get_num_layers_to_build`), written from the flags' side by the
 importer's author: even, embedding / loss counted as layers, explicit first / last sizes."""
 
 from __future__ import annotations

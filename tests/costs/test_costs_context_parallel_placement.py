@@ -1,4 +1,4 @@
-"""Context parallelism in Megatron-core's rank order (tp-cp-dp-pp, modern.md §3.1): which
+"""Context parallelism in Megatron-core's rank order (tp-cp-dp-pp, `parallel_state.py::RankGenerator`): which
 groups cross nodes, the DP × CP gradient reduction, and every non-attention op on s/c."""
 
 import pytest

@@ -1,5 +1,5 @@
 """Context parallelism's K/V ring (Megatron-core `--cp-comm-type p2p`, TE
-AttnFuncWithCPAndKVP2P; modern.md §3.2): c attention steps of ½(s/c)² each, c − 1 transfers
+AttnFuncWithCPAndKVP2P): c attention steps of ½(s/c)² each, c − 1 transfers
 each hidden behind a step, the backward's K/V + dK/dV messages and final dK/dV, priced on the
 context-parallel group's links."""
 
@@ -180,7 +180,7 @@ def test_cp_with_the_unfused_core_is_refused():
 
 
 def test_ring_buffers_are_transient_memory():
-    """Two K/V chunks of s/c tokens in flight (modern.md §4), on top of the recompute
+    """Two K/V chunks of s/c tokens in flight (TE `p2p_comm_buffers`), on top of the recompute
     workspace; none without cp."""
     from simcluster.workload.model import recompute_workspace_bytes, ring_buffer_bytes, transient_bytes
 

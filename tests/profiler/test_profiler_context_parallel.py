@@ -1,4 +1,4 @@
-"""Context parallelism in the real layer (modern.md §3.2): the K/V ring computes what the
+"""Context parallelism in the real layer (TE `AttnFuncWithCPAndKVP2P`): the K/V ring computes what the
 serial layer computes, on real gloo process groups, and keeps what the op graph predicts."""
 
 from __future__ import annotations

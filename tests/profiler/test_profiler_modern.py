@@ -1,6 +1,6 @@
 """The modern layer options (GQA, SwiGLU, squared ReLU, RMSNorm, RoPE, flash attention) in the
 real layer: saved bytes measured == the op graph + norm statistics, and the op graph ==
-modern.md §4's term-by-term formula."""
+docs/memory.md's term-by-term formula."""
 
 from __future__ import annotations
 
@@ -163,7 +163,7 @@ def test_te_qkv_layout_keeps_packed_layouts_and_copies_the_rest() -> None:
        backend=st.sampled_from(list(AttentionBackend)), p=st.sampled_from([0.0, 0.1]))
 def test_section4_formula_equals_op_graph(t, groups_per_rank, heads_per_group, d, s, b, sp,
                                           recompute, activation, norm, pe, backend, p) -> None:
-    """modern.md §4's terms, written out here, equal the simulator's op graph for every mix."""
+    """docs/memory.md's terms, written out here, equal the simulator's op graph for every mix."""
     g = groups_per_rank * t
     a = g * heads_per_group
     spec = LayerSpec(a * d, a, s * t, b, tp=t, sequence_parallel=sp, recompute=recompute,

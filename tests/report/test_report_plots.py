@@ -151,7 +151,7 @@ def test_save_figure_rejects_unknown_formats(tmp_path):
 
 
 def test_only_report_imports_matplotlib():
-    """STYLE.md: matplotlib stays in simcluster/report/ (the CLI imports it lazily, via report)."""
+    """docs/layout.md: matplotlib stays in simcluster/report/ (the CLI imports it lazily, via report)."""
     pattern = re.compile(r"^\s*(import|from)\s+matplotlib", re.MULTILINE)
     offenders = [
         str(path.relative_to(ROOT))

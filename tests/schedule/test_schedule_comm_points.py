@@ -31,7 +31,7 @@ def test_no_sends_are_lost_or_moved_backwards():
 
 
 def test_default_points_send_after_each_task():
-    """1F1B (megatron.md §4.1): send right after the task, receive right before it."""
+    """1F1B (Megatron's schedules.py): send right after the task, receive right before it."""
     tasks = build_schedule(ScheduleKind.ONE_F_ONE_B, 4, 8, 1)[1]
     points = default_comm_points(tasks)
     assert points.send_after == tuple(range(len(tasks)))

@@ -1,4 +1,4 @@
-"""The virtual-stage chain: who waits for whom (megatron.md §4.2 layer placement)."""
+"""The virtual-stage chain: who waits for whom (Megatron's `_get_layer_offset` placement)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Invariants every pipeline schedule must satisfy (megatron.md §4.1, §4.2)."""
+"""Invariants every pipeline schedule must satisfy (Megatron-core `pipeline_parallel/schedules.py`)."""
 
 from __future__ import annotations
 

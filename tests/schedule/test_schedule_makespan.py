@@ -1,4 +1,4 @@
-"""Ideal makespan and textbook bubble fractions (megatron.md §4.1, §4.2)."""
+"""Ideal makespan and textbook bubble fractions (Narayanan et al. SC'21 §2.2)."""
 
 from __future__ import annotations
 

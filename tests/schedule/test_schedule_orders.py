@@ -1,4 +1,5 @@
-"""Exact Megatron orders, warm-up counts and peak in-flight (megatron.md §4.1, §4.2)."""
+"""Exact Megatron orders, warm-up counts and peak in-flight (Megatron-core
+`pipeline_parallel/schedules.py`)."""
 
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ def test_build_schedule_dispatches_on_kind_and_chunks() -> None:
     [(4, 8, [3, 2, 1, 0]), (4, 2, [2, 2, 1, 0]), (1, 3, [0]), (8, 1, [1] * 7 + [0])],
 )
 def test_one_f_one_b_warmup_counts(p: int, m: int, expected: list[int]) -> None:
-    """1F1B warm-up on rank r is min(p − r − 1, m) (megatron.md §4.1)."""
+    """1F1B warm-up on rank r is min(p − r − 1, m) (Megatron's schedules.py)."""
     assert [warmup_microbatches(ONE_F_ONE_B, p, r, m, 1) for r in range(p)] == expected
 
 
@@ -84,7 +85,7 @@ def test_one_f_one_b_warmup_counts(p: int, m: int, expected: list[int]) -> None:
     ],
 )
 def test_interleaved_warmup_counts(p: int, m: int, v: int, expected: list[int]) -> None:
-    """Interleaved warm-up is min((p − r − 1)·2 + (v − 1)·p, m·v) (megatron.md §4.2)."""
+    """Interleaved warm-up is min((p − r − 1)·2 + (v − 1)·p, m·v) (Megatron's schedules.py)."""
     assert [warmup_microbatches(ONE_F_ONE_B, p, r, m, v) for r in range(p)] == expected
 
 
@@ -108,7 +109,7 @@ def test_forwards_before_first_backward_match_warmup(shape: Shape) -> None:
 
 @given(st.integers(1, 8), st.integers(1, 16))
 def test_one_f_one_b_peak_in_flight(p: int, m: int) -> None:
-    """1F1B stashes min(p − r, m) microbatches on rank r (megatron.md §4.1)."""
+    """1F1B stashes min(p − r, m) microbatches on rank r (Megatron's schedules.py)."""
     schedule = one_f_one_b(p, m)
     assert [peak_in_flight(s) for s in schedule] == [min(p - r, m) for r in range(p)]
 
@@ -116,7 +117,7 @@ def test_one_f_one_b_peak_in_flight(p: int, m: int) -> None:
 @given(st.integers(1, 6), st.integers(2, 5), st.integers(2, 4))
 def test_interleaved_peak_in_flight_rank0(p: int, groups: int, v: int) -> None:
     """Rank 0 stashes W + 1 = v·p + p − 1 chunks once m ≥ 2p: the memory factor
-    1 + (p − 1)/(p·v) of Korthikanti §4.2.3 (megatron.md §4.2)."""
+    1 + (p − 1)/(p·v) of Korthikanti §4.2.3 (Megatron's schedules.py)."""
     schedule = interleaved_one_f_one_b(p, p * groups, v)
     assert peak_in_flight(schedule[0]) == v * p + p - 1
 

@@ -37,7 +37,7 @@ def test_non_positive_sizes_raise(call: object, match: str) -> None:
 
 
 def test_interleaved_needs_microbatches_divisible_by_stages() -> None:
-    """Megatron's interleaved schedule requires m % p == 0 (megatron.md §4.2)."""
+    """Megatron's interleaved schedule requires m % p == 0 (Megatron-core schedules.py, to core_v0.8.0)."""
     with pytest.raises(ValueError, match="num_microbatches=6 .* num_stages=4"):
         interleaved_one_f_one_b(4, 6, 2)
     with pytest.raises(ValueError, match="num_microbatches=6"):

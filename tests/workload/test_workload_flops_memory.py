@@ -17,7 +17,7 @@ from tests.paths import ROOT
 
 
 def test_paper_mfu_check_22b():
-    """paper.md: 22B, 8 GPUs, B = 4, 1.10 s gives 41.7% MFU at 312 TFLOP/s."""
+    """Korthikanti Eq. 7, Table 5's 22B row: 22B, 8 GPUs, B = 4, 1.10 s gives 41.7% MFU at 312 TFLOP/s."""
     flops = model_flops(B=4, s=2048, L=48, v=51200, widths=LayerWidths(6144, 4 * 6144))
     assert utilization(flops, 1.10, 8, 312e12) == pytest.approx(0.417, abs=0.001)
 

@@ -1,4 +1,4 @@
-"""The Llama-style layer options in the op graph (modern.md §3.8, §4): widths and saved
+"""The Llama-style layer options in the op graph (docs/memory.md): widths and saved
 bytes computed by hand, the closed forms of `memory.layer_activation_bytes` against the op
 graph for any shape, flash attention priced from its achieved throughput."""
 
@@ -43,7 +43,7 @@ def _ops(cfg: LayerConfig) -> dict:
 
 
 def test_llama3_8b_layer_keeps_34_sbh_over_t_plus_the_lse():
-    """modern.md §4: (sb/t)(8h + 4q + 4k + 6f) = 139264·sb/t = 34·sbh/t, plus the fp32 LSE
+    """docs/memory.md: (sb/t)(8h + 4q + 4k + 6f) = 139264·sb/t = 34·sbh/t, plus the fp32 LSE
     4·s·b·a/t that row 5 counts (the norms' fp32 rsigma is not counted, as in Table 2)."""
     cfg = _llama3_8b()
     s, b, h, t, a = 8192, 1, 4096, 8, 32
@@ -197,7 +197,7 @@ def modern_configs(draw):
 @settings(max_examples=300, deadline=None)
 @given(modern_configs())
 def test_closed_forms_equal_the_op_graph_for_any_shape(cfg):
-    """memory.layer_activation_bytes (the README's formulas) == Σ saved bytes of the op graph."""
+    """memory.layer_activation_bytes (docs/memory.md's formulas) == Σ saved bytes of the op graph."""
     expected = layer_activation_bytes(
         cfg.seq_length, cfg.micro_batch_size, cfg.hidden_size, cfg.num_attention_heads, cfg.tp,
         cfg.sequence_parallel, cfg.recompute, ffn=cfg.ffn_hidden_size, query_groups=cfg.query_groups,

@@ -1,5 +1,5 @@
 """Parameters, the tied-embedding all-reduce and model FLOPs of Llama-style models, and a
-Llama-style scenario run end to end (modern.md §3.8-3.9)."""
+Llama-style scenario run end to end (Megatron-core `gpt_layer_specs.py`, `num_floating_point_operations`)."""
 
 import pytest
 import yaml

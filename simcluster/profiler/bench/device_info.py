@@ -1,7 +1,7 @@
 """What a measurement ran on: device name, memory, SMs or cores, driver, CUDA, torch.
 
 Recorded with every calibration and check so that a profile says where its numbers came
-from (DESIGN.md: "measured on which device, date, torch/CUDA versions").
+from (docs/hardware_profiles.md: "measured on which device, date, torch/CUDA versions").
 """
 
 from __future__ import annotations

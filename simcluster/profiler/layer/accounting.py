@@ -177,7 +177,7 @@ def negligible_buffers(spec: LayerSpec, device_type: str = "cpu") -> dict[str, i
     """Bytes torch keeps that Table 2 (and the op graph) neglect, by name (module docstring).
 
     RMSNorm keeps one fp32 rsigma per token instead of LayerNorm's mean and rstd (TE's
-    fused norm; modern.md §4 row 2), on any device.
+    fused norm, TE `layernorm_linear.py`), on any device.
     """
     if spec.recompute is Recompute.FULL:
         return {"layernorm_stats": 0}
@@ -189,7 +189,7 @@ def negligible_buffers(spec: LayerSpec, device_type: str = "cpu") -> dict[str, i
 
 
 def section4_terms(spec: LayerSpec) -> dict[str, int]:
-    """Activation bytes per layer per rank, term by term as modern.md §4 derives them from
+    """Activation bytes per layer per rank, term by term as docs/memory.md derives them from
     what each Megatron/TE autograd function saves, generalised to every option mix (Table 2's
     terms where an option is off). e = element bytes, T = tokens in the norm/dropout regions
     (sb/t with SP, else sb), S = sb, q = a·d, k = g·d, f = ffn, t = TP:

@@ -2,8 +2,8 @@
 
 The sequence of s tokens is cut into 2·c chunks of s/(2c); cp rank r holds chunks r and
 2c − 1 − r, in that order (Megatron-core `utils.py::get_batch_on_this_cp_rank`, TE's
-"DualChunkSwap"; modern.md §3.2), so every rank does the same causal work. Everything but
-the attention core runs unchanged on those s/c tokens.
+"DualChunkSwap", `context_parallel.py::attn_forward_func_with_cp`), so every rank does the
+same causal work. Everything but the attention core runs unchanged on those s/c tokens.
 
 `ring_attention` is the core, after TE's `AttnFuncWithCPAndKVP2P` (`--cp-comm-type p2p`,
 `attention/dot_product_attention/context_parallel.py`), as one autograd function with a

@@ -9,7 +9,7 @@
   (seed, site) and keeps this rank's slice, so a sharded layer drops exactly the elements
   the serial layer drops; `LocalMasks` draws only the local shape from the device's global
   RNG (fast; what a timing or memory run on one GPU wants).
-- The modern layer's pieces (modern.md §3.8, §4), each saving what its Megatron/TE
+- The modern layer's pieces (docs/memory.md), each saving what its Megatron/TE
   counterpart saves: `rms_norm` (input + fp32 rsigma), `swiglu` (its 2f-wide input only),
   `squared_relu` (relu's output), `apply_rope` (nothing but the constant tables).
 """
@@ -124,7 +124,7 @@ class LocalMasks:
 class _RMSNorm(torch.autograd.Function):
     """y = x · rsqrt(mean(x²) + eps) · w over the last dim, in fp32 like TE's fused norm;
     saves what TE's LayerNormLinear saves for it: the input and the fp32 rsigma per token
-    (modern.md §4 rows 1-2), and the weight (a parameter, not an activation)."""
+    (TE `layernorm_linear.py`), and the weight (a parameter, not an activation)."""
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, weight: Tensor, eps: float) -> Tensor:
@@ -150,7 +150,7 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
 
 class _SwiGLU(torch.autograd.Function):
     """silu(gate) · up with [gate, up] = x.chunk(2) on the last dim; saves only x (2f wide),
-    as Megatron's fused `bias_swiglu_impl` does (modern.md §4 row 10)."""
+    as Megatron's fused `bias_swiglu_impl` does (`fusions/fused_bias_swiglu.py`)."""
 
     @staticmethod
     def forward(ctx: Any, x: Tensor) -> Tensor:
@@ -187,7 +187,7 @@ def _rotate_half(x: Tensor) -> Tensor:
 class _Rope(torch.autograd.Function):
     """x · cos + rotate_half(x) · sin (Megatron's non-fused rotary, rotate-half style);
     saves only the cos/sin tables, which are the layer's constant buffers, as TE's fused
-    RoPE saves only the frequencies (modern.md §4 row 4)."""
+    RoPE saves only the frequencies (TE `attention/rope.py::FusedRoPEFunc`)."""
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:

@@ -171,7 +171,8 @@ _GROUPS: dict[tuple[int, int], tuple[Comm, Comm]] = {}
 def tp_cp_comms(world: Comm, tp: int, cp: int) -> tuple[Comm, Comm]:
     """(tensor-parallel, context-parallel) comms of this process in a torch.distributed
     world of tp·cp·dp ranks, Megatron's tp-cp-dp order: global rank = tp_rank + tp·(cp_rank
-    + cp·dp_rank), so TP groups are contiguous and CP groups have stride tp (modern.md §3.1).
+    + cp·dp_rank), so TP groups are contiguous and CP groups have stride tp
+    (`parallel_state.py::RankGenerator`).
     Every rank must call it with the same (tp, cp) in the same order (new_group is
     collective); groups are made once per process. A group of one is a `ShardStandInComm(1)`.
     """

@@ -31,7 +31,7 @@ class LayerSpec(LayerConfig):
     The flash path applies no attention dropout (Megatron's Llama recipes set
     --attention-dropout 0; a flash kernel keeps no mask either way, only an RNG seed).
 
-    `cp` > 1 makes the rank one of a context-parallel ring (modern.md §3.2): like the
+    `cp` > 1 makes the rank one of a context-parallel ring (docs/cost_model.md): like the
     simulator's layer config (`workload.model.layer_config`), `seq_length` is then the s/cp
     tokens this rank holds, chunks r and 2cp − 1 − r of the 2·cp chunks of the sequence;
     `full_seq_length` is s. Needs flash attention and an even `seq_length`.
@@ -59,7 +59,7 @@ class LayerSpec(LayerConfig):
         self._check_context_parallel()
 
     def _check_context_parallel(self) -> None:
-        """Megatron-core's rules for --context-parallel-size (modern.md §3.2)."""
+        """Megatron-core's rules for --context-parallel-size (docs/scenario.md)."""
         if self.cp < 1:
             raise ValueError(f"LayerSpec.cp must be >= 1, got {self.cp}")
         if self.cp == 1:

@@ -13,7 +13,8 @@ dropout mask as²b and output 2as²b, proj input 2sbh, two dropout masks 2sbh, f
 2sbh, GeLU input 8sbh, fc2 input 8sbh, plus the layer norms' mean and rstd, which the paper
 neglects (see `accounting`). Q, K and V stay views of the QKV GEMM output (one storage).
 
-Modern options (modern.md §3.8): GQA (QKV (q + 2k)/t wide, per-group layout), RMSNorm,
+Modern options (Megatron-core `models/gpt/gpt_layer_specs.py`): GQA (QKV (q + 2k)/t wide,
+per-group layout), RMSNorm,
 RoPE on Q and K after the split, flash attention (scaled_dot_product_attention) in place of
 the unfused core, SwiGLU or squared ReLU in place of GeLU. Either core first passes Q, K, V
 through `ops.te_qkv_layout`, as TE's DotProductAttention (the TE spec's core for every
@@ -121,7 +122,7 @@ class ParallelTransformerLayer(nn.Module):
             self.register_parameter(name, nn.Parameter(weights[name]))
         if spec.position_embedding is PositionEmbedding.ROPE:
             # Megatron computes the rotary tables once per model forward and hands them to
-            # every layer, so they belong to no layer's activations (modern.md §4 row 4).
+            # every layer, so they belong to no layer's activations (TE `FusedRoPEFunc` saves only them).
             # With CP, the rank's two chunks' global positions (Megatron-core
             # `get_pos_emb_on_this_cp_rank`).
             weight = weights["qkv_weight"]
@@ -186,7 +187,7 @@ class ParallelTransformerLayer(nn.Module):
         checkpoint as in Megatron). GQA runs natively (enable_gqa: K/V are not repeated).
         torch's CPU flash kernel
         saves q, k, v as given, its output and the fp32 logsumexp [b, a/t, s], as flash
-        attention does (modern.md §4 row 5); no s² tensor. Its output is laid out
+        attention does (docs/memory.md); no s² tensor. Its output is laid out
         [s, b, a/t, d] in memory, so the reshape below is a view and the projection saves
         the same storage (row 6).
         """
