@@ -19,7 +19,7 @@ from simcluster.costs.chunk import (
     fp8_amax_reduction_s,
     price_layer_ops,
 )
-from simcluster.costs.compute import elementwise_time_s
+from simcluster.costs.compute import OPTIMIZER_KIND, elementwise_time_s
 from simcluster.costs.network import GroupPlacement, collective_time_s, p2p_time_s
 from simcluster.costs.placement import cp_group, dp_cp_group, stages_share_node, strided_group, tp_group
 from simcluster.engine.plan import ParamGather, PipelinePlan, StagePlan, TaskWork, TimeCategory, Transfer
@@ -274,7 +274,7 @@ def priced_stages(scenario: Scenario, hw: HardwareProfile, workload: Workload) -
                 send_backward=send(r, (r - 1) % p) if p > 1 else None,
                 grad_reduce=reduce(stage),
                 tied_grad_reduce=tied_reduce_transfer(scenario, hw, stage),
-                optimizer_s=elementwise_time_s(stage.optimizer_step_bytes, hw),
+                optimizer_s=elementwise_time_s(stage.optimizer_step_bytes, hw, OPTIMIZER_KIND),
                 grad_buckets=grad_buckets(scenario, hw, stage),
                 param_gather=param_gather(scenario, hw, stage),
             )

@@ -236,6 +236,14 @@ class ComputeModel(_Section):
         "(`costs.compute.elementwise_kind`, e.g. 'softmax.bwd'); a kind not listed uses "
         "`elementwise_points`",
     )
+    memory_bound_efficiency_by_kind: dict[str, float] = Field(
+        default_factory=dict,
+        description="fraction of the HBM bandwidth a memory-bound kernel of one kind reaches "
+        "(`costs.compute.elementwise_kind`: 'layernorm', 'swiglu', 'rope', 'cross_entropy', "
+        "'optimizer', ...); a backward kind not listed ('swiglu.bwd') takes its forward's, any "
+        "other kind `memory_bound_efficiency`. Measured per-kind curves "
+        "(`elementwise_points_by_op`) come first",
+    )
     flash_attention_fwd_tflop_per_s: list[tuple[float, float]] | None = Field(
         default=None,
         description="(sequence length, achieved TFLOP/s) of the fused flash-attention forward, "
@@ -257,7 +265,6 @@ class ComputeModel(_Section):
         description="Dao's FlashAttention-2 kernels' rates (scenario `training.attention_kernel: "
         "flash_attn_2`); absent = that kernel cannot be priced on this profile",
     )
-
 
     @model_validator(mode="after")
     def _flash_attention_is_whole(self) -> ComputeModel:
@@ -281,6 +288,16 @@ class ComputeModel(_Section):
     def has_flash_attention(self) -> bool:
         """The profile can price a fused flash-attention kernel."""
         return self.flash_attention_fwd_tflop_per_s is not None
+
+    @model_validator(mode="after")
+    def _kind_efficiencies_are_fractions(self) -> ComputeModel:
+        above = {kind: value for kind, value in self.memory_bound_efficiency_by_kind.items() if value > 1}
+        if above:
+            raise ValueError(
+                f"memory_bound_efficiency_by_kind: value {shorten(above)}: an efficiency is a fraction "
+                "of the HBM bandwidth (at most 1)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _tiles_are_fractions(self) -> ComputeModel:

@@ -20,7 +20,11 @@ Memory-bound kernels: t = launch + bytes / (HBM · e_mem), or, with measured
 profile may also carry one such curve per kernel kind (`elementwise_points_by_op`, keyed
 by `elementwise_kind` of the op's name: dropout's mask draws or an fp32 softmax backward
 run far from the bandwidth a plain copy of the same bytes gets); an op of a kind with a
-curve uses it, any other op (and the optimizer step) the generic curve.
+curve uses it, any other op (and the optimizer step) the generic curve. A profile may
+instead give one efficiency per kind (`memory_bound_efficiency_by_kind`: fused RMSNorm,
+RoPE or SwiGLU kernels reach 35-70 % of the bandwidth a copy gets on an H100, measured in
+docs/calibration/h100-2026-11-26/); t = launch + bytes / (HBM · e_kind), a backward kind
+without an entry at its forward's efficiency. The optimizer step is kind `OPTIMIZER_KIND`.
 
 Fused flash attention is compute-bound (its working set stays on chip) and is priced from
 the achieved TFLOP/s the profile cites for the kernel Megatron-core runs (Transformer
@@ -81,6 +85,7 @@ def gemm_time_s(shape: GemmShape, hw: HardwareProfile, dtype: Dtype = Dtype.BF16
 
 
 LAYERNORM_OPS = frozenset({"ln1", "ln2", "ln"})  # name components that are a layer norm
+OPTIMIZER_KIND = "optimizer"  # the optimizer step's kernels (Adam, grad norm, copies, zeroing)
 
 
 def elementwise_kind(op_name: str) -> str:
@@ -95,12 +100,25 @@ def elementwise_kind(op_name: str) -> str:
     return f"{kind}.bwd" if backward else kind
 
 
+def kind_efficiency(hw: HardwareProfile, kind: str | None) -> float | None:
+    """The profile's `memory_bound_efficiency_by_kind` entry for `kind`, a backward kind
+    without its own entry taking its forward's ("swiglu.bwd" -> "swiglu"); None when the
+    profile lists neither."""
+    by_kind = hw.compute.memory_bound_efficiency_by_kind
+    if kind is None or not by_kind:
+        return None
+    return by_kind.get(kind, by_kind.get(kind.removesuffix(".bwd")))
+
+
 def achieved_bandwidth_bytes_per_s(bytes_moved: float, hw: HardwareProfile, kind: str | None = None) -> float:
-    """Bytes per second a memory-bound kernel of `kind` moving `bytes_moved` reaches: the
-    kind's measured curve, else the generic measured curve, else HBM · e_mem."""
-    by_kind = hw.compute.elementwise_points_by_op
-    points = by_kind.get(kind) if kind is not None else None
-    points = points or hw.compute.elementwise_points
+    """Bytes per second a memory-bound kernel of `kind` moving `bytes_moved` reaches, the
+    most specific figure first: the kind's measured curve, the kind's efficiency
+    (`kind_efficiency`) × HBM, the generic measured curve, HBM · e_mem."""
+    kind_points = hw.compute.elementwise_points_by_op.get(kind) if kind is not None else None
+    efficiency = None if kind_points else kind_efficiency(hw, kind)
+    if efficiency is not None:
+        return hw.memory_bandwidth_bytes_per_s * efficiency
+    points = kind_points or hw.compute.elementwise_points
     if points:
         sizes = np.log([p[0] for p in points])
         rates = [p[1] for p in points]

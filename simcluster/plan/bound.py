@@ -39,7 +39,7 @@ from simcluster.config.choices import ScheduleKind
 from simcluster.config.hardware import HardwareProfile
 from simcluster.config.scenario import Scenario
 from simcluster.costs.chunk import ChunkCost, compose_chunk, fp8_amax_reduction_s, price_layer_ops
-from simcluster.costs.compute import elementwise_time_s
+from simcluster.costs.compute import OPTIMIZER_KIND, elementwise_time_s
 from simcluster.costs.placement import cp_group, tp_group
 from simcluster.engine.plan import ParamGather, PipelinePlan, Transfer
 from simcluster.simulation import (
@@ -169,7 +169,7 @@ class StagePricer:
             tied_reduce_s=self._cached(tied_key, lambda: _seconds(tied_reduce_transfer(scenario, hw, stage))),
             optimizer_s=self._cached(
                 ("optimizer", stage.optimizer_step_bytes),
-                lambda: elementwise_time_s(stage.optimizer_step_bytes, hw),
+                lambda: elementwise_time_s(stage.optimizer_step_bytes, hw, OPTIMIZER_KIND),
             ),
             param_gather_s=self._cached(
                 gather_key,

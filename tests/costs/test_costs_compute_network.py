@@ -16,10 +16,11 @@ NODE = GroupPlacement(num_ranks=8, ranks_per_node=8)
 
 
 def test_large_square_gemm_reaches_the_cited_ceiling():
-    """A GEMM filling whole waves runs at gemm_max_efficiency (MAMF 86.9% on A100)."""
+    """A GEMM filling whole waves runs at gemm_max_efficiency (A100 public: MAMF 86.9 % × 0.8652
+    sustained, 75.19 %)."""
     shape = GemmShape(m=256 * 108, n=128 * 8, k=8192)
     assert wave_efficiency(shape, 108, TILES) == pytest.approx(1.0)
-    assert gemm_efficiency(shape, A100) == pytest.approx(0.869)
+    assert gemm_efficiency(shape, A100) == pytest.approx(0.7519)
 
 
 def test_a_gemm_one_tile_past_a_wave_is_slower_per_flop():
