@@ -21,8 +21,22 @@ measured kernel (up to the binning of memory-bound kernels):
   bernoulli mask draws, a GPU's fp32 softmax backward) is priced by its own curve; the
   pooled curve above stays for kinds no site measured (the embedding lookup and its
   gradient, the loss, the optimizer step).
+- device envelope (GPU only): the sites are eager torch code (several kernels and an
+  autograd call each) timed with CUDA events while the host runs ahead; below
+  `SATURATION_BYTES` the host's issue time is what the events see (the H100 records of
+  `attn.context_copy.bwd` take 0.2-0.3 ms from 0.5 MB to 67 MB). In the real layer the
+  host issues those while the GPU runs earlier kernels, so a GPU-bound layer pays the
+  device time only: a bin below `SATURATION_BYTES` is priced at no less than its kind's
+  rate over the records at or above it (Σ bytes / Σ busy time), with the launch on top;
+  the host's own cost per op is recorded apart (`calibration.layer_overhead_us`).
 - peak: the datasheet's (GPU) or the best measured GEMM (CPU, or a GPU not in the table);
-  gemm_max_efficiency = best measured GEMM / peak.
+  gemm_max_efficiency = best measured GEMM / peak, the best being FLOPs / median time
+  (no launch taken off: a tiny GEMM's time minus the launch estimate says nothing of the
+  tensor cores). It is the ceiling `costs.compute` holds every unmeasured shape to.
+- measured grid: the ranges of M, N, K and batch of the GEMMs, the bytes of each
+  memory-bound kind and the attention lengths measured (`measured_grid`), recorded under
+  `calibration:` so a reader sees which shapes a price was measured at and which were
+  placed by the roofline.
 - memory bandwidth: the datasheet's (GPU), with memory_bound_efficiency = large copy /
   datasheet; on a CPU the copy itself, efficiency 1.
 (t − launch is floored at t / 4, so a kernel faster than the launch estimate still
@@ -42,6 +56,7 @@ from simcluster.calibration.records import ElementwiseRecord, GemmRecord, Measur
 from simcluster.costs.compute import elementwise_kind
 
 MIN_BUSY_FRACTION = 0.25
+SATURATION_BYTES = 2**26  # 64 MiB: eager sites at or above it are device-bound on an H100
 
 
 def _busy_s(seconds: float, launch_s: float) -> float:
@@ -74,8 +89,12 @@ def gemm_points(meas: Measurements) -> list[dict[str, float]]:
 
 def elementwise_points(meas: Measurements) -> list[list[float]]:
     """(bytes, effective GB/s) per octave of bytes over every site, pooled as Σ bytes / Σ
-    busy time."""
-    return _pooled_points(meas.elementwise, meas.launch_s)
+    busy time (with the device envelope on a GPU)."""
+    return _pooled_points(meas.elementwise, meas.launch_s, _is_gpu(meas))
+
+
+def _is_gpu(meas: Measurements) -> bool:
+    return meas.device.device_type == "cuda"
 
 
 def elementwise_points_by_op(meas: Measurements) -> dict[str, list[list[float]]]:
@@ -85,22 +104,34 @@ def elementwise_points_by_op(meas: Measurements) -> dict[str, list[list[float]]]
     for e in meas.elementwise:
         if e.op:
             by_kind[elementwise_kind(e.op)].append(e)
-    curves = {kind: _pooled_points(by_kind[kind], meas.launch_s) for kind in sorted(by_kind)}
+    curves = {kind: _pooled_points(by_kind[kind], meas.launch_s, _is_gpu(meas)) for kind in sorted(by_kind)}
     return {kind: points for kind, points in curves.items() if points}
 
 
-def _pooled_points(records: list[ElementwiseRecord], launch_s: float) -> list[list[float]]:
+def _pooled_points(records: list[ElementwiseRecord], launch_s: float, envelope: bool) -> list[list[float]]:
     bins: dict[int, list[tuple[float, float]]] = defaultdict(list)
     for e in records:
         if e.bytes_moved > 0:
             bins[math.floor(math.log2(e.bytes_moved))].append((e.bytes_moved, _busy_s(e.seconds, launch_s)))
+    floor = saturated_rate(records, launch_s) if envelope else 0.0
     points = []
     for key in sorted(bins):
         members = bins[key]
         size = math.exp(statistics.fmean(math.log(b) for b, _ in members))
         rate = sum(b for b, _ in members) / sum(s for _, s in members)
+        if 2.0 ** (key + 1) <= SATURATION_BYTES:
+            rate = max(rate, floor)
         points.append([_sig(size), _sig(units.bytes_to_gb(rate))])
     return points
+
+
+def saturated_rate(records: list[ElementwiseRecord], launch_s: float) -> float:
+    """Bytes per second over the records of at least `SATURATION_BYTES` (Σ bytes / Σ busy
+    time), 0 when there are none."""
+    large = [e for e in records if e.bytes_moved >= SATURATION_BYTES]
+    if not large:
+        return 0.0
+    return sum(e.bytes_moved for e in large) / sum(_busy_s(e.seconds, launch_s) for e in large)
 
 
 def _rate_tflop(record: GemmRecord, launch_s: float) -> float:
@@ -108,8 +139,9 @@ def _rate_tflop(record: GemmRecord, launch_s: float) -> float:
 
 
 def best_gemm_tflop_per_s(meas: Measurements) -> float:
-    rates = [_rate_tflop(g, meas.launch_s) for g in [*meas.gemms, meas.peak_gemm]]
-    return max(rates)
+    """The fastest GEMM measured: FLOPs / median time over the layer's GEMMs and the square
+    one (module docstring)."""
+    return max(units.flop_per_s_to_tflop_per_s(g.flops / g.seconds) for g in [*meas.gemms, meas.peak_gemm])
 
 
 def copy_gb_per_s(meas: Measurements) -> float:
@@ -209,3 +241,29 @@ _PER_OP_NOTE = {
     False: "eager cost per op-graph op of a real layer too small for its kernels to matter "
     "(h 64, s 8, b 1; t 1 and 8, SP off / on, every recompute; median)",
 }
+
+
+def measured_grid(meas: Measurements) -> dict[str, Any]:
+    """Which shapes were measured: [min, max] of the GEMMs' M, N, K and batch, of each
+    memory-bound kind's bytes, and of the fused-attention lengths. `costs.compute` prices a
+    measured GEMM shape as measured and holds every other to the roofline of the measured
+    ceilings (best GEMM, copy bandwidth); a memory-bound kind is held flat beyond its range."""
+    grid: dict[str, Any] = {}
+    if meas.gemms:
+        grid["gemm"] = {
+            dim: [min(getattr(g, dim) for g in meas.gemms), max(getattr(g, dim) for g in meas.gemms)]
+            for dim in ("m", "n", "k", "batch")
+        }
+        grid["gemm_shapes"] = len({(g.m, g.n, g.k, g.batch) for g in meas.gemms})
+    by_kind: dict[str, list[float]] = defaultdict(list)
+    for e in meas.elementwise:
+        by_kind[elementwise_kind(e.op) if e.op else "unlabelled"].append(e.bytes_moved)
+    if by_kind:
+        grid["memory_bound_bytes"] = {
+            kind: [_sig(min(sizes)), _sig(max(sizes))] for kind, sizes in sorted(by_kind.items())
+        }
+    if meas.attention:
+        lengths = [a.seq_length for a in meas.attention]
+        grid["attention_seq_lengths"] = [min(lengths), max(lengths)]
+        grid["attention_head_dims"] = sorted({a.head_dim for a in meas.attention})
+    return grid

@@ -24,7 +24,7 @@ import yaml
 from simcluster import units
 from simcluster.calibration.attention_fit import flash_section, other_head_dims
 from simcluster.calibration.datasheets import base_profile_for
-from simcluster.calibration.fit import compute_section, gpu_section
+from simcluster.calibration.fit import compute_section, gpu_section, measured_grid
 from simcluster.calibration.records import AllReducePoint, Measurements
 from simcluster.config.hardware import HardwareProfile, load_hardware, parse_hardware
 
@@ -117,6 +117,7 @@ def build_profile(
             "layer_overhead_us": round(meas.layer_overhead_s / units.SECONDS_PER_US, 3),
             "held_out_check": "simcluster check-profile <this profile> --device "
             f"{dev.device_type}" + (" --quick" if meas.grid == "quick" else ""),
+            "measured_grid": measured_grid(meas),
             **_other_head_dims(meas),
         },
     }

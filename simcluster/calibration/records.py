@@ -13,6 +13,14 @@ from typing import Any
 
 from simcluster.atomic_files import write_text_atomically  # noqa: F401  (the entry points write through it)
 from simcluster.calibration.shapes import LayerShape
+from simcluster.config.choices import (
+    Activation,
+    AttentionBackend,
+    Normalization,
+    PositionEmbedding,
+    Recompute,
+)
+from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.ops import FLASH_BACKWARD_FLOP_RATIO
 
 
@@ -141,9 +149,20 @@ class Measurements:
         return Measurements(**data)
 
 
+LAYER_MODES = ("eager", "compiled")
+"""How the layer ran: eager torch, or its forward + backward under torch.compile (fused
+memory-bound regions, as Megatron-core / Transformer Engine fuse them)."""
+
+
 @dataclass(frozen=True)
 class LayerTiming:
-    """Median seconds of one layer's forward and forward + backward on rank 0 of t."""
+    """Median seconds of one layer's forward and forward + backward on rank 0 of t.
+
+    The model fields after `repeats` default to the paper's GPT layer (MHA, GeLU with f = 4h,
+    LayerNorm, learned positions, the unfused attention core) with the run's dropout, so
+    files written before they existed read unchanged; a modern layer names its GQA groups,
+    MLP width, activation, norm, positions and attention backend as `workload.LayerConfig`
+    does. `forward_s` is None where only forward + backward was timed."""
 
     hidden_size: int
     num_attention_heads: int
@@ -152,18 +171,63 @@ class LayerTiming:
     tp: int
     sequence_parallel: bool
     recompute: str
-    forward_s: float
+    forward_s: float | None
     total_s: float
     spread: float  # interquartile range of total over its median
     repeats: int
+    name: str = ""  # e.g. "llama3-8b"; "" for the paper grid
+    mode: str = "eager"  # one of LAYER_MODES
+    num_query_groups: int = 0  # 0: one key/value head per query head
+    ffn_hidden_size: int = 0  # 0: 4h
+    activation: str = "gelu"
+    normalization: str = "layernorm"
+    position_embedding: str = "learned"
+    attention_backend: str = "unfused"
+    hidden_dropout: float | None = None  # None: the run's dropout_prob
+    attention_dropout: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in LAYER_MODES:
+            raise ValueError(f"layer timing mode: value {self.mode!r}: allowed: {', '.join(LAYER_MODES)}")
 
     @property
-    def backward_s(self) -> float:
-        return self.total_s - self.forward_s
+    def backward_s(self) -> float | None:
+        return None if self.forward_s is None else self.total_s - self.forward_s
 
     @property
     def shape(self) -> LayerShape:
         return LayerShape(self.hidden_size, self.num_attention_heads, self.seq_length, self.micro_batch_size)
+
+    @property
+    def is_paper_layer(self) -> bool:
+        """The paper's GPT layer (the grid `check-profile` measures), not a modern one."""
+        return (self.num_query_groups, self.ffn_hidden_size, self.activation, self.normalization) == (
+            0,
+            0,
+            "gelu",
+            "layernorm",
+        ) and (self.position_embedding, self.attention_backend) == ("learned", "unfused")
+
+    def layer_config(self, dropout_prob: float) -> LayerConfig:
+        """The simulator's description of this layer on rank 0 of t (`dropout_prob`: the run's,
+        for dropouts the timing does not name)."""
+        return LayerConfig(
+            hidden_size=self.hidden_size,
+            num_attention_heads=self.num_attention_heads,
+            seq_length=self.seq_length,
+            micro_batch_size=self.micro_batch_size,
+            ffn_hidden_size=self.ffn_hidden_size,
+            tp=self.tp,
+            sequence_parallel=self.sequence_parallel,
+            recompute=Recompute(self.recompute),
+            num_query_groups=self.num_query_groups,
+            activation=Activation(self.activation),
+            normalization=Normalization(self.normalization),
+            position_embedding=PositionEmbedding(self.position_embedding),
+            attention_backend=AttentionBackend(self.attention_backend),
+            hidden_dropout=dropout_prob if self.hidden_dropout is None else self.hidden_dropout,
+            attention_dropout=dropout_prob if self.attention_dropout is None else self.attention_dropout,
+        )
 
 
 @dataclass(frozen=True)
@@ -197,5 +261,3 @@ class AllReducePoint:
     @property
     def busbw_bytes_per_s(self) -> float:
         return 2 * (self.num_ranks - 1) / self.num_ranks * self.message_bytes / self.seconds
-
-

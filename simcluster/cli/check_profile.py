@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -27,12 +28,15 @@ def check_profile(
     ] = None,
     save_measurements: Annotated[Path | None, typer.Option(help="also write the raw timings JSON")] = None,
     threads: Annotated[int, typer.Option(help="CPU intra-op threads while measuring")] = 1,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="print the summary, the by-kind split and every run as JSON")
+    ] = False,
     hwprofiles: HwProfiles = None,
 ) -> None:
     """Time the real layer forward+backward (t 1-8, SP on/off, each recompute) and compare."""
-    from simcluster.calibration.check import compare, summarize
+    from simcluster.calibration.check import compare, kind_summary, summarize
     from simcluster.calibration.records import LayerRun
-    from simcluster.calibration.report import format_summary, format_table, write_reports
+    from simcluster.calibration.report import format_summary, format_table, to_json, write_reports
     from simcluster.config.errors import ConfigError
     from simcluster.config.hardware import load_hardware
     from simcluster.config.profiles import find_profile
@@ -61,7 +65,12 @@ def check_profile(
     if save_measurements is not None:
         write_text_atomically(save_measurements, run.to_json())
     checks = compare(run, hw)
-    typer.echo(format_table(checks))
-    typer.echo(format_summary(summarize(checks)))
     csv_path, md_path = write_reports(checks, run, stem, hw.provenance.summary, out_dir)
+    if json_output:
+        typer.echo(
+            json.dumps({**to_json(checks, run, stem), "files": [str(csv_path), str(md_path)]}, indent=1)
+        )
+        return
+    typer.echo(format_table(checks))
+    typer.echo(format_summary(summarize(checks), kind_summary(checks)))
     typer.echo(f"wrote {csv_path} and {md_path}")

@@ -11,9 +11,13 @@ A calibrated profile may list measured GEMMs (`gemm_points`, `simcluster calibra
     t = launch + FLOPs / rate,   log rate = Σ w_i log(rate_i · e_wave(shape) / e_wave(shape_i))
 over the few nearest measured shapes i in log(M, N, K, batch), w_i ∝ 1 / distance² (an
 exact match is its own rate). A measured shape's rate already contains the memory roofline
-and the device's kernels for it, so it stands as measured; a shape between or beyond the
-points also keeps the memory roofline, since rates blended from compute-bound points say
-nothing of a skinny GEMM's bytes.
+and the device's kernels for it, so it stands as measured. A shape between or beyond the
+points is held to the roofline of the measured ceilings: its rate is at most the best
+measured GEMM (peak · gemm_max_efficiency), and its time at least its bytes over the
+measured copy bandwidth (HBM · memory_bound_efficiency), since rates blended from
+compute-bound points say nothing of a skinny GEMM's bytes. (The copy, not the measured
+element-wise curves: those are the eager layer's multi-kernel sites, far below what a
+GEMM's own operand traffic reaches.)
 
 Memory-bound kernels: t = launch + bytes / (HBM · e_mem), or, with measured
 `elementwise_points`, the achieved bandwidth interpolated in log(bytes). A calibrated
@@ -71,17 +75,23 @@ def gemm_efficiency(shape: GemmShape, hw: HardwareProfile) -> float:
 
 
 def gemm_time_s(shape: GemmShape, hw: HardwareProfile, dtype: Dtype = Dtype.BF16) -> float:
-    memory_s = shape.bytes_moved(dtype.num_bytes) / achieved_bandwidth_bytes_per_s(
-        shape.bytes_moved(dtype.num_bytes), hw
-    )
     if hw.compute.gemm_points:
+        # A measured shape stands as measured; any other is held to the measured roofline.
         compute_s = shape.flops / measured_gemm_flop_per_s(shape, hw, dtype)
-        size = (shape.m, shape.n, shape.k, shape.batch)
-        if any((p.m, p.n, p.k, p.batch) == size for p in hw.compute.gemm_points):
+        if _is_measured(shape, hw.compute.gemm_points):
             return hw.kernel_launch_s + compute_s
-        return hw.kernel_launch_s + max(compute_s, memory_s)
+        return hw.kernel_launch_s + max(compute_s, gemm_memory_roofline_s(shape, hw, dtype))
+    moved = shape.bytes_moved(dtype.num_bytes)
+    memory_s = moved / achieved_bandwidth_bytes_per_s(moved, hw)
     compute_s = shape.flops / (hw.peak_flop_per_s(dtype) * gemm_efficiency(shape, hw))
     return hw.kernel_launch_s + max(compute_s, memory_s)
+
+
+def gemm_memory_roofline_s(shape: GemmShape, hw: HardwareProfile, dtype: Dtype = Dtype.BF16) -> float:
+    """A GEMM's fewest bytes over the device's copy bandwidth (HBM · memory_bound_efficiency):
+    no GEMM outside the measured points is priced faster than this."""
+    copy_bytes_per_s = hw.memory_bandwidth_bytes_per_s * hw.compute.memory_bound_efficiency
+    return shape.bytes_moved(dtype.num_bytes) / copy_bytes_per_s
 
 
 LAYERNORM_OPS = frozenset({"ln1", "ln2", "ln"})  # name components that are a layer norm
@@ -219,10 +229,13 @@ def _interp_log(x: float, points: list[tuple[float, float]]) -> float:
 
 
 def measured_gemm_flop_per_s(shape: GemmShape, hw: HardwareProfile, dtype: Dtype = Dtype.BF16) -> float:
-    """Rate interpolated from `gemm_points` (module docstring). The points are 16-bit
-    measurements; an fp32 GEMM is scaled by the profile's fp32 / bf16 peak ratio."""
+    """Rate interpolated from `gemm_points` (module docstring), at most the best measured
+    GEMM (peak · gemm_max_efficiency). The points are 16-bit measurements; an fp32 GEMM is
+    scaled by the profile's fp32 / bf16 peak ratio."""
     peak = units.tflop_per_s_to_flop_per_s(hw.gpu.peak_bf16_tflop_per_s)
-    rate = interpolated_flop_per_s(shape, hw.compute.gemm_points, hw, cap_flop_per_s=peak)
+    measured = _is_measured(shape, hw.compute.gemm_points)
+    ceiling = peak if measured else peak * hw.compute.gemm_max_efficiency
+    rate = interpolated_flop_per_s(shape, hw.compute.gemm_points, hw, cap_flop_per_s=ceiling)
     return rate * (hw.peak_flop_per_s(dtype) / hw.peak_flop_per_s(Dtype.BF16))
 
 
@@ -247,6 +260,11 @@ def interpolated_flop_per_s(
     ]
     rate = units.tflop_per_s_to_flop_per_s(math.exp(float(np.average(log_rates, weights=weights))))
     return min(rate, cap_flop_per_s)
+
+
+def _is_measured(shape: GemmShape, points: list[GemmPoint]) -> bool:
+    size = (shape.m, shape.n, shape.k, shape.batch)
+    return any((p.m, p.n, p.k, p.batch) == size for p in points)
 
 
 def _shape_of(point: GemmPoint) -> GemmShape:

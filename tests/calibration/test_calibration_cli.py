@@ -100,7 +100,7 @@ def test_check_profile_on_cpu_reports_the_error(cpu_profile: tuple[Path, Path], 
         measured, predicted = float(row["measured_total_ms"]), float(row["predicted_total_ms"])
         assert measured > 0 and predicted > 0 and float(row["measured_forward_ms"]) < measured
         assert math.isclose(float(row["total_error"]), predicted / measured - 1, abs_tol=1e-3)
-    assert (tmp_path / "cpu-cpu.md").read_text().count("\n| 96 |") == 24
+    assert (tmp_path / "cpu-cpu.md").read_text().count("\n| paper eager | 96 |") == 24
 
 
 def test_interrupted_calibration_leaves_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from simcluster.calibration.fit import elementwise_points
@@ -72,7 +74,9 @@ def profile():
 def test_a_known_gpu_gets_its_datasheet_peak_and_the_base_network(profile) -> None:
     """H100: 989 TFLOP/s and 3,350 GB/s from the datasheet; efficiencies are measured ratios."""
     assert profile.gpu.peak_bf16_tflop_per_s == 989
-    assert profile.compute.gemm_max_efficiency == pytest.approx(750 / 989, rel=1e-3)
+    # the best GEMM is FLOPs / median time (the square one), the launch not taken off
+    best_tflop_per_s = 2 * 8192**3 / (2 * 8192**3 / 750e12 + LAUNCH_S) / 1e12
+    assert profile.compute.gemm_max_efficiency == pytest.approx(best_tflop_per_s / 989, rel=1e-3)
     assert profile.compute.memory_bound_efficiency == pytest.approx(3000 / 3350, rel=1e-3)
     assert profile.compute.kernel_launch_us == pytest.approx(4.0)
     assert profile.calibration["network_from"] == "h100-sxm5-80gb"
@@ -93,11 +97,22 @@ def test_between_two_measured_shapes_the_rate_is_between_theirs(profile) -> None
 
 
 def test_memory_bound_sites_are_pooled_per_octave() -> None:
-    """1 MiB and 1.5 MiB share an octave: Σ bytes / Σ (t − launch) = 2.5 MiB / 8 µs; 1 GiB alone."""
-    points = elementwise_points(_measurements([], SITES))
+    """1 MiB and 1.5 MiB share an octave: Σ bytes / Σ (t − launch) = 2.5 MiB / 8 µs; 1 GiB alone
+    (a CPU: what was timed is what runs, no device envelope)."""
+    cpu = dataclasses.replace(_measurements([], SITES), device=dataclasses.replace(H100, device_type="cpu"))
+    points = elementwise_points(cpu)
     assert len(points) == 2
     assert points[0][1] == pytest.approx(2.5 * 1024**2 / 8e-6 / 1e9, rel=1e-3)
     assert points[1] == [pytest.approx(2**30, rel=1e-3), pytest.approx(2**30 / 1e-3 / 1e9, rel=1e-3)]
+
+
+def test_on_a_gpu_small_sites_are_priced_at_no_less_than_the_large_sites_rate() -> None:
+    """GPU: the 1-2 MiB octave (2.5 MiB / 8 µs = 328 GB/s, host-bound eager sites) is raised
+    to the rate of the sites of at least 64 MiB (1 GiB / 1 ms = 1,074 GB/s); the large bin
+    stays as measured."""
+    points = elementwise_points(_measurements([], SITES))
+    assert points[0][1] == pytest.approx(2**30 / 1e-3 / 1e9, rel=1e-3)
+    assert points[1][1] == pytest.approx(2**30 / 1e-3 / 1e9, rel=1e-3)
 
 
 def test_memory_bound_time_comes_back_at_a_lone_site(profile) -> None:
