@@ -35,6 +35,22 @@ from simcluster.workload.layer_config import LayerConfig
 ONE_DEVICE = GroupPlacement(num_ranks=1, ranks_per_node=1)
 
 
+HOST_BOUND_MARGIN = 0.05
+"""A run is host-bound when issuing its ops makes it at least this much slower than its
+device time: the median target (5 %), so no device-profile error is judged on a run whose
+own host cost is as large as the tolerance."""
+
+
+def host_pipeline_s(device_s: list[float], host_per_op_s: float) -> float:
+    """Seconds of ops run in order by a GPU as a host issues them, one every `host_per_op_s`:
+    op i starts when issued ((i + 1) · host_per_op_s) and when op i − 1 has ended. Eager
+    torch is this two-stage pipeline: the GPU waits wherever the host falls behind."""
+    end_s = 0.0
+    for i, seconds in enumerate(device_s):
+        end_s = max((i + 1) * host_per_op_s, end_s) + seconds
+    return end_s
+
+
 KINDS = (OpCategory.GEMM, OpCategory.ATTENTION, OpCategory.MEMORY_BOUND, OpCategory.STANDIN_COPY)
 """The kinds a stand-in layer's predicted time splits into (it has no communication)."""
 
@@ -48,6 +64,7 @@ class LayerCheck:
     predicted_total_s: float
     host_floor_s: float = 0.0  # priced ops × the eager host cost per op (0: unknown)
     predicted_by_kind_s: dict[str, float] = field(default_factory=dict)  # forward + backward
+    with_host_s: float = 0.0  # the device times issued by the host (`host_pipeline_s`); 0: unknown
 
     def kind_share(self, kind: OpCategory) -> float:
         """This kind's fraction of the predicted forward + backward time."""
@@ -55,8 +72,9 @@ class LayerCheck:
 
     @property
     def host_bound(self) -> bool:
-        """The host needs longer to issue the ops than the device to run them (GPU)."""
-        return self.host_floor_s > self.predicted_total_s
+        """The host's issue time moves the layer time by at least `HOST_BOUND_MARGIN`: the
+        device prices alone cannot be judged to the median target there (GPU)."""
+        return self.with_host_s >= (1 + HOST_BOUND_MARGIN) * self.predicted_total_s
 
     @property
     def forward_error(self) -> float | None:
@@ -93,30 +111,41 @@ class Prediction:
     total_s: float
     num_ops: int
     by_kind_s: dict[str, float]
+    op_s: list[float]  # every op's device seconds in issue order: forward, recompute, backward
 
 
 def predict_config(cfg: LayerConfig, hw: HardwareProfile) -> Prediction:
     """Price `cfg`'s op graph on one device with the stand-in's copies for its collectives
     (module docstring); the by-kind seconds sum to the total."""
     ops = layer_ops(cfg)
-    phases = [standin_ops(seq, cfg.tp) for seq in (ops.forward, ops.backward, ops.recompute)]
-    fwd, bwd, rec = (price_ops(seq, hw, ONE_DEVICE, cfg.dtype).total_s for seq in phases)
+    forward, backward, recompute = (
+        standin_ops(seq, cfg.tp) for seq in (ops.forward, ops.backward, ops.recompute)
+    )
+    fwd, bwd, rec = (
+        price_ops(seq, hw, ONE_DEVICE, cfg.dtype).total_s for seq in (forward, backward, recompute)
+    )
     by_kind = dict.fromkeys((kind.value for kind in KINDS), 0.0)
-    for seq in phases:
-        for op in seq:
-            by_kind[op_category(op).value] += op_time_s(op, hw, ONE_DEVICE, cfg.dtype)
-    return Prediction(fwd, fwd + bwd + rec, sum(len(seq) for seq in phases), by_kind)
+    op_s = []
+    for op in (*forward, *recompute, *backward):
+        seconds = op_time_s(op, hw, ONE_DEVICE, cfg.dtype)
+        by_kind[op_category(op).value] += seconds
+        op_s.append(seconds)
+    return Prediction(fwd, fwd + bwd + rec, len(op_s), by_kind, op_s)
 
 
 def compare(run: LayerRun, hw: HardwareProfile) -> list[LayerCheck]:
     """Predict every timed configuration. Where the profile records the eager host cost
     per op (`calibration.layer_overhead_us`, from `calibrate`), each check also carries the
-    host floor: ops × that cost, which a GPU run cannot beat however fast its kernels."""
+    host floor: ops × that cost, which a GPU run cannot beat however fast its kernels, and
+    the time with the host's issue (`host_pipeline_s`) that marks a run host-bound."""
     overhead_s = units.us_to_s(float(hw.calibration.get("layer_overhead_us", 0.0)))
     checks = []
     for timing in run.timings:
         p = predict_config(timing.layer_config(run.dropout_prob), hw)
-        checks.append(LayerCheck(timing, p.forward_s, p.total_s, p.num_ops * overhead_s, p.by_kind_s))
+        with_host_s = host_pipeline_s(p.op_s, overhead_s) if overhead_s else 0.0
+        checks.append(
+            LayerCheck(timing, p.forward_s, p.total_s, p.num_ops * overhead_s, p.by_kind_s, with_host_s)
+        )
     return checks
 
 

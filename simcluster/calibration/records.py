@@ -162,7 +162,7 @@ class LayerTiming:
     LayerNorm, learned positions, the unfused attention core) with the run's dropout, so
     files written before they existed read unchanged; a modern layer names its GQA groups,
     MLP width, activation, norm, positions and attention backend as `workload.LayerConfig`
-    does. `forward_s` is None where only forward + backward was timed."""
+    does. `forward_s` (and `spread`) are None where only forward + backward was timed."""
 
     hidden_size: int
     num_attention_heads: int
@@ -173,7 +173,7 @@ class LayerTiming:
     recompute: str
     forward_s: float | None
     total_s: float
-    spread: float  # interquartile range of total over its median
+    spread: float | None  # interquartile range of total over its median (None: not recorded)
     repeats: int
     name: str = ""  # e.g. "llama3-8b"; "" for the paper grid
     mode: str = "eager"  # one of LAYER_MODES

@@ -84,7 +84,7 @@ def _row(check: LayerCheck, run: LayerRun, profile: str) -> dict[str, object]:
         "measured_total_ms": f"{_ms(t.total_s):.4f}",
         "predicted_total_ms": f"{_ms(check.predicted_total_s):.4f}",
         "total_error": f"{check.error:+.4f}",
-        "spread": f"{t.spread:.3f}",
+        "spread": "" if t.spread is None else f"{t.spread:.3f}",
         "repeats": t.repeats,
         "host_floor_ms": f"{_ms(check.host_floor_s):.4f}",
         **{
@@ -135,9 +135,9 @@ def format_summary(summary: CheckSummary, kinds: list[KindSummary] | None = None
         lines.append(f"  {shape}: median |error| {100 * error:.1f}%")
     if summary.num_host_bound:
         lines.append(
-            f"  {summary.num_host_bound} run(s) marked 'host': issuing the ops takes the host longer "
-            "than the predicted device time (eager overhead, calibration.layer_overhead_us); the "
-            "model has no host term and under-predicts them"
+            f"  {summary.num_host_bound} run(s) marked 'host': the host's eager issue time "
+            "(calibration.layer_overhead_us per op, the GPU waiting where the host falls behind) "
+            "adds at least 5% to the predicted device time; the model has no host term"
         )
         if summary.gpu_bound_median_abs_error is not None and summary.gpu_bound_max_abs_error is not None:
             lines.append(
@@ -194,6 +194,7 @@ def _json_row(check: LayerCheck) -> dict[str, object]:
         "forward_error": check.forward_error,
         "total_error": check.error,
         "host_floor_s": check.host_floor_s,
+        "with_host_s": check.with_host_s,
         "host_bound": check.host_bound,
         "predicted_by_kind_s": dict(check.predicted_by_kind_s),
     }

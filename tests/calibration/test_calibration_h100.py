@@ -1,0 +1,179 @@
+"""The fit against the committed H100 measurements (docs/calibration/h100-2026-11-26/).
+
+A test of the fit on measured data, not of this machine's speed: the profile is fitted to
+`microbench.json` alone and checked against `layer_timing.json` (96 held-out eager runs of
+the real layer) and the modern layers, on CPU, without torch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from simcluster.calibration.check import LayerCheck, compare, kind_summary, summarize
+from simcluster.calibration.fit import best_gemm_tflop_per_s, copy_gb_per_s
+from simcluster.calibration.measured_layers import measured_layer_run
+from simcluster.calibration.profile import build_profile
+from simcluster.calibration.records import LayerRun, Measurements
+from simcluster.config.hardware import HardwareProfile, parse_hardware
+from simcluster.costs.compute import gemm_time_s, measured_gemm_flop_per_s
+from simcluster.workload.ops import GemmShape
+
+FOLDER = Path(__file__).resolve().parents[2] / "docs" / "calibration" / "h100-2026-11-26"
+
+
+@pytest.fixture(scope="module")
+def meas() -> Measurements:
+    return Measurements.from_json((FOLDER / "microbench.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def fitted(meas: Measurements) -> HardwareProfile:
+    return parse_hardware(build_profile(meas), "h100-fitted.yaml")
+
+
+@pytest.fixture(scope="module")
+def paper_run() -> LayerRun:
+    return LayerRun.from_json((FOLDER / "layer_timing.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def paper_checks(fitted: HardwareProfile, paper_run: LayerRun) -> list[LayerCheck]:
+    return compare(paper_run, fitted)
+
+
+def test_the_ceiling_is_the_best_gemm_measured(meas: Measurements, fitted: HardwareProfile) -> None:
+    """807 TFLOP/s (FLOPs / median time of the fastest GEMM in the file), not the 989 datasheet
+    peak the launch-subtracted rate of a tiny GEMM reached before."""
+    best = max(g.flops / g.seconds for g in [*meas.gemms, meas.peak_gemm]) / 1e12
+    assert best == pytest.approx(807, abs=1)
+    assert best_gemm_tflop_per_s(meas) == pytest.approx(best)
+    assert fitted.compute.gemm_max_efficiency * fitted.gpu.peak_bf16_tflop_per_s == pytest.approx(
+        best, rel=1e-3
+    )
+
+
+def test_a_measured_gemm_comes_back_at_its_measured_time(meas: Measurements, fitted: HardwareProfile) -> None:
+    """Every shape measured once: launch + FLOPs / fitted rate == its median time."""
+    counts: dict[tuple[int, int, int, int], int] = {}
+    for g in meas.gemms:
+        counts[(g.m, g.n, g.k, g.batch)] = counts.get((g.m, g.n, g.k, g.batch), 0) + 1
+    single = [g for g in meas.gemms if counts[(g.m, g.n, g.k, g.batch)] == 1]
+    assert len(single) > 100
+    for g in single:
+        assert gemm_time_s(GemmShape(g.m, g.n, g.k, g.batch), fitted) == pytest.approx(g.seconds, rel=2e-3)
+
+
+UNMEASURED = [
+    GemmShape(2048, 2048, 128, 40),  # attn.qk, h 10240 t 8 b 4: 40 heads of 128
+    GemmShape(2048, 96, 2048, 256),  # attn.av, h 6144 t 1 b 4: head dim 96
+    GemmShape(8192, 18432, 6144, 1),  # attn.qkv, h 6144 t 1, 8192 tokens
+    GemmShape(65536, 65536, 16, 1),  # far outside: skinny, memory-bound
+    GemmShape(100_000, 100_000, 100_000, 1),  # far outside: huge
+    GemmShape(64, 64, 64, 4096),  # far outside: tiny batched
+]
+
+
+@pytest.mark.parametrize("shape", UNMEASURED)
+def test_an_unmeasured_gemm_never_beats_the_measured_roofline(
+    shape: GemmShape, meas: Measurements, fitted: HardwareProfile
+) -> None:
+    """Rate ≤ best measured GEMM, time ≥ launch + bytes / measured copy bandwidth."""
+    best_flop_per_s = best_gemm_tflop_per_s(meas) * 1e12
+    copy_bytes_per_s = copy_gb_per_s(meas) * 1e9
+    assert measured_gemm_flop_per_s(shape, fitted) <= best_flop_per_s * (1 + 1e-3)
+    roofline_s = max(shape.flops / best_flop_per_s, shape.bytes_moved(2) / copy_bytes_per_s)
+    assert gemm_time_s(shape, fitted) >= fitted.kernel_launch_s + roofline_s * (1 - 1e-3)
+
+
+def test_an_attention_bmm_between_measured_batches_gets_their_rate(
+    meas: Measurements, fitted: HardwareProfile
+) -> None:
+    """attn.qk at 40 heads lies between the measured 32 and 48 (≈ 290-300 TFLOP/s), not at the
+    88 TFLOP/s the eager element-wise curve's 'memory roofline' gave it."""
+    rates = {
+        g.batch: g.flops / g.seconds
+        for g in meas.gemms
+        if g.name == "bmm_qk" and (g.m, g.n, g.k) == (2048, 2048, 128) and g.batch in (32, 48)
+    }
+    shape = GemmShape(2048, 2048, 128, 40)
+    rate = shape.flops / (gemm_time_s(shape, fitted) - fitted.kernel_launch_s)
+    assert 0.9 * min(rates.values()) <= rate <= 1.1 * max(rates.values())
+
+
+def test_the_profile_says_which_shapes_were_measured(meas: Measurements, fitted: HardwareProfile) -> None:
+    grid = fitted.calibration["measured_grid"]
+    assert grid["gemm"]["m"] == [min(g.m for g in meas.gemms), max(g.m for g in meas.gemms)]
+    assert grid["gemm"]["batch"] == [1, 192]
+    assert grid["attention_seq_lengths"] == [512, 16384]
+    softmax = [e.bytes_moved for e in meas.elementwise if e.op == "attn.softmax.bwd"]
+    assert grid["memory_bound_bytes"]["softmax.bwd"] == [
+        pytest.approx(min(softmax), rel=1e-3),
+        pytest.approx(max(softmax), rel=1e-3),
+    ]
+
+
+def test_the_fit_predicts_the_held_out_eager_layer(paper_checks: list[LayerCheck]) -> None:
+    """96 held-out runs: every GPU-bound run within 10 % (issue 20's goal) and the median within
+    6 % (goal 5 %: 5.1 % today; was 26.6 % median, 52 % worst, every run too slow). The
+    host-bound runs (h 6144, b 1, t 8: eager issue time, not kernels) are counted apart."""
+    summary = summarize(paper_checks)
+    assert summary.num_runs == 96
+    assert summary.num_host_bound <= 8
+    assert summary.gpu_bound_max_abs_error is not None and summary.gpu_bound_median_abs_error is not None
+    assert summary.gpu_bound_max_abs_error <= 0.10
+    assert summary.gpu_bound_median_abs_error <= 0.06
+    assert summary.median_abs_error <= 0.06
+
+
+def test_the_split_by_kind_sums_to_the_prediction(paper_checks: list[LayerCheck]) -> None:
+    for check in paper_checks:
+        assert math.fsum(check.predicted_by_kind_s.values()) == pytest.approx(
+            check.predicted_total_s, rel=1e-9
+        )
+    shares = [k.share_of_predicted for k in kind_summary(paper_checks)]
+    assert math.fsum(shares) == pytest.approx(1.0)
+
+
+def test_t1_has_no_standin_copy_and_sp_does(paper_checks: list[LayerCheck]) -> None:
+    """One GPU at t = 1 makes no stand-in copy; with SP at t = 8 it copies for its all-gathers."""
+    by_tp = {(c.timing.tp, c.timing.sequence_parallel): c for c in paper_checks}
+    assert by_tp[(1, False)].predicted_by_kind_s["standin_copy"] == 0
+    assert by_tp[(8, True)].predicted_by_kind_s["standin_copy"] > 0
+
+
+def test_the_committed_modern_records_are_what_the_converter_writes() -> None:
+    """modern_layer_timing.json == measured_layer_run(the folder): reproducible by its command."""
+    committed = json.loads((FOLDER / "modern_layer_timing.json").read_text())
+    assert committed == json.loads(measured_layer_run(FOLDER).to_json())
+
+
+def test_the_modern_records_are_the_measured_layers() -> None:
+    """12 eager layers (measure.py) + 3 layers eager and compiled at t = 1 (measure3.py)."""
+    run = measured_layer_run(FOLDER)
+    modes = [t.mode for t in run.timings]
+    assert (modes.count("eager"), modes.count("compiled")) == (15, 3)
+    llama = next(t for t in run.timings if t.name == "llama3-8b" and t.mode == "compiled")
+    assert (llama.num_query_groups, llama.activation, llama.normalization) == (8, "swiglu", "rmsnorm")
+    assert (llama.position_embedding, llama.attention_backend, llama.hidden_dropout) == ("rope", "flash", 0.0)
+    assert llama.total_s == pytest.approx(0.02244, rel=1e-3) and llama.forward_s is None
+    paper = next(t for t in run.timings if t.name == "gpt3-175b-paper")
+    assert paper.is_paper_layer and paper.hidden_dropout == 0.1
+
+
+def test_modern_layers_are_checked_by_kind(fitted: HardwareProfile) -> None:
+    """Flash layers put their attention in the attention kind and price no unfused BMM; the
+    GEMM-bound GPT-3 175B flash shards (eager t 1, 4, 8 and compiled t 1) come within 10 %
+    of the fitted profile (the Llama layers do not: their eager RMSNorm / RoPE / SwiGLU kinds
+    are not in microbench.json, docs/calibration/README.md)."""
+    run = measured_layer_run(FOLDER)
+    checks = compare(run, fitted)
+    flash = [c for c in checks if c.timing.attention_backend == "flash"]
+    assert flash and all(c.predicted_by_kind_s["attention"] > 0 for c in flash)
+    assert all(c.predicted_by_kind_s["gemm"] > 0 for c in flash)
+    gpt3 = [c for c in checks if c.timing.name == "gpt3-175b-flash"]
+    assert len(gpt3) == 4
+    assert max(abs(c.error) for c in gpt3) <= 0.10
