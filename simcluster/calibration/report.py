@@ -226,8 +226,12 @@ def _markdown(checks: list[LayerCheck], run: LayerRun, profile: str, profile_sum
         f"CUDA {dev.cuda_version}, torch {dev.torch_version}, {dev.num_threads} intra-op thread(s)",
         f"- date: {dev.date}; command: `{run.command}`",
         f"- profile: {profile}: {profile_summary}",
-        f"- grid: {run.grid} held-out shapes (no hidden size or s·b of them was calibrated), "
-        f"{run.dtype}, dropout {run.dropout_prob}",
+        (
+            f"- grid: {run.grid} held-out shapes (no hidden size or s·b of them was calibrated), "
+            if run.grid in ("quick", "cpu", "cuda")
+            else f"- grid: {run.grid} (named layers, each with its own model fields and dropouts), "
+        )
+        + f"{run.dtype}, dropout {run.dropout_prob}",
         "- measured: one process plays rank 0 of t (ShardStandInComm), median of repeated "
         "forward + backward (device events on CUDA); predicted: the simulator's op graph "
         "priced by the profile, collectives replaced by the stand-in's local copies",

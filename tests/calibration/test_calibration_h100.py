@@ -12,12 +12,14 @@ import math
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
-from simcluster.calibration.check import LayerCheck, compare, kind_summary, summarize
+from simcluster.calibration.check import KINDS, LayerCheck, compare, host_pipeline_s, kind_summary, summarize
 from simcluster.calibration.fit import best_gemm_tflop_per_s, copy_gb_per_s
 from simcluster.calibration.measured_layers import measured_layer_run
 from simcluster.calibration.profile import build_profile
 from simcluster.calibration.records import LayerRun, Measurements
+from simcluster.cli import app
 from simcluster.config.hardware import HardwareProfile, parse_hardware
 from simcluster.costs.compute import gemm_time_s, measured_gemm_flop_per_s
 from simcluster.workload.ops import GemmShape
@@ -177,3 +179,37 @@ def test_modern_layers_are_checked_by_kind(fitted: HardwareProfile) -> None:
     gpt3 = [c for c in checks if c.timing.name == "gpt3-175b-flash"]
     assert len(gpt3) == 4
     assert max(abs(c.error) for c in gpt3) <= 0.10
+
+
+def test_the_host_pipeline_waits_for_the_slower_stage() -> None:
+    """Host 1 s per op, GPU ops of 3, 0.5, 0.5 s: starts at 1, 4, 4.5 -> ends at 5; a host
+    slower than every op (2 s per op) ends at 3 · 2 + 0.5."""
+    assert host_pipeline_s([3.0, 0.5, 0.5], 1.0) == pytest.approx(5.0)
+    assert host_pipeline_s([0.5, 0.5, 0.5], 2.0) == pytest.approx(6.5)
+    assert host_pipeline_s([3.0, 0.5, 0.5], 0.0) == pytest.approx(4.0)
+
+
+def test_check_profile_prints_the_split_by_kind_as_json(tmp_path: Path) -> None:
+    """--json: a summary, one row per kind in KINDS order and one row per run whose kinds sum
+    to its prediction; the CSV gets a column per kind."""
+    result = CliRunner().invoke(
+        app,
+        [
+            "check-profile",
+            "h100-sxm5-80gb",
+            "--measurements",
+            str(FOLDER / "modern_layer_timing.json"),
+            "--out-dir",
+            str(tmp_path),
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert [k["kind"] for k in data["by_kind"]] == [kind.value for kind in KINDS]
+    assert data["summary"]["num_runs"] == len(data["runs"]) == 18
+    for row in data["runs"]:
+        assert math.fsum(row["predicted_by_kind_s"].values()) == pytest.approx(row["predicted_total_s"])
+        assert row["total_error"] == pytest.approx(row["predicted_total_s"] / row["total_s"] - 1)
+    header = (tmp_path / "h100-sxm5-80gb-cuda.csv").read_text().splitlines()[0].split(",")
+    assert {f"predicted_{kind.value}_ms" for kind in KINDS} <= set(header)
