@@ -141,7 +141,7 @@ def parse_sweep_spec(data: Any, source: str | Path) -> SweepSpec:
     try:
         raw = _SpecFile.model_validate(data)
     except ValidationError as error:
-        raise ConfigError(source, describe_validation_error(error)) from None
+        raise ConfigError(source, describe_validation_error(error, _SpecFile)) from None
     paths = _base_paths(raw.base, source)
     bases = tuple(load_scenario(path) for path in paths)
     problems = _name_clashes(bases, raw.base)
