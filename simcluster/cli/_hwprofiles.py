@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from simcluster.cli._app import fail
-from simcluster.config.errors import ConfigError
 from simcluster.config.profiles import ENV_VAR, env_dirs, find_profile, missing_dirs, profiles_dir
 
 if TYPE_CHECKING:
@@ -63,11 +62,3 @@ def _same(first: Path, second: Path) -> bool:
         return first.resolve() == second.resolve()
     except OSError:
         return False
-
-
-def load_profile_or_exit(reference: str, relative_to: Path | None = None) -> HardwareProfile:
-    """`load_profile`, exiting 2 with the error."""
-    try:
-        return load_profile(reference, relative_to)
-    except ConfigError as error:
-        fail(error)
