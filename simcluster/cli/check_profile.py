@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from simcluster.calibration import DeviceKind
-from simcluster.cli._app import app, fail, output_file, output_folder
+from simcluster.cli._app import Force, app, fail, output_file, output_folder
 from simcluster.cli._hwprofiles import HwProfiles, use_hwprofiles
 from simcluster.cli.calibrate import command_line, require_device
 from simcluster.output_files import write_text_atomically
@@ -28,6 +28,7 @@ def check_profile(
     save_measurements: Annotated[Path | None, typer.Option(help="also write the raw timings JSON")] = None,
     threads: Annotated[int, typer.Option(help="CPU intra-op threads while measuring")] = 1,
     hwprofiles: HwProfiles = None,
+    force: Force = False,
 ) -> None:
     """Time the real layer forward+backward (t 1-8, SP on/off, each recompute) and compare."""
     from simcluster.calibration.check import compare, summarize
@@ -39,15 +40,22 @@ def check_profile(
 
     use_hwprofiles(hwprofiles)
     try:
-        stem = find_profile(profile).stem
+        profile_file = find_profile(profile)
+        stem = profile_file.stem
         hw = load_hardware(profile)
     except ConfigError as error:
         fail(error)
-    output_folder(out_dir, "--out-dir")  # before measuring for minutes
+    inputs = [profile_file, *([measurements] if measurements is not None else [])]
+    saved = LayerRun.from_json(measurements.read_text()) if measurements is not None else None
+    # before measuring for minutes: the folder, the two reports write_reports names, the JSON
+    output_folder(out_dir, "--out-dir")
+    report = f"{stem}-{saved.device.device_type if saved else device.value}"
+    for target in (out_dir / f"{report}.csv", out_dir / f"{report}.md"):
+        output_file(target, "--out-dir", force, inputs)
     if save_measurements is not None:
-        output_file(save_measurements, "--save-measurements")
-    if measurements is not None:
-        run = LayerRun.from_json(measurements.read_text())
+        output_file(save_measurements, "--save-measurements", force, inputs)
+    if saved is not None:
+        run = saved
     else:
         from simcluster.profiler.bench.layer_timing import run_check
         from simcluster.profiler.bench.progress import StderrProgress
