@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from simcluster.calibration import DeviceKind
 from simcluster.cli._app import app, fail, output_file, output_folder
+from simcluster.config.choices import LayerMode
 from simcluster.output_files import write_text_atomically
 
 
@@ -28,7 +29,7 @@ def command_line(name: str, args: dict[str, object]) -> str:
         if value is True:
             parts.append(flag)
         elif value not in (None, False):
-            parts.append(f"{flag} {value.value if isinstance(value, DeviceKind) else value}")
+            parts.append(f"{flag} {value.value if isinstance(value, DeviceKind | LayerMode) else value}")
     return " ".join(parts)
 
 
@@ -68,6 +69,15 @@ def calibrate(
             "calibration:; the flash tables are at head dim 128)",
         ),
     ] = None,
+    layer_mode: Annotated[
+        LayerMode | None,
+        typer.Option(
+            help="eager, or fused (memory-bound regions torch.compile'd); default fused on cuda, eager on cpu"
+        ),
+    ] = None,
+    sustained: Annotated[
+        bool, typer.Option("--sustained", help="warm the GPU until its clock settles, keep it warm")
+    ] = False,
 ) -> None:
     """Time the layer's kernels (GEMMs, memory-bound ops, fused attention, copy, launch) and
     fit a profile."""
@@ -97,11 +107,20 @@ def calibrate(
                 "network": network,
                 "threads": threads,
                 "attention_head_dim": attention_head_dim,
+                "layer_mode": layer_mode,
+                "sustained": sustained,
             },
         )
         with StderrProgress("calibrate") as progress:
             meas = run_calibration(
-                device.value, quick, command, progress, threads, attention_head_dim=attention_head_dim
+                device.value,
+                quick,
+                command,
+                progress,
+                threads,
+                attention_head_dim=attention_head_dim,
+                mode=layer_mode,
+                load=_load(device, sustained),
             )
     if save_measurements is not None:
         write_text_atomically(save_measurements, meas.to_json())
@@ -142,6 +161,19 @@ def _check_outputs(device_type: str, out: Path | None, save_measurements: Path |
         output_file(out, "--out")
     if save_measurements is not None:
         output_file(save_measurements, "--save-measurements")
+
+
+def _load(device: DeviceKind, sustained: bool) -> Any:
+    """The sustained load --sustained asks for (profiler.bench.sustained), else None."""
+    if not sustained:
+        return None
+    import torch
+
+    from simcluster.profiler.bench.sustained import SustainedLoad
+
+    if device is DeviceKind.CUDA:
+        return SustainedLoad(torch.device("cuda"))
+    return SustainedLoad(torch.device("cpu"), min_s=0.0, max_s=1.0, interval_s=0.5, reheat_s=0.01)
 
 
 def _gpu_count() -> int:

@@ -154,12 +154,13 @@ def run_check(
     mode: LayerMode | None = None,
     load: SustainedLoad | None = None,
     budget_s: float | None = None,
+    limit: int | None = None,
 ) -> LayerRun:
     """Time every held-out layer configuration on `device`, the layer in `mode` (default:
     `default_layer_mode`), at sustained load where `load` is given (settled first)."""
     dev = torch.device(device)
     mode = LayerMode(mode or default_layer_mode(dev.type))
-    specs = held_out_specs(dev.type, quick)
+    specs = held_out_specs(dev.type, quick)[:limit]  # limit: a smoke test of the plumbing
     timer = Timer(dev, layer_policy(dev.type, quick, budget_s))
     sensors = GpuSensors(dev)
     if progress is not None:
@@ -198,13 +199,22 @@ def main(argv: Sequence[str] | None = None) -> LayerRun:
     parser.add_argument(
         "--budget-s", type=float, default=None, help="seconds of timed repeats per layer (CUDA default 1.0)"
     )
+    parser.add_argument("--limit", type=int, default=None, help="time only the first N layers")
     args = parser.parse_args(argv)
     command = "python -m simcluster.profiler.bench.layer_timing " + " ".join(argv or sys.argv[1:])
     dev = torch.device(args.device)
     load = SustainedLoad.from_args(dev, args)
     with StderrProgress("check-profile") as progress:
         run = run_check(
-            args.device, args.quick, command, progress, args.threads, args.layer_mode, load, args.budget_s
+            args.device,
+            args.quick,
+            command,
+            progress,
+            args.threads,
+            args.layer_mode,
+            load,
+            args.budget_s,
+            args.limit,
         )
     write_text_atomically(args.out, run.to_json())
     print(

@@ -190,7 +190,7 @@ def _run_calibration(
     _step(progress, f"square GEMM {size} bf16")
     peak_fp32 = _square_gemm(timer, ctx, size, torch.float32)
     _step(progress, f"square GEMM {size} fp32")
-    overhead_s = layer_overhead_s(dev, quick, run.mode)
+    overhead_s = layer_overhead_s(dev, quick, run.mode, run.limit)
     _step(progress, "tiny-layer overhead")
     run.before_kernel()
     attention_records = time_attention(timer, ctx, attention, progress)
@@ -259,7 +259,9 @@ def _copy(timer: Timer, ctx: BuildContext, quick: bool) -> tuple[float, float]:
     return 2.0 * num_bytes, median
 
 
-def layer_overhead_s(dev: torch.device, quick: bool, mode: LayerMode = LayerMode.EAGER) -> float:
+def layer_overhead_s(
+    dev: torch.device, quick: bool, mode: LayerMode = LayerMode.EAGER, limit: int | None = None
+) -> float:
     """Seconds per op-graph op of real layers too small for their kernels to matter.
 
     `OVERHEAD_SHAPE` forward + backward (t 1 and 8, SP off / on, every recompute) over the
@@ -272,7 +274,8 @@ def layer_overhead_s(dev: torch.device, quick: bool, mode: LayerMode = LayerMode
     )
     shape = OVERHEAD_SHAPE
     per_op = []
-    for tp, sp, recompute in itertools.product((1, 8), (False, True), Recompute):
+    combos = list(itertools.product((1, 8), (False, True), Recompute))
+    for tp, sp, recompute in combos[:limit]:
         config = shape.config(tp, sp, recompute)
         spec = LayerSpec.from_layer_config(config, dropout_prob=DROPOUT_PROB)
         ops = layer_ops(config)
