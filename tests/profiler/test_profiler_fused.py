@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 
 from simcluster.config.choices import (
     Activation,
@@ -76,6 +77,8 @@ def test_fused_layer_matches_eager(name: str) -> None:
     spec = _spec(LAYERS[name], Recompute.SELECTIVE)
     out_e, gx_e, grads_e = _run(spec, LayerMode.EAGER)
     out_f, gx_f, grads_f = _run(spec, LayerMode.FUSED)
+    # the fused run compiled its regions, each whole (a graph break would split a region)
+    assert counters["stats"]["unique_graphs"] >= 1 and not counters["graph_break"]
     torch.testing.assert_close(out_f, out_e, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(gx_f, gx_e, rtol=1e-4, atol=1e-5)
     assert grads_f.keys() == grads_e.keys() and len(grads_e) >= 8

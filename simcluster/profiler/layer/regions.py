@@ -30,6 +30,8 @@ from torch import Tensor
 
 from simcluster.config.choices import LayerMode
 
+RECOMPILE_LIMIT = 64  # shape families per region function (the 96-layer grid meets a few)
+
 
 def rotate_half(x: Tensor) -> Tensor:
     x1, x2 = x.chunk(2, dim=-1)
@@ -167,7 +169,14 @@ EAGER_MATH = RegionMath(
 
 @functools.cache
 def fused_math() -> RegionMath:
-    """Every region through torch.compile (compiled lazily, on each function's first call)."""
+    """Every region through torch.compile (compiled lazily, on each function's first call).
+
+    A function that meets more shape families than dynamo's recompile limit (8 by default)
+    would silently run eager from then on, and a fused measurement would time eager code:
+    the limit is raised to `RECOMPILE_LIMIT` and hitting it raises instead."""
+    config = torch._dynamo.config
+    config.recompile_limit = max(config.recompile_limit, RECOMPILE_LIMIT)
+    config.fail_on_recompile_limit_hit = True
     compiled = {
         f.name: torch.compile(getattr(EAGER_MATH, f.name)) for f in fields(RegionMath) if f.name != "mode"
     }
