@@ -38,10 +38,14 @@ if [[ -n "$SMOKE" ]]; then
     # "fused" steps run eager here too (their files say layer_mode eager): the plumbing only
     COMMON=(--device "$DEVICE" --quick --sustained --warmup-max-s 1)
     MB=(--limit 4 --modern); LT=(--limit 2); ML=(--limit 1); SCALE=10; FUSED=eager
+    HOT=(); LT_MAX=(600 600); ML_MAX=(600 600)
 else
     DEVICE="${DEVICE:-cuda}"
-    COMMON=(--device "$DEVICE" --sustained --warmup-max-s 45)
-    MB=(--modern); LT=(--budget-s 0.4); ML=(); SCALE=1; FUSED=fused
+    COMMON=(--device "$DEVICE" --sustained)
+    MB=(--modern --warmup-max-s 45); LT=(--budget-s 0.4); ML=(); SCALE=1; FUSED=fused
+    # later steps start on a GPU the step before left hot: a short settling bound is enough;
+    # --max-s: no layer starts after that many seconds, so the file is written in time
+    HOT=(--warmup-max-s 8); LT_MAX=(60 45); ML_MAX=(20 12)
 fi
 
 step() {  # step NAME LIMIT_S COMMAND...: run under a time limit, log everything, one status line
@@ -62,25 +66,26 @@ step() {  # step NAME LIMIT_S COMMAND...: run under a time limit, log everything
         torch.cuda.is_available() and print(torch.cuda.get_device_properties(0))"
 } >> "$LOG" 2>&1
 
-# Budget on an H100 (seconds, limits sum to 480): kernels first, then the layers.
+# Budget on an H100 (seconds, bash limits sum to 475): kernels first, then the layers.
 B="-m simcluster.profiler.bench"
-step microbench $((150 * SCALE)) "$PY" $B.microbench "${COMMON[@]}" "${MB[@]}" --layer-mode "$FUSED" --out "$OUT/microbench.json"
-step layer_timing_fused $((110 * SCALE)) "$PY" $B.layer_timing "${COMMON[@]}" "${LT[@]}" \
-    --layer-mode "$FUSED" --out "$OUT/layer_timing_fused.json"
-step layer_timing_eager $((80 * SCALE)) "$PY" $B.layer_timing "${COMMON[@]}" "${LT[@]}" \
-    --layer-mode eager --out "$OUT/layer_timing_eager.json"
-step modern_layers_fused $((45 * SCALE)) "$PY" $B.modern_layers "${COMMON[@]}" "${ML[@]}" \
-    --layer-mode "$FUSED" --out "$OUT/modern_layers_fused.json"
-step modern_layers_eager $((35 * SCALE)) "$PY" $B.modern_layers "${COMMON[@]}" "${ML[@]}" \
-    --layer-mode eager --out "$OUT/modern_layers_eager.json"
-step host_graph $((30 * SCALE)) "$PY" $B.host_graph --device "$DEVICE" ${SMOKE:+--quick} \
+step microbench $((195 * SCALE)) "$PY" $B.microbench "${COMMON[@]}" "${MB[@]}" --layer-mode "$FUSED" \
+    --out "$OUT/microbench.json"
+step layer_timing_fused $((100 * SCALE)) "$PY" $B.layer_timing "${COMMON[@]}" ${HOT[@]+"${HOT[@]}"} "${LT[@]}" \
+    --max-s "${LT_MAX[0]}" --layer-mode "$FUSED" --out "$OUT/layer_timing_fused.json"
+step layer_timing_eager $((75 * SCALE)) "$PY" $B.layer_timing "${COMMON[@]}" ${HOT[@]+"${HOT[@]}"} "${LT[@]}" \
+    --max-s "${LT_MAX[1]}" --layer-mode eager --out "$OUT/layer_timing_eager.json"
+step modern_layers_fused $((40 * SCALE)) "$PY" $B.modern_layers "${COMMON[@]}" ${HOT[@]+"${HOT[@]}"} ${ML[@]+"${ML[@]}"} \
+    --max-s "${ML_MAX[0]}" --layer-mode "$FUSED" --out "$OUT/modern_layers_fused.json"
+step modern_layers_eager $((25 * SCALE)) "$PY" $B.modern_layers "${COMMON[@]}" ${HOT[@]+"${HOT[@]}"} ${ML[@]+"${ML[@]}"} \
+    --max-s "${ML_MAX[1]}" --layer-mode eager --out "$OUT/modern_layers_eager.json"
+step host_graph $((20 * SCALE)) "$PY" $B.host_graph --device "$DEVICE" ${SMOKE:+--quick} \
     --out "$OUT/host_graph.json"
 MEM_TMP=$(mktemp -d)
 if [[ -n "$SMOKE" ]]; then
     step gpu_memory $((30 * SCALE)) "$PY" $B.gpu_memory --hidden-size 64 --num-attention-heads 4 \
         --seq-length 32 --micro-batch-size 1 --tp 2 --num-layers 1 --device "$DEVICE" --out-dir "$MEM_TMP"
 else
-    step gpu_memory 30 "$PY" $B.gpu_memory --device "$DEVICE" --out-dir "$MEM_TMP"
+    step gpu_memory 20 "$PY" $B.gpu_memory --device "$DEVICE" --out-dir "$MEM_TMP"
 fi
 cp "$MEM_TMP"/*.md "$OUT/gpu_memory.md" 2>/dev/null || echo "no gpu_memory report" >> "$LOG"
 rm -rf "$MEM_TMP"

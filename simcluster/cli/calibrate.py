@@ -167,13 +167,9 @@ def _load(device: DeviceKind, sustained: bool) -> Any:
     """The sustained load --sustained asks for (profiler.bench.sustained), else None."""
     if not sustained:
         return None
-    import torch
+    from simcluster.profiler.bench.sustained import sustained_load
 
-    from simcluster.profiler.bench.sustained import SustainedLoad
-
-    if device is DeviceKind.CUDA:
-        return SustainedLoad(torch.device("cuda"))
-    return SustainedLoad(torch.device("cpu"), min_s=0.0, max_s=1.0, interval_s=0.5, reheat_s=0.01)
+    return sustained_load(device.value)
 
 
 def _gpu_count() -> int:

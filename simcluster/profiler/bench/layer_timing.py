@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import statistics
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -155,9 +156,11 @@ def run_check(
     load: SustainedLoad | None = None,
     budget_s: float | None = None,
     limit: int | None = None,
+    max_s: float | None = None,
 ) -> LayerRun:
     """Time every held-out layer configuration on `device`, the layer in `mode` (default:
-    `default_layer_mode`), at sustained load where `load` is given (settled first)."""
+    `default_layer_mode`), at sustained load where `load` is given (settled first); with
+    `max_s`, no layer starts after `max_s` seconds (the run keeps the layers timed so far)."""
     dev = torch.device(device)
     mode = LayerMode(mode or default_layer_mode(dev.type))
     specs = held_out_specs(dev.type, quick)[:limit]  # limit: a smoke test of the plumbing
@@ -168,7 +171,13 @@ def run_check(
     timings = []
     with cpu_threads(dev, num_threads):
         warmup = load.settle() if load is not None else None
+        begin = time.perf_counter()
         for i, spec in enumerate(specs):
+            if max_s is not None and time.perf_counter() - begin > max_s:
+                print(
+                    f"layer_timing: --max-s {max_s} reached after {i} of {len(specs)} layers", file=sys.stderr
+                )
+                break
             if load is not None:
                 load.maintain()
             timings.append(time_layer(spec, timer, seed=i, mode=mode, sensors=sensors))
@@ -200,6 +209,7 @@ def main(argv: Sequence[str] | None = None) -> LayerRun:
         "--budget-s", type=float, default=None, help="seconds of timed repeats per layer (CUDA default 1.0)"
     )
     parser.add_argument("--limit", type=int, default=None, help="time only the first N layers")
+    parser.add_argument("--max-s", type=float, default=None, help="start no layer after this many seconds")
     args = parser.parse_args(argv)
     command = "python -m simcluster.profiler.bench.layer_timing " + " ".join(argv or sys.argv[1:])
     dev = torch.device(args.device)
@@ -215,6 +225,7 @@ def main(argv: Sequence[str] | None = None) -> LayerRun:
             load,
             args.budget_s,
             args.limit,
+            args.max_s,
         )
     write_text_atomically(args.out, run.to_json())
     print(

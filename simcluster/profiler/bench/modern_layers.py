@@ -17,6 +17,7 @@ layer's name and its LayerConfig fields in `layer`. `--quick`: two tiny Llama-st
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -95,8 +96,9 @@ def run_modern(
     load: SustainedLoad | None = None,
     num_threads: int | None = 1,
     limit: int | None = None,
+    max_s: float | None = None,
 ) -> LayerRun:
-    """Time every case (the first `limit`) in `mode` on `device`."""
+    """Time every case (the first `limit`) in `mode` on `device`; none starts after `max_s`."""
     dev = torch.device(device)
     mode = LayerMode(mode or default_layer_mode(dev.type))
     todo = cases(quick)[:limit]
@@ -111,7 +113,11 @@ def run_modern(
     timings: list[LayerTiming] = []
     with cpu_threads(dev, num_threads):
         warmup = load.settle() if load is not None else None
+        begin = time.perf_counter()
         for i, case in enumerate(todo):
+            if max_s is not None and time.perf_counter() - begin > max_s:
+                print(f"modern_layers: --max-s {max_s} reached after {i} of {len(todo)}", file=sys.stderr)
+                break
             if load is not None:
                 load.maintain()
             spec = spec_of(case)
@@ -151,17 +157,24 @@ def main(argv: Sequence[str] | None = None) -> LayerRun:
     parser = entry_point_parser(__doc__.splitlines()[0], Path("out/modern_layers.json"))
     add_run_options(parser)
     parser.add_argument("--limit", type=int, default=None, help="time only the first N cases")
+    parser.add_argument("--max-s", type=float, default=None, help="start no case after this many seconds")
     args = parser.parse_args(argv)
     command = "python -m simcluster.profiler.bench.modern_layers " + " ".join(argv or sys.argv[1:])
     load = SustainedLoad.from_args(torch.device(args.device), args)
     with StderrProgress("modern layers") as progress:
         run = run_modern(
-            args.device, args.quick, command, progress, args.layer_mode, load, args.threads, args.limit
+            args.device,
+            args.quick,
+            command,
+            progress,
+            args.layer_mode,
+            load,
+            args.threads,
+            args.limit,
+            args.max_s,
         )
     write_text_atomically(args.out, run.to_json())
-    print(
-        f"wrote {args.out}: {len(run.timings)} modern layers ({run.layer_mode}, {run.load})"
-    )
+    print(f"wrote {args.out}: {len(run.timings)} modern layers ({run.layer_mode}, {run.load})")
     return run
 
 

@@ -129,13 +129,7 @@ class SustainedLoad:
     @staticmethod
     def from_args(device: torch.device, args: argparse.Namespace) -> SustainedLoad | None:
         """The load `add_run_options`' flags ask for (None: burst, as before)."""
-        if not args.sustained:
-            return None
-        if device.type != "cuda":  # a dry run: bounds of a second
-            return SustainedLoad(
-                device, min_s=0.0, max_s=min(args.warmup_max_s, 1.0), interval_s=0.5, reheat_s=0.01
-            )
-        return SustainedLoad(device, min_s=min(15.0, args.warmup_max_s), max_s=args.warmup_max_s)
+        return sustained_load(str(device), args.warmup_max_s) if args.sustained else None
 
     def _block_s(self) -> float:
         """Seconds per heat GEMM over one block (CUDA events on a GPU)."""
@@ -193,6 +187,15 @@ class SustainedLoad:
         while time.perf_counter() - now < self.reheat_s:
             self._block_s()
         self._last = time.perf_counter()
+
+
+def sustained_load(device: str, max_s: float = 60.0) -> SustainedLoad:
+    """The load on `device` ("cuda" or "cpu"): settle for 15 s to `max_s` on a GPU; on a CPU
+    (a dry run) bounds of a second."""
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return SustainedLoad(dev, min_s=0.0, max_s=min(max_s, 1.0), interval_s=0.5, reheat_s=0.01)
+    return SustainedLoad(dev, min_s=min(15.0, max_s), max_s=max_s)
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
