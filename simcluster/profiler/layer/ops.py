@@ -12,6 +12,11 @@
 - The modern layer's pieces (modern.md §3.8, §4), each saving what its Megatron/TE
   counterpart saves: `rms_norm` (input + fp32 rsigma), `swiglu` (its 2f-wide input only),
   `squared_relu` (relu's output), `apply_rope` (nothing but the constant tables).
+- `bias_dropout_add`: residual + dropout(x + bias), saving only the keep-mask.
+
+Each takes a `RegionMath` (`regions`): eager (the default) runs the math as plain torch ops;
+fused runs each region's forward and backward as one torch.compile'd kernel. The autograd
+functions, and so what they save, are the same in both.
 """
 
 from __future__ import annotations
