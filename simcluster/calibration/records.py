@@ -50,6 +50,8 @@ class GemmRecord:
     batch: int
     seconds: float
     spread: float  # interquartile range over median
+    sm_clock_mhz: float | None = None  # NVML SM clock / power right after the timed repeats;
+    power_w: float | None = None  # None where not measured (CPU, no NVML, older files)
 
     @property
     def flops(self) -> float:
@@ -69,6 +71,8 @@ class ElementwiseRecord:
     seconds: float
     spread: float
     op: str = ""
+    sm_clock_mhz: float | None = None  # NVML SM clock / power right after the timed repeats;
+    power_w: float | None = None  # None where not measured (CPU, no NVML, older files)
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,8 @@ class AttentionRecord:
     forward_spread: float  # interquartile range over median
     total_spread: float
     backend: str
+    sm_clock_mhz: float | None = None  # NVML SM clock / power right after the timed repeats;
+    power_w: float | None = None  # None where not measured (CPU, no NVML, older files)
 
     @property
     def forward_flops(self) -> float:
@@ -101,6 +107,29 @@ class AttentionRecord:
     @property
     def backward_flops(self) -> float:
         return FLASH_BACKWARD_FLOP_RATIO * self.forward_flops
+
+
+@dataclass(frozen=True)
+class ModernKernelRecord:
+    """One kernel of the modern layers, timed as Megatron-core / TE run it (`layer_mode`
+    "fused": torch.compile'd regions, `torch._scaled_mm`, SDPA, fused AdamW).
+
+    kind: "memory_bound" (RMSNorm, RoPE, SwiGLU: `bytes_moved` is the ideal HBM traffic, one
+    read of each input and one write of each output), "gemm_fp8" and "attention" (`flops`,
+    flash counting as in `AttentionRecord`), "optimizer" (AdamW: `bytes_moved` of params,
+    grads, two moments, read and written). dims: the shape, as `detail` names it."""
+
+    name: str
+    kind: str
+    dims: tuple[int, ...]
+    flops: float
+    bytes_moved: float
+    seconds: float
+    spread: float
+    layer_mode: str
+    detail: str = ""
+    sm_clock_mhz: float | None = None
+    power_w: float | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +152,12 @@ class Measurements:
     gemms: list[GemmRecord] = field(default_factory=list)
     elementwise: list[ElementwiseRecord] = field(default_factory=list)
     attention: list[AttentionRecord] = field(default_factory=list)  # [] in older measurements
+    # Added with issue 20; older files read as an eager layer measured in a burst:
+    layer_mode: str = "eager"  # how the memory-bound sites and the tiny layer ran (LayerMode)
+    load: str = "burst"  # "sustained": after `warmup` settled the clock, kept warm between kernels
+    warmup: dict[str, Any] | None = None  # the settling loop: seconds, block medians, clock, power
+    modern: list[ModernKernelRecord] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # modern kernels this device cannot run, why
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -138,6 +173,9 @@ class Measurements:
             ElementwiseRecord(**{**e, "dims": tuple(e["dims"])}) for e in data["elementwise"]
         ]
         data["attention"] = [AttentionRecord(**a) for a in data.get("attention", [])]
+        data["modern"] = [
+            ModernKernelRecord(**{**k, "dims": tuple(k["dims"])}) for k in data.get("modern", [])
+        ]
         return Measurements(**data)
 
 
@@ -156,6 +194,11 @@ class LayerTiming:
     total_s: float
     spread: float  # interquartile range of total over its median
     repeats: int
+    sm_clock_mhz: float | None = None  # NVML SM clock / power right after the timed repeats;
+    power_w: float | None = None  # None where not measured (CPU, no NVML, older files)
+    # a modern layer (`bench.modern_layers`): its name and the LayerConfig fields beyond
+    # the shape (num_query_groups, ffn_hidden_size, activation, ...); None for the paper grid
+    layer: dict[str, Any] | None = None
 
     @property
     def backward_s(self) -> float:
@@ -176,6 +219,9 @@ class LayerRun:
     dtype: str
     dropout_prob: float
     timings: list[LayerTiming] = field(default_factory=list)
+    layer_mode: str = "eager"  # LayerMode the layer ran in (older files: eager)
+    load: str = "burst"  # "sustained" after a settled warm-up (see Measurements.load)
+    warmup: dict[str, Any] | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)

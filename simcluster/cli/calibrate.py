@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from simcluster.calibration import DeviceKind
 from simcluster.cli._app import Force, app, fail, output_file, output_folder
 from simcluster.cli._hwprofiles import HwProfiles, use_hwprofiles
+from simcluster.config.choices import LayerMode
 from simcluster.output_files import OutputPathError, check_output_file, write_text_atomically
 
 
@@ -29,7 +30,7 @@ def command_line(name: str, args: dict[str, object]) -> str:
         if value is True:
             parts.append(flag)
         elif value not in (None, False):
-            parts.append(f"{flag} {value.value if isinstance(value, DeviceKind) else value}")
+            parts.append(f"{flag} {value.value if isinstance(value, DeviceKind | LayerMode) else value}")
     return " ".join(parts)
 
 
@@ -71,6 +72,15 @@ def calibrate(
     ] = None,
     hwprofiles: HwProfiles = None,
     force: Force = False,
+    layer_mode: Annotated[
+        LayerMode | None,
+        typer.Option(
+            help="eager, or fused (memory-bound regions torch.compile'd); default fused on cuda, eager on cpu"
+        ),
+    ] = None,
+    sustained: Annotated[
+        bool, typer.Option("--sustained", help="warm the GPU until its clock settles, keep it warm")
+    ] = False,
 ) -> None:
     """Time the layer's kernels (GEMMs, memory-bound ops, fused attention, copy, launch) and
     fit a profile."""
@@ -102,11 +112,20 @@ def calibrate(
                 "network": network,
                 "threads": threads,
                 "attention_head_dim": attention_head_dim,
+                "layer_mode": layer_mode,
+                "sustained": sustained,
             },
         )
         with StderrProgress("calibrate") as progress:
             meas = run_calibration(
-                device.value, quick, command, progress, threads, attention_head_dim=attention_head_dim
+                device.value,
+                quick,
+                command,
+                progress,
+                threads,
+                attention_head_dim=attention_head_dim,
+                mode=layer_mode,
+                load=_load(device, sustained),
             )
     if save_measurements is not None:
         write_text_atomically(save_measurements, meas.to_json())
@@ -192,6 +211,15 @@ def _free_name(path: Path) -> Path:
         number += 1
         candidate = path.with_name(path.name.replace(".measurements.json", f"-{number}.measurements.json"))
     return candidate
+
+
+def _load(device: DeviceKind, sustained: bool) -> Any:
+    """The sustained load --sustained asks for (profiler.bench.sustained), else None."""
+    if not sustained:
+        return None
+    from simcluster.profiler.bench.sustained import sustained_load
+
+    return sustained_load(device.value)
 
 
 def _gpu_count() -> int:

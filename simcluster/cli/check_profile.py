@@ -10,7 +10,8 @@ import typer
 from simcluster.calibration import DeviceKind
 from simcluster.cli._app import Force, app, fail, output_file, output_folder
 from simcluster.cli._hwprofiles import HwProfiles, use_hwprofiles
-from simcluster.cli.calibrate import command_line, require_device
+from simcluster.cli.calibrate import _load, command_line, require_device
+from simcluster.config.choices import LayerMode
 from simcluster.output_files import write_text_atomically
 
 
@@ -29,6 +30,15 @@ def check_profile(
     threads: Annotated[int, typer.Option(help="CPU intra-op threads while measuring")] = 1,
     hwprofiles: HwProfiles = None,
     force: Force = False,
+    layer_mode: Annotated[
+        LayerMode | None,
+        typer.Option(
+            help="eager, or fused (memory-bound regions torch.compile'd); default fused on cuda, eager on cpu"
+        ),
+    ] = None,
+    sustained: Annotated[
+        bool, typer.Option("--sustained", help="warm the GPU until its clock settles, keep it warm")
+    ] = False,
 ) -> None:
     """Time the real layer forward+backward (t 1-8, SP on/off, each recompute) and compare."""
     from simcluster.calibration.check import compare, summarize
@@ -62,10 +72,19 @@ def check_profile(
 
         require_device(device)
         command = command_line(
-            f"check-profile {profile}", {"device": device, "quick": quick, "threads": threads}
+            f"check-profile {profile}",
+            {
+                "device": device,
+                "quick": quick,
+                "threads": threads,
+                "layer_mode": layer_mode,
+                "sustained": sustained,
+            },
         )
         with StderrProgress("check-profile") as progress:
-            run = run_check(device.value, quick, command, progress, threads)
+            run = run_check(
+                device.value, quick, command, progress, threads, layer_mode, _load(device, sustained)
+            )
     if save_measurements is not None:
         write_text_atomically(save_measurements, run.to_json())
     checks = compare(run, hw)
