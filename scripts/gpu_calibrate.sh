@@ -1,50 +1,61 @@
 #!/usr/bin/env bash
-# Calibrate the GPU of this machine, check the profile on held-out shapes, measure the
-# layer's activation memory: everything issue 4 asks a GPU for, in one device call.
+# One GPU run that measures everything calibration and the H100 profile need (issue 20):
 #
-#   bash scripts/gpu_calibrate.sh            # full grids (several minutes on an H100)
-#   bash scripts/gpu_calibrate.sh --quick    # tiny grids: a smoke test of the CUDA path
-#   DEVICE=cpu bash scripts/gpu_calibrate.sh --quick   # the same steps on a CPU (a dry run)
+#   bash scripts/gpu_calibrate.sh            # full run, <= 8 minutes on an H100 (budgeted below)
+#   bash scripts/gpu_calibrate.sh --smoke    # tiny grids on the CPU, seconds to minutes: the plumbing
 #
-# Run it from the repository root (the device tool does). Results go to $OUT (default
-# out/gpu), at most 8 files, the device tool's limit:
-#   microbench.json    raw kernel timings, fused attention (SDPA) included
-#                                             (python -m simcluster.profiler.bench.microbench;
-#                                             ATTENTION_HEAD_DIM=96 also times the layer's head dim)
-#   layer_timing.json  raw real-layer timings (python -m simcluster.profiler.bench.layer_timing)
-#   gpu_memory.csv/md  allocated bytes vs Table 2 (python -m simcluster.profiler.bench.gpu_memory)
-#   <name>.yaml        the fitted profile             } only where pydantic, simpy, typer,
-#   <name>-cuda.csv/md the check-profile report      } yaml and numpy import (see below)
-#   run.log            versions, nvidia-smi, every step's output
-# The measuring steps need torch and the standard library only. The fit needs the
-# simulator's dependencies; without them (pydantic and simpy are not in the GPU image),
-# fit on your own machine from the two JSON files:
-#   simcluster calibrate --device cuda --measurements microbench.json --out hwprofiles/
-#   simcluster check-profile hwprofiles/<name>.yaml --device cuda \
-#       --measurements layer_timing.json --out-dir hwprofiles/reports
-# or carry wheels: a folder `wheels/` in the repository root holding pydantic, pydantic-core,
-# annotated-types, typing-inspection and simpy wheels for the machine's Python is
-# installed offline into /tmp/pydeps first.
+# Run it from the repository root with torch installed (nothing else: the measuring modules
+# use torch and the standard library; PYTHONPATH=. is set here). Results go to $OUT (default
+# out/gpu), at most 8 files (docs/calibration/gpu_run.md says what each holds):
+#   microbench.json            kernels of the paper grid (sites fused), modern kinds (RMSNorm,
+#                              RoPE, SwiGLU, GQA flash, FP8/bf16 GEMMs, AdamW), sustained load,
+#                              SM clock and power per kernel
+#   layer_timing_eager.json    the 96 held-out paper layers, eager     } check-profile's
+#   layer_timing_fused.json    the same layers, regions torch.compile'd } measurements
+#   modern_layers_eager.json   Llama 3 8B / 70B, GPT-3 175B (flash, paper) at t 1-8, eager
+#   modern_layers_fused.json   the same, fused
+#   host_graph.json            eager vs CUDA-graph replay, host issue time
+#   gpu_memory.md              allocated bytes vs Table 2
+#   run.log                    versions, nvidia-smi, every step's output and time
+# Every step runs under a time limit (seconds, below), so one slow step cannot eat the run;
+# a step that fails or times out is logged and the next one runs. The fit runs elsewhere:
+#   simcluster calibrate --measurements $OUT/microbench.json --out hwprofiles/
+#   simcluster check-profile hwprofiles/<name>.yaml --measurements $OUT/layer_timing_fused.json
 set -uo pipefail
 
-QUICK=""
-[[ "${1:-}" == "--quick" ]] && QUICK="--quick"
+SMOKE=""
+[[ "${1:-}" == "--smoke" ]] && SMOKE=1
 OUT="${OUT:-out/gpu}"
 mkdir -p "$OUT"
 LOG="$OUT/run.log"
 PY="${PYTHON:-python3}"
-DEVICE="${DEVICE:-cuda}"
+export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"
 : > "$LOG"
 
-step() {  # step NAME COMMAND...: run, log everything, print one status line
-    local name="$1"; shift
+if [[ -n "$SMOKE" ]]; then
+    DEVICE="${DEVICE:-cpu}"
+    # tiny grids, the first few kernels / layers only, eager (Inductor's CPU compile takes minutes)
+    # "fused" steps run eager here too (their files say layer_mode eager): the plumbing only
+    COMMON=(--device "$DEVICE" --quick --sustained --warmup-max-s 1)
+    MB=(--limit 4 --modern); LT=(--limit 2); ML=(--limit 1); SCALE=10; FUSED=eager
+    HOT=(); LT_MAX=(600 600); ML_MAX=(600 600)
+else
+    DEVICE="${DEVICE:-cuda}"
+    COMMON=(--device "$DEVICE" --sustained)
+    MB=(--modern --warmup-max-s 45); LT=(--budget-s 0.4); ML=(); SCALE=1; FUSED=fused
+    # later steps start on a GPU the step before left hot: a short settling bound is enough;
+    # --max-s: no layer starts after that many seconds, so the file is written in time
+    HOT=(--warmup-max-s 8); LT_MAX=(60 45); ML_MAX=(20 12)
+fi
+
+step() {  # step NAME LIMIT_S COMMAND...: run under a time limit, log everything, one status line
+    local name="$1" limit="$2"; shift 2
     local start=$SECONDS
-    echo "== $name: $*" >> "$LOG"
-    if "$@" >> "$LOG" 2>&1; then
-        echo "ok   $name ($((SECONDS - start)) s)"
+    echo "== $name (limit ${limit} s): $*" >> "$LOG"
+    if timeout "$limit" "$@" >> "$LOG" 2>&1; then
+        echo "ok   $name ($((SECONDS - start)) s)" | tee -a "$LOG"
     else
-        echo "FAIL $name ($((SECONDS - start)) s), see $LOG"
-        return 1
+        echo "FAIL $name ($((SECONDS - start)) s, limit $limit s), see $LOG" | tee -a "$LOG"
     fi
 }
 
@@ -55,33 +66,28 @@ step() {  # step NAME COMMAND...: run, log everything, print one status line
         torch.cuda.is_available() and print(torch.cuda.get_device_properties(0))"
 } >> "$LOG" 2>&1
 
-HEAD_DIM=()
-[[ -n "${ATTENTION_HEAD_DIM:-}" ]] && HEAD_DIM=(--attention-head-dim "$ATTENTION_HEAD_DIM")
-step microbench "$PY" -m simcluster.profiler.bench.microbench --device "$DEVICE" $QUICK ${HEAD_DIM[@]+"${HEAD_DIM[@]}"} \
+# Budget on an H100 (seconds, bash limits sum to 475): kernels first, then the layers.
+B="-m simcluster.profiler.bench"
+step microbench $((195 * SCALE)) "$PY" $B.microbench "${COMMON[@]}" "${MB[@]}" --layer-mode "$FUSED" \
     --out "$OUT/microbench.json"
-step layer_timing "$PY" -m simcluster.profiler.bench.layer_timing --device "$DEVICE" $QUICK --out "$OUT/layer_timing.json"
-if [[ -n "$QUICK" ]]; then
-    step gpu_memory "$PY" -m simcluster.profiler.bench.gpu_memory --hidden-size 1024 --num-attention-heads 16 \
-        --seq-length 512 --micro-batch-size 2 --tp 2 --num-layers 2 --device "$DEVICE" --out-dir "$OUT"
+step layer_timing_fused $((100 * SCALE)) "$PY" $B.layer_timing "${COMMON[@]}" ${HOT[@]+"${HOT[@]}"} "${LT[@]}" \
+    --max-s "${LT_MAX[0]}" --layer-mode "$FUSED" --out "$OUT/layer_timing_fused.json"
+step layer_timing_eager $((75 * SCALE)) "$PY" $B.layer_timing "${COMMON[@]}" ${HOT[@]+"${HOT[@]}"} "${LT[@]}" \
+    --max-s "${LT_MAX[1]}" --layer-mode eager --out "$OUT/layer_timing_eager.json"
+step modern_layers_fused $((40 * SCALE)) "$PY" $B.modern_layers "${COMMON[@]}" ${HOT[@]+"${HOT[@]}"} ${ML[@]+"${ML[@]}"} \
+    --max-s "${ML_MAX[0]}" --layer-mode "$FUSED" --out "$OUT/modern_layers_fused.json"
+step modern_layers_eager $((25 * SCALE)) "$PY" $B.modern_layers "${COMMON[@]}" ${HOT[@]+"${HOT[@]}"} ${ML[@]+"${ML[@]}"} \
+    --max-s "${ML_MAX[1]}" --layer-mode eager --out "$OUT/modern_layers_eager.json"
+step host_graph $((20 * SCALE)) "$PY" $B.host_graph --device "$DEVICE" ${SMOKE:+--quick} \
+    --out "$OUT/host_graph.json"
+MEM_TMP=$(mktemp -d)
+if [[ -n "$SMOKE" ]]; then
+    step gpu_memory $((30 * SCALE)) "$PY" $B.gpu_memory --hidden-size 64 --num-attention-heads 4 \
+        --seq-length 32 --micro-batch-size 1 --tp 2 --num-layers 1 --device "$DEVICE" --out-dir "$MEM_TMP"
 else
-    step gpu_memory "$PY" -m simcluster.profiler.bench.gpu_memory --device "$DEVICE" --out-dir "$OUT"
+    step gpu_memory 20 "$PY" $B.gpu_memory --device "$DEVICE" --out-dir "$MEM_TMP"
 fi
-
-if [[ -d wheels ]]; then
-    step wheels "$PY" -m pip install --no-index --find-links wheels --target /tmp/pydeps \
-        pydantic simpy && export PYTHONPATH="/tmp/pydeps${PYTHONPATH:+:$PYTHONPATH}"
-fi
-CLI=("$PY" -c "from simcluster.cli import main; main()")
-if "$PY" -c "import pydantic, simpy, typer, yaml, numpy" >> "$LOG" 2>&1; then
-    step calibrate "${CLI[@]}" calibrate --device "$DEVICE" --measurements "$OUT/microbench.json" --out "$OUT"
-    PROFILE=$(ls "$OUT"/*-measured.yaml 2>/dev/null | head -n 1)
-    if [[ -n "$PROFILE" ]]; then
-        step check-profile "${CLI[@]}" check-profile "$PROFILE" --device "$DEVICE" \
-            --measurements "$OUT/layer_timing.json" --out-dir "$OUT"
-        sed -n '/^```$/,/^```$/p' "$OUT"/*-"$DEVICE".md
-    fi
-else
-    echo "fit skipped: pydantic/simpy/typer/yaml/numpy missing here; fit locally from" \
-         "$OUT/microbench.json and $OUT/layer_timing.json (see the header of this script)"
-fi
-ls -la "$OUT"
+cp "$MEM_TMP"/*.md "$OUT/gpu_memory.md" 2>/dev/null || echo "no gpu_memory report" >> "$LOG"
+rm -rf "$MEM_TMP"
+echo "total $SECONDS s" | tee -a "$LOG"
+ls -la "$OUT" >> "$LOG"

@@ -1,9 +1,15 @@
 """Output files: check a target before the work that fills it, then write it atomically.
 
 Every command that writes a file (`run --trace`, `sweep --out`, `plot -o`, `import-megatron
---out`, `calibrate --out`) calls `check_output_file` (or `check_output_folder`) first, so a
-folder, a path under a file or an unwritable folder is one clear error before minutes of
-simulating or measuring, not a traceback after. Writes go through `write_atomically`: a
+--out`, `calibrate --out`, `check-profile --out-dir`, `--save-measurements`) calls
+`check_output_file` (or `check_output_folder`) first, so a folder, a path under a file or an
+unwritable folder is one clear error before minutes of simulating or measuring, not a
+traceback after. The same check holds the one rule of what may be replaced:
+- an existing file is refused unless the command was given `--force` (the error names it);
+- an input of the same command (a scenario, a profile, a spec, a table, measurements) is
+  never an output, `--force` or not: paths are compared resolved (links, `..`), and a hard
+  link to an input is the input.
+Writes go through `write_atomically`: a
 temporary file beside the target, renamed over it, and removed if anything fails, so an
 interrupted or failed write leaves neither a partial target nor a stray temporary file.
 
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from simcluster.atomic_files import temporary_path as temporary_path  # re-exported
@@ -63,10 +70,48 @@ def check_output_folder(folder: str | Path, option: str) -> Path:
     return folder
 
 
-def check_output_file(path: str | Path, option: str) -> Path:
+FORCE_OPTION = "--force"
+
+
+def _same_file(path: Path, other: Path) -> bool:
+    if path.resolve() == other.resolve():
+        return True
+    try:
+        return path.exists() and other.exists() and os.path.samefile(path, other)
+    except OSError:
+        return False
+
+
+def refuse_inputs(path: str | Path, option: str, inputs: Iterable[str | Path]) -> None:
+    """Raise `OutputPathError` if `path` is one of the command's `inputs` (resolved)."""
+    path = Path(path)
+    for source in inputs:
+        if _same_file(path, Path(source)):
+            raise OutputPathError(
+                path, option, f"is an input of this command ({source}); an output never replaces an "
+                f"input, even with {FORCE_OPTION}: give another file name",
+            )  # fmt: skip
+
+
+def refuse_existing(
+    path: str | Path, option: str, force: bool, what: str = "exists", other: str = ""
+) -> None:
+    """Raise `OutputPathError` if a file is at `path` and `force` is off; `what` says what
+    is there, `other` offers another way out (", or ...")."""
+    if not force and os.path.lexists(path):
+        raise OutputPathError(
+            path, option, f"{what}; refusing to overwrite it: give a new file name{other}, or add "
+            f"{FORCE_OPTION} to replace it",
+        )  # fmt: skip
+
+
+def check_output_file(
+    path: str | Path, option: str, force: bool = False, inputs: Iterable[str | Path] = ()
+) -> Path:
     """`path` can be created, or replaced by an atomic write: not a folder, not a device or
     other special file, not under a file, and its folder (or the nearest one that exists)
-    is writable. Raises `OutputPathError`; creates nothing."""
+    is writable; not one of the command's `inputs`; and, unless `force`, no file yet.
+    Raises `OutputPathError`; creates nothing."""
     path = Path(path)
     if path.is_dir():
         raise OutputPathError(path, option, "is a folder; give a file name inside it")
@@ -78,4 +123,6 @@ def check_output_file(path: str | Path, option: str) -> Path:
     if not existing.is_dir():
         raise OutputPathError(path, option, f"{existing} is a file, not a folder")
     _probe_folder(existing, path, option)
+    refuse_inputs(path, option, inputs)
+    refuse_existing(path, option, force)
     return path

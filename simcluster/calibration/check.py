@@ -19,7 +19,7 @@ that grows with one kind's share points at that kind.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from simcluster import units
 from simcluster.calibration.records import LayerRun, LayerTiming
@@ -141,6 +141,8 @@ def compare(run: LayerRun, hw: HardwareProfile) -> list[LayerCheck]:
     overhead_s = units.us_to_s(float(hw.calibration.get("layer_overhead_us", 0.0)))
     checks = []
     for timing in run.timings:
+        if timing.layer_mode is None:  # the run's mode, so every check names its own
+            timing = replace(timing, layer_mode=run.layer_mode)
         p = predict_config(timing.layer_config(run.dropout_prob), hw)
         with_host_s = host_pipeline_s(p.op_s, overhead_s) if overhead_s else 0.0
         checks.append(
@@ -183,7 +185,8 @@ def shape_label(shape: LayerShape) -> str:
 def run_label(timing: LayerTiming) -> str:
     """The paper grid's shape, or a modern layer's name, length, micro-batch and mode."""
     if timing.name:
-        return f"{timing.name} s={timing.seq_length} b={timing.micro_batch_size} {timing.mode}"
+        mode = timing.layer_mode or ""
+        return f"{timing.name} s={timing.seq_length} b={timing.micro_batch_size} {mode}".rstrip()
     return shape_label(timing.shape)
 
 

@@ -10,12 +10,13 @@ This module turns both into one `records.LayerRun`, the format `check-profile
     python -m simcluster.calibration.measured_layers \\
         docs/calibration/h100-2026-11-26 --out docs/calibration/h100-2026-11-26/modern_layer_timing.json
 
-Each layer's model fields (GQA groups, MLP width, activation, norm, positions, attention
-backend, dropouts) are copied from the file as `workload.LayerConfig` names them; a field
-the file leaves out is the paper layer's (`LayerConfig`'s default). The device description
-comes from the same day's `microbench.json` (same GPU, driver, torch and CUDA); measure3.py
-recorded no forward time, spread or repeat count apart from its 20 repeats, so those are
-None / 20. Standard library only.
+Each layer's name and model fields (GQA groups, MLP width, activation, norm, positions,
+attention backend, dropouts) go to `LayerTiming.layer` as `workload.LayerConfig` names
+them; a field the file leaves out is the paper layer's (`LayerConfig`'s default). Each
+timing carries its `layer_mode`: eager, or fused for measure3.py's torch.compile'd layer.
+The device description comes from the same day's `microbench.json` (same GPU, driver,
+torch and CUDA); measure3.py recorded no forward time, spread or repeat count apart from
+its 20 repeats, so those are None / 20. Standard library only (and `config.choices`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 
 from simcluster.atomic_files import write_text_atomically
 from simcluster.calibration.records import DeviceInfo, LayerRun, LayerTiming
+from simcluster.config.choices import LayerMode
 
 EAGER_FILE = "layers_kernels_gemm_clocks.json"
 COMPILED_FILE = "layers_eager_vs_compiled.json"
@@ -44,14 +46,19 @@ _MODEL_FIELDS = (
 )
 
 
-def _model_fields(model: dict[str, Any]) -> dict[str, Any]:
-    fields = {key: model[key] for key in _MODEL_FIELDS if key in model}
-    fields["hidden_dropout"] = float(model.get("hidden_dropout", PAPER_DROPOUT))
-    fields["attention_dropout"] = float(model.get("attention_dropout", PAPER_DROPOUT))
-    return fields
+def _layer(row: dict[str, Any]) -> dict[str, Any]:
+    """`LayerTiming.layer`: the name and the LayerConfig fields the file gives, the dropouts
+    always (the paper layer's 0.1 where the file names none)."""
+    model = row["model"]
+    return {
+        "name": row["name"],
+        **{key: model[key] for key in _MODEL_FIELDS if key in model},
+        "hidden_dropout": float(model.get("hidden_dropout", PAPER_DROPOUT)),
+        "attention_dropout": float(model.get("attention_dropout", PAPER_DROPOUT)),
+    }
 
 
-def _timing(row: dict[str, Any], mode: str, **times: Any) -> LayerTiming:
+def _timing(row: dict[str, Any], mode: LayerMode, **times: Any) -> LayerTiming:
     model = row["model"]
     return LayerTiming(
         hidden_size=model["hidden_size"],
@@ -61,10 +68,9 @@ def _timing(row: dict[str, Any], mode: str, **times: Any) -> LayerTiming:
         tp=row["tp"],
         sequence_parallel=bool(row.get("sequence_parallel", False)),
         recompute=row.get("recompute", "none"),
-        name=row["name"],
-        mode=mode,
+        layer=_layer(row),
+        layer_mode=mode.value,
         **times,
-        **_model_fields(model),
     )
 
 
@@ -73,7 +79,7 @@ def eager_timings(data: dict[str, Any]) -> list[LayerTiming]:
     return [
         _timing(
             row,
-            "eager",
+            LayerMode.EAGER,
             forward_s=row["forward_s"],
             total_s=row["total_s"],
             spread=row["spread"],
@@ -85,10 +91,12 @@ def eager_timings(data: dict[str, Any]) -> list[LayerTiming]:
 
 
 def compiled_timings(data: dict[str, Any]) -> list[LayerTiming]:
-    """measure3.py's rows: the eager and the torch.compile'd forward + backward of each layer."""
+    """measure3.py's rows: the eager and the torch.compile'd forward + backward of each layer;
+    the compiled one is recorded as `LayerMode.FUSED` (torch.compile of the whole layer fuses
+    its memory-bound regions, the GEMMs and flash calls staying library kernels)."""
     out = []
     for row in data["layers"]:
-        for mode, key in (("eager", "eager_s"), ("compiled", "compiled_s")):
+        for mode, key in ((LayerMode.EAGER, "eager_s"), (LayerMode.FUSED, "compiled_s")):
             if key in row:
                 times = {"forward_s": None, "total_s": row[key], "spread": None, "repeats": COMPILED_REPEATS}
                 out.append(_timing(row, mode, **times))

@@ -90,6 +90,8 @@ def build_profile(
             "command": meas.command,
             "dtype": meas.dtype,
             "dropout_prob": meas.dropout_prob,
+            "layer_mode": meas.layer_mode,
+            "load": meas.load,
             "timing": meas.policy,
             "grid": meas.grid,
             "shapes": [

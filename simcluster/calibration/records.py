@@ -13,13 +13,7 @@ from typing import Any
 
 from simcluster.atomic_files import write_text_atomically  # noqa: F401  (the entry points write through it)
 from simcluster.calibration.shapes import LayerShape
-from simcluster.config.choices import (
-    Activation,
-    AttentionBackend,
-    Normalization,
-    PositionEmbedding,
-    Recompute,
-)
+from simcluster.config.choices import LayerMode, Recompute
 from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.ops import FLASH_BACKWARD_FLOP_RATIO
 
@@ -58,6 +52,8 @@ class GemmRecord:
     batch: int
     seconds: float
     spread: float  # interquartile range over median
+    sm_clock_mhz: float | None = None  # NVML SM clock / power right after the timed repeats;
+    power_w: float | None = None  # None where not measured (CPU, no NVML, older files)
 
     @property
     def flops(self) -> float:
@@ -77,6 +73,8 @@ class ElementwiseRecord:
     seconds: float
     spread: float
     op: str = ""
+    sm_clock_mhz: float | None = None  # NVML SM clock / power right after the timed repeats;
+    power_w: float | None = None  # None where not measured (CPU, no NVML, older files)
 
 
 @dataclass(frozen=True)
@@ -100,6 +98,8 @@ class AttentionRecord:
     forward_spread: float  # interquartile range over median
     total_spread: float
     backend: str
+    sm_clock_mhz: float | None = None  # NVML SM clock / power right after the timed repeats;
+    power_w: float | None = None  # None where not measured (CPU, no NVML, older files)
 
     @property
     def forward_flops(self) -> float:
@@ -109,6 +109,29 @@ class AttentionRecord:
     @property
     def backward_flops(self) -> float:
         return FLASH_BACKWARD_FLOP_RATIO * self.forward_flops
+
+
+@dataclass(frozen=True)
+class ModernKernelRecord:
+    """One kernel of the modern layers, timed as Megatron-core / TE run it (`layer_mode`
+    "fused": torch.compile'd regions, `torch._scaled_mm`, SDPA, fused AdamW).
+
+    kind: "memory_bound" (RMSNorm, RoPE, SwiGLU: `bytes_moved` is the ideal HBM traffic, one
+    read of each input and one write of each output), "gemm_fp8" and "attention" (`flops`,
+    flash counting as in `AttentionRecord`), "optimizer" (AdamW: `bytes_moved` of params,
+    grads, two moments, read and written). dims: the shape, as `detail` names it."""
+
+    name: str
+    kind: str
+    dims: tuple[int, ...]
+    flops: float
+    bytes_moved: float
+    seconds: float
+    spread: float
+    layer_mode: str
+    detail: str = ""
+    sm_clock_mhz: float | None = None
+    power_w: float | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +154,12 @@ class Measurements:
     gemms: list[GemmRecord] = field(default_factory=list)
     elementwise: list[ElementwiseRecord] = field(default_factory=list)
     attention: list[AttentionRecord] = field(default_factory=list)  # [] in older measurements
+    # Added with issue 20; older files read as an eager layer measured in a burst:
+    layer_mode: str = "eager"  # how the memory-bound sites and the tiny layer ran (LayerMode)
+    load: str = "burst"  # "sustained": after `warmup` settled the clock, kept warm between kernels
+    warmup: dict[str, Any] | None = None  # the settling loop: seconds, block medians, clock, power
+    modern: list[ModernKernelRecord] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # modern kernels this device cannot run, why
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -146,23 +175,39 @@ class Measurements:
             ElementwiseRecord(**{**e, "dims": tuple(e["dims"])}) for e in data["elementwise"]
         ]
         data["attention"] = [AttentionRecord(**a) for a in data.get("attention", [])]
+        data["modern"] = [
+            ModernKernelRecord(**{**k, "dims": tuple(k["dims"])}) for k in data.get("modern", [])
+        ]
         return Measurements(**data)
 
 
-LAYER_MODES = ("eager", "compiled")
-"""How the layer ran: eager torch, or its forward + backward under torch.compile (fused
-memory-bound regions, as Megatron-core / Transformer Engine fuse them)."""
+_LAYER_CONFIG_FIELDS = frozenset(
+    {
+        "num_query_groups",
+        "ffn_hidden_size",
+        "activation",
+        "normalization",
+        "position_embedding",
+        "attention_backend",
+        "attention_kernel",
+        "hidden_dropout",
+        "attention_dropout",
+    }
+)
+"""The `LayerTiming.layer` keys that are `workload.LayerConfig` fields beyond the shape."""
 
 
 @dataclass(frozen=True)
 class LayerTiming:
     """Median seconds of one layer's forward and forward + backward on rank 0 of t.
 
-    The model fields after `repeats` default to the paper's GPT layer (MHA, GeLU with f = 4h,
-    LayerNorm, learned positions, the unfused attention core) with the run's dropout, so
-    files written before they existed read unchanged; a modern layer names its GQA groups,
-    MLP width, activation, norm, positions and attention backend as `workload.LayerConfig`
-    does. `forward_s` (and `spread`) are None where only forward + backward was timed."""
+    `layer` names a modern layer (`bench.modern_layers`, `calibration.measured_layers`): its
+    "name" and its `workload.LayerConfig` fields beyond the shape (GQA groups, MLP width,
+    activation, norm, positions, attention backend, dropouts); None is the paper's GPT layer
+    (MHA, GeLU with f = 4h, LayerNorm, learned positions, unfused attention) with the run's
+    dropout. `layer_mode` (a `config.choices.LayerMode` value) overrides the run's for this
+    timing, so one file can hold a layer eager and fused. `forward_s` and `spread` are None
+    where only forward + backward was timed."""
 
     hidden_size: int
     num_attention_heads: int
@@ -175,20 +220,21 @@ class LayerTiming:
     total_s: float
     spread: float | None  # interquartile range of total over its median (None: not recorded)
     repeats: int
-    name: str = ""  # e.g. "llama3-8b"; "" for the paper grid
-    mode: str = "eager"  # one of LAYER_MODES
-    num_query_groups: int = 0  # 0: one key/value head per query head
-    ffn_hidden_size: int = 0  # 0: 4h
-    activation: str = "gelu"
-    normalization: str = "layernorm"
-    position_embedding: str = "learned"
-    attention_backend: str = "unfused"
-    hidden_dropout: float | None = None  # None: the run's dropout_prob
-    attention_dropout: float | None = None
+    sm_clock_mhz: float | None = None  # NVML SM clock / power right after the timed repeats;
+    power_w: float | None = None  # None where not measured (CPU, no NVML, older files)
+    # a modern layer (`bench.modern_layers`): its name and the LayerConfig fields beyond
+    # the shape (num_query_groups, ffn_hidden_size, activation, ...); None for the paper grid
+    layer: dict[str, Any] | None = None
+    layer_mode: str | None = None  # None: the run's layer_mode
 
     def __post_init__(self) -> None:
-        if self.mode not in LAYER_MODES:
-            raise ValueError(f"layer timing mode: value {self.mode!r}: allowed: {', '.join(LAYER_MODES)}")
+        if self.layer_mode is not None:
+            LayerMode(self.layer_mode)  # ValueError naming the value for anything else
+
+    @property
+    def name(self) -> str:
+        """The modern layer's name ("llama3-8b"), "" for the paper grid."""
+        return str((self.layer or {}).get("name", ""))
 
     @property
     def backward_s(self) -> float | None:
@@ -200,33 +246,39 @@ class LayerTiming:
 
     @property
     def is_paper_layer(self) -> bool:
-        """The paper's GPT layer (the grid `check-profile` measures), not a modern one."""
-        return (self.num_query_groups, self.ffn_hidden_size, self.activation, self.normalization) == (
-            0,
-            0,
-            "gelu",
-            "layernorm",
-        ) and (self.position_embedding, self.attention_backend) == ("learned", "unfused")
+        """The paper's GPT layer (MHA, GeLU, LayerNorm, learned positions, unfused attention)."""
+        cfg = self.layer_config(0.1)
+        paper = LayerConfig(
+            self.hidden_size, self.num_attention_heads, self.seq_length, self.micro_batch_size
+        )
+        return all(
+            getattr(cfg, key) == getattr(paper, key)
+            for key in _LAYER_CONFIG_FIELDS - {"hidden_dropout", "attention_dropout"}
+        )
 
     def layer_config(self, dropout_prob: float) -> LayerConfig:
         """The simulator's description of this layer on rank 0 of t (`dropout_prob`: the run's,
-        for dropouts the timing does not name)."""
+        for dropouts `layer` does not name). Raises ValueError for a `layer` key that is not a
+        LayerConfig field."""
+        fields = dict(self.layer or {})
+        fields.pop("name", None)
+        fields.pop("hidden_size", None)  # the shape's own fields, repeated by bench.modern_layers
+        fields.pop("num_attention_heads", None)
+        unknown = sorted(set(fields) - _LAYER_CONFIG_FIELDS)
+        if unknown:
+            allowed = ", ".join(sorted(_LAYER_CONFIG_FIELDS))
+            raise ValueError(f"layer timing layer: keys {unknown}: allowed: name, {allowed}")
+        fields.setdefault("hidden_dropout", dropout_prob)
+        fields.setdefault("attention_dropout", dropout_prob)
         return LayerConfig(
             hidden_size=self.hidden_size,
             num_attention_heads=self.num_attention_heads,
             seq_length=self.seq_length,
             micro_batch_size=self.micro_batch_size,
-            ffn_hidden_size=self.ffn_hidden_size,
             tp=self.tp,
             sequence_parallel=self.sequence_parallel,
             recompute=Recompute(self.recompute),
-            num_query_groups=self.num_query_groups,
-            activation=Activation(self.activation),
-            normalization=Normalization(self.normalization),
-            position_embedding=PositionEmbedding(self.position_embedding),
-            attention_backend=AttentionBackend(self.attention_backend),
-            hidden_dropout=dropout_prob if self.hidden_dropout is None else self.hidden_dropout,
-            attention_dropout=dropout_prob if self.attention_dropout is None else self.attention_dropout,
+            **fields,
         )
 
 
@@ -240,6 +292,9 @@ class LayerRun:
     dtype: str
     dropout_prob: float
     timings: list[LayerTiming] = field(default_factory=list)
+    layer_mode: str = "eager"  # LayerMode the layer ran in (older files: eager)
+    load: str = "burst"  # "sustained" after a settled warm-up (see Measurements.load)
+    warmup: dict[str, Any] | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)

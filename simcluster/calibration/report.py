@@ -69,7 +69,7 @@ def _row(check: LayerCheck, run: LayerRun, profile: str) -> dict[str, object]:
     t = check.timing
     return {
         "name": t.name,
-        "mode": t.mode,
+        "mode": t.layer_mode,
         "hidden_size": t.hidden_size,
         "num_attention_heads": t.num_attention_heads,
         "seq_length": t.seq_length,
@@ -246,7 +246,8 @@ def _markdown(checks: list[LayerCheck], run: LayerRun, profile: str, profile_sum
         forward_error = "-" if c.forward_error is None else f"{100 * c.forward_error:+.1f}%"
         shares = " | ".join(f"{100 * c.kind_share(kind):.0f}%" for kind in KINDS)
         lines.append(
-            f"| {t.name or 'paper'} {t.mode} | {t.hidden_size} | {t.num_attention_heads} | {t.seq_length} "
+            f"| {t.name or 'paper'} {t.layer_mode} | {t.hidden_size} | {t.num_attention_heads} "
+            f"| {t.seq_length} "
             f"| {t.micro_batch_size} | {t.tp} | {'on' if t.sequence_parallel else 'off'} | {t.recompute} "
             f"| {forward} | {_ms(c.predicted_forward_s):.3f} | {forward_error} | {_ms(t.total_s):.3f} "
             f"| {_ms(c.predicted_total_s):.3f} | {100 * c.error:+.1f}%{' (host)' if c.host_bound else ''} "

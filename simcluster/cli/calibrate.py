@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from simcluster.calibration import DeviceKind
-from simcluster.cli._app import app, fail, output_file, output_folder
-from simcluster.output_files import write_text_atomically
+from simcluster.cli._app import Force, app, fail, output_file, output_folder
+from simcluster.cli._hwprofiles import HwProfiles, use_hwprofiles
+from simcluster.config.choices import LayerMode
+from simcluster.output_files import OutputPathError, check_output_file, write_text_atomically
 
 
 def require_device(device: DeviceKind) -> None:
@@ -28,7 +30,7 @@ def command_line(name: str, args: dict[str, object]) -> str:
         if value is True:
             parts.append(flag)
         elif value not in (None, False):
-            parts.append(f"{flag} {value.value if isinstance(value, DeviceKind) else value}")
+            parts.append(f"{flag} {value.value if isinstance(value, DeviceKind | LayerMode) else value}")
     return " ".join(parts)
 
 
@@ -68,6 +70,17 @@ def calibrate(
             "calibration:; the flash tables are at head dim 128)",
         ),
     ] = None,
+    hwprofiles: HwProfiles = None,
+    force: Force = False,
+    layer_mode: Annotated[
+        LayerMode | None,
+        typer.Option(
+            help="eager, or fused (memory-bound regions torch.compile'd); default fused on cuda, eager on cpu"
+        ),
+    ] = None,
+    sustained: Annotated[
+        bool, typer.Option("--sustained", help="warm the GPU until its clock settles, keep it warm")
+    ] = False,
 ) -> None:
     """Time the layer's kernels (GEMMs, memory-bound ops, fused attention, copy, launch) and
     fit a profile."""
@@ -75,14 +88,16 @@ def calibrate(
     from simcluster.calibration.records import Measurements
     from simcluster.config.errors import ConfigError
 
+    use_hwprofiles(hwprofiles)
+    inputs = _inputs(measurements, base)
     num_gpus = _gpu_count() if network else 0
     if network and (device is not DeviceKind.CUDA or num_gpus < 2):
         fail(f"--network needs ≥ 2 GPUs (found {num_gpus} CUDA device(s) for --device {device.value})")
     if measurements is not None:
         meas = Measurements.from_json(measurements.read_text())
-        _check_outputs(meas.device.device_type, out, save_measurements)
+        _check_outputs(meas.device.device_type, out, save_measurements, force, inputs)
     else:
-        _check_outputs(device.value, out, save_measurements)  # before measuring for minutes
+        _check_outputs(device.value, out, save_measurements, force, inputs)  # before measuring for minutes
         from simcluster.profiler.bench.microbench import run_calibration
         from simcluster.profiler.bench.progress import StderrProgress
 
@@ -97,11 +112,20 @@ def calibrate(
                 "network": network,
                 "threads": threads,
                 "attention_head_dim": attention_head_dim,
+                "layer_mode": layer_mode,
+                "sustained": sustained,
             },
         )
         with StderrProgress("calibrate") as progress:
             meas = run_calibration(
-                device.value, quick, command, progress, threads, attention_head_dim=attention_head_dim
+                device.value,
+                quick,
+                command,
+                progress,
+                threads,
+                attention_head_dim=attention_head_dim,
+                mode=layer_mode,
+                load=_load(device, sustained),
             )
     if save_measurements is not None:
         write_text_atomically(save_measurements, meas.to_json())
@@ -109,6 +133,9 @@ def calibrate(
     path = out or default_output(meas)
     if path.is_dir():
         path = path / default_output(meas).name
+    if path != out:  # named only now that the device is known
+        kept = save_measurements if measurements is None else measurements
+        _check_named_output(path, force, inputs, meas, kept)
     try:
         profile = write_profile(build_profile(meas, base, allreduce), path)
     except ConfigError as error:
@@ -130,8 +157,25 @@ def calibrate(
     )
 
 
-def _check_outputs(device_type: str, out: Path | None, save_measurements: Path | None) -> None:
-    """Every file this run will write can be written (exit 2 naming it if not)."""
+def _inputs(measurements: Path | None, base: str | None) -> list[Path]:
+    """The files this run reads: the saved measurements and the --base profile."""
+    from simcluster.config.errors import ConfigError
+    from simcluster.config.profiles import find_profile
+
+    found = [measurements] if measurements is not None else []
+    if base is not None:
+        try:
+            found.append(find_profile(base, field="--base"))
+        except ConfigError as error:
+            fail(error)
+    return found
+
+
+def _check_outputs(
+    device_type: str, out: Path | None, save_measurements: Path | None, force: bool, inputs: list[Path]
+) -> None:
+    """Every file this run will write can be written (exit 2 naming it if not): new, or
+    replaced with --force; never an input, and never both outputs at once."""
     from simcluster.calibration.profile import default_output_folder
 
     if out is None:
@@ -139,9 +183,43 @@ def _check_outputs(device_type: str, out: Path | None, save_measurements: Path |
     elif out.is_dir():
         output_folder(out, "--out")
     else:
-        output_file(out, "--out")
+        output_file(out, "--out", force, inputs)
     if save_measurements is not None:
-        output_file(save_measurements, "--save-measurements")
+        named_out = [out] if out is not None and not out.is_dir() else []
+        output_file(save_measurements, "--save-measurements", force, [*inputs, *named_out])
+
+
+def _check_named_output(path: Path, force: bool, inputs: list[Path], meas: object, kept: Path | None) -> None:
+    """The profile file a folder (or the default) names, known once the device is: the
+    same rule as a named --out. Refused after measuring, the measurements are kept in a new
+    file (or the --save-measurements / --measurements one) so that no minutes are lost."""
+    from simcluster.calibration.records import Measurements
+
+    try:
+        check_output_file(path, "--out", force, inputs)
+    except OutputPathError as error:
+        if kept is None and isinstance(meas, Measurements):
+            kept = _free_name(path.with_name(f"{path.stem}.measurements.json"))
+            write_text_atomically(kept, meas.to_json())
+        fail(f"{error}; fit the measurements again: simcluster calibrate --measurements {kept} --out FILE")
+
+
+def _free_name(path: Path) -> Path:
+    """`path`, or `path` with -1, -2, … before its suffixes: a name no file has yet."""
+    candidate, number = path, 0
+    while candidate.exists():
+        number += 1
+        candidate = path.with_name(path.name.replace(".measurements.json", f"-{number}.measurements.json"))
+    return candidate
+
+
+def _load(device: DeviceKind, sustained: bool) -> Any:
+    """The sustained load --sustained asks for (profiler.bench.sustained), else None."""
+    if not sustained:
+        return None
+    from simcluster.profiler.bench.sustained import sustained_load
+
+    return sustained_load(device.value)
 
 
 def _gpu_count() -> int:

@@ -9,9 +9,10 @@ from typing import Annotated
 import typer
 
 from simcluster.calibration import DeviceKind
-from simcluster.cli._app import app, fail, output_file, output_folder
+from simcluster.cli._app import Force, app, fail, output_file, output_folder
 from simcluster.cli._hwprofiles import HwProfiles, use_hwprofiles
-from simcluster.cli.calibrate import command_line, require_device
+from simcluster.cli.calibrate import _load, command_line, require_device
+from simcluster.config.choices import LayerMode
 from simcluster.output_files import write_text_atomically
 
 
@@ -32,6 +33,16 @@ def check_profile(
         bool, typer.Option("--json", help="print the summary, the by-kind split and every run as JSON")
     ] = False,
     hwprofiles: HwProfiles = None,
+    force: Force = False,
+    layer_mode: Annotated[
+        LayerMode | None,
+        typer.Option(
+            help="eager, or fused (memory-bound regions torch.compile'd); default fused on cuda, eager on cpu"
+        ),
+    ] = None,
+    sustained: Annotated[
+        bool, typer.Option("--sustained", help="warm the GPU until its clock settles, keep it warm")
+    ] = False,
 ) -> None:
     """Time the real layer forward+backward (t 1-8, SP on/off, each recompute) and compare."""
     from simcluster.calibration.check import compare, kind_summary, summarize
@@ -43,25 +54,41 @@ def check_profile(
 
     use_hwprofiles(hwprofiles)
     try:
-        stem = find_profile(profile).stem
+        profile_file = find_profile(profile)
+        stem = profile_file.stem
         hw = load_hardware(profile)
     except ConfigError as error:
         fail(error)
-    output_folder(out_dir, "--out-dir")  # before measuring for minutes
+    inputs = [profile_file, *([measurements] if measurements is not None else [])]
+    saved = LayerRun.from_json(measurements.read_text()) if measurements is not None else None
+    # before measuring for minutes: the folder, the two reports write_reports names, the JSON
+    output_folder(out_dir, "--out-dir")
+    report = f"{stem}-{saved.device.device_type if saved else device.value}"
+    for target in (out_dir / f"{report}.csv", out_dir / f"{report}.md"):
+        output_file(target, "--out-dir", force, inputs)
     if save_measurements is not None:
-        output_file(save_measurements, "--save-measurements")
-    if measurements is not None:
-        run = LayerRun.from_json(measurements.read_text())
+        output_file(save_measurements, "--save-measurements", force, inputs)
+    if saved is not None:
+        run = saved
     else:
         from simcluster.profiler.bench.layer_timing import run_check
         from simcluster.profiler.bench.progress import StderrProgress
 
         require_device(device)
         command = command_line(
-            f"check-profile {profile}", {"device": device, "quick": quick, "threads": threads}
+            f"check-profile {profile}",
+            {
+                "device": device,
+                "quick": quick,
+                "threads": threads,
+                "layer_mode": layer_mode,
+                "sustained": sustained,
+            },
         )
         with StderrProgress("check-profile") as progress:
-            run = run_check(device.value, quick, command, progress, threads)
+            run = run_check(
+                device.value, quick, command, progress, threads, layer_mode, _load(device, sustained)
+            )
     if save_measurements is not None:
         write_text_atomically(save_measurements, run.to_json())
     checks = compare(run, hw)

@@ -9,9 +9,9 @@ from typing import Annotated
 
 import typer
 
-from simcluster.cli._app import app, fail
+from simcluster.cli._app import app, fail, scenario_file
+from simcluster.cli._hwprofiles import HwProfiles, load_profile, use_hwprofiles
 from simcluster.config.errors import ConfigError
-from simcluster.config.shipped import shipped_scenario
 
 
 @app.command("export-megatron")
@@ -26,22 +26,19 @@ def export_megatron(
         int | None,
         typer.Option(min=1, help="torchrun --nproc_per_node (default: the hardware profile's GPUs per node)"),
     ] = None,
+    hwprofiles: HwProfiles = None,
 ) -> None:
     """Print the torchrun + pretrain_gpt.py flags that run SCENARIO under Megatron-LM
     (`import-megatron` reads them back to the same scenario). Keys the simulator does not
     price yet are exported too: the flags describe the run, nothing is simulated."""
-    from simcluster.config.hardware import load_hardware
     from simcluster.config.megatron_args import to_megatron_args
     from simcluster.config.scenario import load_scenario
 
-    path = scenario
-    if not path.exists() and (shipped := shipped_scenario(str(path))) is not None:
-        path = shipped
-    if not path.is_file():
-        fail(f"{scenario}: no such scenario file, nor a shipped scenario (e.g. gpt3-175b-sp-selective)")
+    use_hwprofiles(hwprofiles)
+    path = scenario_file(scenario)
     try:
         spec = load_scenario(path, refuse_unpriced=False)
-        per_node = gpus_per_node or load_hardware(spec.hardware, relative_to=path).network.gpus_per_node
+        per_node = gpus_per_node or load_profile(spec.hardware, relative_to=path).network.gpus_per_node
         command = to_megatron_args(spec, per_node)
     except ConfigError as error:
         fail(error)

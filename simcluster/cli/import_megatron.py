@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from simcluster.cli._app import app, fail, output_file
+from simcluster.cli._app import Force, app, fail, output_file
+from simcluster.cli._hwprofiles import HwProfiles, use_hwprofiles
 from simcluster.config.errors import ConfigError
 from simcluster.config.megatron_flags import SOURCE
 
@@ -36,6 +37,8 @@ def import_megatron(
     num_gpus: Annotated[
         int | None, typer.Option(min=1, help="world size, for dp = num_gpus / (tp * cp * pp)")
     ] = None,
+    hwprofiles: HwProfiles = None,
+    force: Force = False,
 ) -> None:
     """Turn Megatron-LM arguments into a scenario; unknown and ignored flags are listed."""
     from simcluster.config.hardware import load_hardware
@@ -43,8 +46,9 @@ def import_megatron(
     from simcluster.config.megatron_import import hardware_refusals
     from simcluster.output_files import write_text_atomically
 
+    use_hwprofiles(hwprofiles)
     if out is not None:
-        output_file(out, "--out")
+        output_file(out, "--out", force)
     command = sys.stdin.read() if args == ["-"] else args
     try:
         profile = load_hardware(hardware or DEFAULT_HARDWARE)

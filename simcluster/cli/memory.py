@@ -10,8 +10,8 @@ from typing import Annotated
 
 import typer
 
-from simcluster.cli._app import app, fail
-from simcluster.cli._hwprofiles import HwProfiles, use_hwprofiles
+from simcluster.cli._app import app, fail, scenario_file
+from simcluster.cli._hwprofiles import HwProfiles, load_profile, use_hwprofiles
 from simcluster.config.choices import Recompute
 from simcluster.config.errors import ConfigError
 
@@ -29,7 +29,7 @@ def _available_memory_bytes() -> float:
 
 @app.command()
 def memory(
-    scenario: Annotated[Path, typer.Argument(help="scenario YAML file")],
+    scenario: Annotated[Path, typer.Argument(help="a scenario YAML file or a shipped scenario's name")],
     measure: Annotated[bool, typer.Option(help="count the real torch layer's saved bytes")] = False,
     device: Annotated[str, typer.Option(help="device for --measure: cpu or cuda")] = "cpu",
     seq_length: Annotated[int | None, typer.Option(help="override s for --measure")] = None,
@@ -39,16 +39,20 @@ def memory(
 ) -> None:
     """Per-stage memory breakdown (Table 2 row, interleaving factor, extras); --measure adds
     the bytes autograd really keeps for one layer on one rank."""
-    from simcluster.config.scenario import load_scenario_and_hardware
+    from simcluster.config.scenario import load_scenario, require_hardware_fits
     from simcluster.memory_plan import memory_report
     from simcluster.report.tables import format_memory_report
 
     if device not in ("cpu", "cuda"):
         fail(f"--device: value {device!r}: allowed: cpu, cuda")
     use_hwprofiles(hwprofiles)
+    path = scenario_file(scenario)
     try:
-        spec, hw = load_scenario_and_hardware(scenario)
-        if seq_length or micro_batch_size:
+        spec = load_scenario(path)
+        hw = load_profile(spec.hardware, relative_to=path)
+        require_hardware_fits(spec, hw, path)
+        # `is not None`: 0 is a value to refuse (as -5 is), not "no override"
+        if seq_length is not None or micro_batch_size is not None:
             spec = _override(spec, seq_length, micro_batch_size)
     except ConfigError as error:
         fail(error)
@@ -97,9 +101,9 @@ def _override(spec, seq_length: int | None, micro_batch_size: int | None):
     from simcluster.config.scenario import parse_scenario
 
     data = spec.model_dump(mode="json")
-    if seq_length:
+    if seq_length is not None:
         data["model"]["seq_length"] = seq_length
-    if micro_batch_size:
+    if micro_batch_size is not None:
         data["training"]["micro_batch_size"] = micro_batch_size
         data["training"]["global_batch_size"] = micro_batch_size * spec.parallel.dp * spec.num_microbatches
     return parse_scenario(data, "command-line overrides", default_name=spec.name)
@@ -115,6 +119,11 @@ def _measure(spec, device: str) -> dict[str, int]:
         from simcluster.profiler.layer.spec import LayerSpec
     except ImportError:
         fail("--measure needs torch: pip install 'simcluster[torch]' (torch==2.13.0 for the CPU wheel)")
+    if device == "cuda":
+        from simcluster.calibration import DeviceKind
+        from simcluster.cli.calibrate import require_device
+
+        require_device(DeviceKind.CUDA)  # a clean exit 2 on CPU-only torch, as calibrate's
     cfg = layer_config(spec)
     # cfg is one rank's layer on s/cp tokens; cp > 1 runs it as rank 0 of the K/V ring.
     layer = LayerSpec.from_layer_config(cfg, dtype=spec.training.dtype, cp=spec.parallel.cp)

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from simcluster.cli._app import app, fail
+from simcluster.cli._app import app, fail, scenario_file
+from simcluster.cli._hwprofiles import HwProfiles, load_profile, use_hwprofiles
 from simcluster.config.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -73,7 +74,12 @@ def format_plan(result: PlanResult) -> str:
 
 @app.command()
 def plan(
-    scenario: Annotated[Path, typer.Argument(help="a scenario YAML: model, global batch, dtype, hardware")],
+    scenario: Annotated[
+        Path,
+        typer.Argument(
+            help="a scenario YAML (model, global batch, dtype, hardware) or a shipped scenario's name"
+        ),
+    ],
     gpus: Annotated[int, typer.Option("--gpus", min=1, help="number of GPUs to plan for")],
     hardware: Annotated[
         str | None, typer.Option(help="hardware profile stem or path, instead of the scenario's")
@@ -85,16 +91,18 @@ def plan(
     json_output: Annotated[bool, typer.Option("--json", help="print the answer as JSON")] = False,
     workers: Annotated[int, typer.Option(min=1, help="local processes that simulate")] = 1,
     progress: Annotated[bool, typer.Option(help="progress bars on stderr")] = True,
+    hwprofiles: HwProfiles = None,
 ) -> None:
     """Search tp, pp, vpp, micro-batch, sequence parallelism, recompute and the distributed
     optimizer for the fastest layouts that fit; print them and the winner's Megatron flags."""
-    from simcluster.config.hardware import load_hardware
     from simcluster.plan import PlanError, plan_layouts
     from simcluster.plan.base import load_plan_scenario
 
+    use_hwprofiles(hwprofiles)
+    path = scenario_file(scenario)
     try:
-        base = load_plan_scenario(scenario, hardware)
-        profile = load_hardware(base.hardware, relative_to=scenario.parent)
+        base = load_plan_scenario(path, hardware)
+        profile = load_profile(base.hardware, relative_to=path)
         result = plan_layouts(
             base, profile, gpus, headroom_fraction=headroom, top=top, workers=workers, progress=progress
         )

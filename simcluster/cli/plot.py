@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from simcluster.cli._app import app, fail, output_file
-from simcluster.cli._hwprofiles import HwProfiles, use_hwprofiles
+from simcluster.cli._app import Force, app, fail, output_file, scenario_file
+from simcluster.cli._hwprofiles import HwProfiles, load_profile, use_hwprofiles
 from simcluster.config.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -70,15 +70,16 @@ def _where(sweep: pd.DataFrame, where: list[str] | None) -> pd.DataFrame:
         fail(error)
 
 
-def _checked(out: Path) -> Path:
-    """Before drawing: a known figure format, and a path that can be written."""
+def _checked(out: Path, force: bool, inputs: list[Path] | None = None) -> Path:
+    """Before drawing: a known figure format, and a path that can be written (a new file,
+    or an existing one with --force; never the command's input)."""
     from simcluster.report.plots import check_figure_path
 
     try:
         check_figure_path(out)
     except ValueError as error:
         fail(error)
-    return output_file(out, "--out")
+    return output_file(out, "--out", force, inputs or [])
 
 
 def _save(figure: Figure, out: Path) -> None:
@@ -116,24 +117,29 @@ def _invalid_cells(path: Path, sweep: pd.DataFrame) -> list[tuple[int, int]]:
 
 
 @plot_app.command("memory-ladder")
-def memory_ladder(out: Out = Path("memory-ladder.png")) -> None:
+def memory_ladder(out: Out = Path("memory-ladder.png"), force: Force = False) -> None:
     """Figure 7: per-layer activation memory as % of the tensor-parallel baseline."""
     from simcluster.report import plots
 
-    _checked(out)
+    _checked(out, force)
     _save(plots.memory_ladder_figure(plots.memory_ladder_frame()), out)
 
 
 @plot_app.command("table5")
-def table5(out: Out = Path("table5.png"), hardware: Hardware = None) -> None:
+def table5(
+    out: Out = Path("table5.png"),
+    hardware: Hardware = None,
+    hwprofiles: HwProfiles = None,
+    force: Force = False,
+) -> None:
     """Table 5: full recompute vs SP + selective iteration time, predicted next to measured."""
-    from simcluster.config.hardware import load_hardware
     from simcluster.report import plots
     from simcluster.validation import table5_comparisons
 
-    _checked(out)
+    use_hwprofiles(hwprofiles)
+    _checked(out, force)
     try:
-        profile = load_hardware(hardware) if hardware else None
+        profile = load_profile(hardware) if hardware else None
     except ConfigError as error:
         fail(error)
     _save(plots.table5_figure(table5_comparisons(profile)), out)
@@ -141,7 +147,7 @@ def table5(out: Out = Path("table5.png"), hardware: Hardware = None) -> None:
 
 @plot_app.command("timeline")
 def timeline(
-    scenario: Annotated[Path, typer.Argument(help="a scenario YAML file")],
+    scenario: Annotated[Path, typer.Argument(help="a scenario YAML file or a shipped scenario's name")],
     out: Out = Path("timeline.png"),
     hardware: Hardware = None,
     microbatches: Annotated[
@@ -151,19 +157,23 @@ def timeline(
         str | None, typer.Option("--window-s", help="draw only seconds A:B of the iteration, e.g. 2.0:3.5")
     ] = None,
     hwprofiles: HwProfiles = None,
+    force: Force = False,
 ) -> None:
     """Pipeline Gantt chart per stage (forward, backward, recompute hatched, comms, idle) of
     one run; --microbatches or --window-s zoom in on part of a long one."""
-    from simcluster.config.hardware import load_hardware
-    from simcluster.config.scenario import load_scenario
+    from simcluster.config.profiles import find_profile
+    from simcluster.config.scenario import load_scenario, require_hardware_fits
     from simcluster.report import plots
     from simcluster.simulation import run_simulation
 
-    _checked(out)
     use_hwprofiles(hwprofiles)
+    path = scenario_file(scenario)
+    _checked(out, force, [path])
     try:
-        spec = load_scenario(scenario)
-        profile = load_hardware(hardware or spec.hardware, relative_to=scenario)
+        spec = load_scenario(path)
+        profile = load_profile(hardware or spec.hardware, relative_to=path)
+        require_hardware_fits(spec, profile, path)
+        _checked(out, force, [find_profile(hardware or spec.hardware, path)])  # the profile is an input too
     except ConfigError as error:
         fail(error)
     if microbatches is not None and window_s is not None:
@@ -195,12 +205,13 @@ def sweep_heatmap(
     out: Out = Path("sweep-heatmap.png"),
     metric: Annotated[Metric, typer.Option(help="what to colour")] = Metric.MFU,
     where: Where = None,
+    force: Force = False,
 ) -> None:
     """tp × pp heatmap of the best MFU (or HFU) among configurations that fit; invalid
     layouts hatched, layouts that do not fit grey."""
     from simcluster.report import plots
 
-    _checked(out)
+    _checked(out, force, [table])
     sweep = _where(_read_sweep(table), where)
     if (problem := plots.mixed_subject(sweep)) is not None:
         fail(f"{table}: {problem}")
@@ -215,11 +226,12 @@ def pareto(
     out: Out = Path("pareto.png"),
     capacity_gb: Annotated[float | None, typer.Option(help="draw the GPU memory line (GB)")] = None,
     where: Where = None,
+    force: Force = False,
 ) -> None:
     """Peak memory vs iteration time of a sweep, with the Pareto front highlighted."""
     from simcluster import units
     from simcluster.report import plots
 
-    _checked(out)
+    _checked(out, force, [table])
     capacity = units.gb_to_bytes(capacity_gb) if capacity_gb is not None else None
     _save(plots.pareto_figure(_where(_read_sweep(table), where), capacity), out)

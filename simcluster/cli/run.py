@@ -8,22 +8,18 @@ from typing import Annotated
 
 import typer
 
-from simcluster.cli._app import app, fail, output_file
-from simcluster.cli._hwprofiles import HwProfiles, use_hwprofiles
+from simcluster.cli._app import Force, app, fail, output_file, scenario_file
+from simcluster.cli._hwprofiles import HwProfiles, load_profile, use_hwprofiles
 from simcluster.config.errors import ConfigError
-from simcluster.config.shipped import shipped_scenario
 
 
 def _scenario_files(target: Path) -> list[Path]:
-    if not target.exists() and (shipped := shipped_scenario(str(target))) is not None:
-        target = shipped  # a shipped scenario by name, e.g. `paper` or `gpt3-175b-sp-selective`
+    target = scenario_file(target, folders=True)  # a path, or a shipped name (`paper`, a stem)
     if target.is_dir():
         files = sorted(target.glob("*.yaml")) + sorted(target.glob("*.yml"))
         if not files:
             fail(f"{target}: no scenario files (*.yaml) in this folder")
         return files
-    if not target.exists():
-        fail(f"{target}: no such file or folder, nor a shipped scenario (e.g. paper, gpt3-175b-sp-selective)")
     return [target]
 
 
@@ -46,9 +42,10 @@ def run(
         ),
     ] = False,
     hwprofiles: HwProfiles = None,
+    force: Force = False,
 ) -> None:
     """Simulate one training iteration: time, MFU/HFU, time breakdown, per-stage memory."""
-    from simcluster.config.hardware import load_hardware
+    from simcluster.config.profiles import find_profile
     from simcluster.config.scenario import load_scenario, require_hardware_fits
     from simcluster.engine.trace import write_trace
     from simcluster.report.tables import format_result, format_summary
@@ -61,14 +58,16 @@ def run(
     if trace is not None and steady_state:
         fail("--trace needs every task simulated; leave out --steady-state")
     if trace is not None:
-        output_file(trace, "--trace")
+        output_file(trace, "--trace", force, inputs=files)
     results, problems = [], []
     for path in files:
         # One bad file in a folder must not stop the others: run every good one, then
         # report every bad one and exit 2.
         try:
             spec = load_scenario(path)
-            profile = load_hardware(hardware or spec.hardware, relative_to=path)
+            profile = load_profile(hardware or spec.hardware, relative_to=path)
+            if trace is not None:  # the profile file is an input too
+                output_file(trace, "--trace", force, inputs=[find_profile(hardware or spec.hardware, path)])
             require_hardware_fits(spec, profile, path)  # names the file, not only the scenario
             # Every microbatch by default: bit-for-bit the published numbers, and a trace on request.
             sim = run_simulation(spec, profile, record=trace is not None, steady_state=steady_state)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from simcluster.cli._app import app, fail
+from simcluster.cli._app import Force, app, fail
 from simcluster.cli._hwprofiles import HwProfiles, use_hwprofiles
 from simcluster.config.errors import ConfigError
 from simcluster.headroom import DEFAULT_HEADROOM_FRACTION
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from simcluster.sweep import SweepOutcome
+    from simcluster.sweep.run import SweepInterrupted
 
 
 _LABELS = {
@@ -106,11 +107,23 @@ def _summary(outcome: SweepOutcome, out: Path, show_invalid: bool) -> str:
     return "\n".join(lines)
 
 
+def _interrupted(interrupt: SweepInterrupted) -> str:
+    """Where the finished rows are, only if a file holds them."""
+    out = interrupt.out
+    if interrupt.rows is None:
+        kept = f" ({out} is as it was)" if out.exists() else ""
+        return f"interrupted before the sweep started: nothing was written to {out}{kept}"
+    return f"interrupted: the {interrupt.rows} finished rows are in {out}; run again with --resume"
+
+
 @app.command()
 def sweep(
     spec: Annotated[Path, typer.Argument(help="a sweep spec YAML (base, num_gpus, axes)")],
     out: Annotated[
-        Path, typer.Option("--out", help="Parquet file the rows stream to (new, or an earlier sweep's)")
+        Path,
+        typer.Option(
+            "--out", help="Parquet file the rows stream to (new; an earlier one with --resume or --force)"
+        ),
     ],
     csv: Annotated[bool, typer.Option("--csv", help="also write the table as CSV next to --out")] = False,
     resume: Annotated[bool, typer.Option("--resume", help="skip configurations already in --out")] = False,
@@ -144,21 +157,27 @@ def sweep(
         ),
     ] = False,
     hwprofiles: HwProfiles = None,
+    force: Force = False,
 ) -> None:
     """Simulate every valid configuration of a spec's axes; rows stream to Parquet."""
     from simcluster.sweep import execute_sweep
+    from simcluster.sweep.run import SweepInterrupted
 
     use_hwprofiles(hwprofiles)
 
     try:
         outcome = execute_sweep(
             spec, out, workers=workers, dask=dask, csv=csv, resume=resume, progress=progress,
-            headroom_fraction=headroom, full_simulation=full_simulation,
+            headroom_fraction=headroom, full_simulation=full_simulation, force=force,
         )  # fmt: skip
     except (ConfigError, OSError) as error:  # OSError: --out not writable, --dask unreachable
         fail(error)
+    except SweepInterrupted as interrupt:
+        fail(_interrupted(interrupt), code=130)
     except KeyboardInterrupt:
-        fail(f"interrupted: the finished rows are in {out}; run again with --resume", code=130)
+        fail(f"interrupted before the sweep started: nothing was written to {out}", code=130)
+    if outcome.replaced:
+        typer.echo(outcome.replaced, err=True)
     if json_output:
         from simcluster.sweep.summary import DEFAULT_TOP, sweep_json
 

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from simcluster.cli._app import app
+from simcluster.cli._hwprofiles import HwProfiles, use_hwprofiles
 
 
 @app.command()
@@ -21,6 +22,7 @@ def validate(
         bool,
         typer.Option("--fit-table4", help="fit gemm_max_efficiency and tp_overlap_fraction to Table 4"),
     ] = False,
+    hwprofiles: HwProfiles = None,
 ) -> None:
     """Compare predictions with Tables 4 and 5 (exits non-zero only if a run breaks)."""
     from simcluster.config.hardware import HardwareProfile, load_hardware
@@ -34,6 +36,7 @@ def validate(
         with_constants,
     )
 
+    use_hwprofiles(hwprofiles)
     profile: HardwareProfile | None = load_hardware(hardware or "a100-sxm4-80gb")
     if fit_table4 and profile is not None:
         result = fit(profile)

@@ -93,3 +93,14 @@ class Fp8Recipe(str, enum.Enum):
     DELAYED = "delayed"
     TENSORWISE = "tensorwise"
     MXFP8 = "mxfp8"
+
+
+class LayerMode(str, enum.Enum):
+    """How the real torch layer runs its memory-bound regions when it is measured: `eager`,
+    each torch op its own kernel(s), or `fused`, each region (norm, RoPE, gated activation,
+    bias-dropout-add, softmax, dropout) one torch.compile'd kernel per direction, as
+    Megatron-core and Transformer Engine run fused kernels (e.g. TE's fused RoPE and norms,
+    Megatron's `bias_dropout_add_fused_train`, `bias_swiglu_impl`, `FusedScaleMaskSoftmax`)."""
+
+    EAGER = "eager"
+    FUSED = "fused"

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
 import reprlib
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 MAX_SHOWN_CHARS = 120  # a value quoted in an error is cut to this (never echo a megabyte)
 
@@ -40,8 +41,39 @@ class ConfigError(ValueError):
         super().__init__(f"{self.source}: invalid configuration\n{lines}")
 
 
-def describe_validation_error(error: ValidationError) -> list[str]:
-    """Turn pydantic's error list into 'field.path: value X: message' lines."""
+def _submodel(annotation: Any) -> type[BaseModel] | None:
+    """The model class inside a field's annotation (`Model`, `Model | None`, `list[Model]`,
+    `dict[str, Model]`), or None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next((found for arg in get_args(annotation) if (found := _submodel(arg)) is not None), None)
+
+
+def known_keys(model: type[BaseModel], location: tuple[int | str, ...]) -> list[str]:
+    """The keys allowed in the mapping that holds `location`'s last part (a misspelt key),
+    walking `model`'s fields; list indices and dict keys on the way are stepped over."""
+    current: type[BaseModel] | None = model
+    for part in location[:-1]:
+        if current is None:
+            return []
+        field = current.model_fields.get(str(part))
+        if field is not None:
+            current = _submodel(field.annotation)
+    if current is None:
+        return []
+    return [field.alias or name for name, field in current.model_fields.items()]
+
+
+def _unknown_key(item: Any, field: str, model: type[BaseModel] | None) -> str:
+    known = known_keys(model, tuple(item["loc"])) if model is not None else []
+    close = difflib.get_close_matches(str(item["loc"][-1]), known, n=1, cutoff=0.6) if item["loc"] else []
+    hint = f"did you mean {close[0]!r}?" if close else "check its spelling"
+    return f"{field}: unknown key (value {shorten(item['input'])}); {hint}"
+
+
+def describe_validation_error(error: ValidationError, model: type[BaseModel] | None = None) -> list[str]:
+    """Turn pydantic's error list into 'field.path: value X: message' lines; with the
+    `model` validated, a misspelt key gets a did-you-mean over the keys allowed there."""
     problems: list[str] = []
     for item in error.errors():
         if len(problems) == MAX_PROBLEMS:
@@ -50,7 +82,7 @@ def describe_validation_error(error: ValidationError) -> list[str]:
         field = cut(".".join(str(part) for part in item["loc"]) or "(top level)", 200)
         message = cut(item["msg"].removeprefix("Value error, "), 400)
         if item["type"] == "extra_forbidden":
-            problems.append(f"{field}: unknown key (value {shorten(item['input'])}); check its spelling")
+            problems.append(_unknown_key(item, field, model))
         elif item["type"] == "missing":
             problems.append(f"{field}: required key is missing")
         elif isinstance(item.get("input"), (dict, list)):

@@ -472,4 +472,4 @@ def parse_hardware(data: Any, source: str | Path) -> HardwareProfile:
     try:
         return HardwareProfile.model_validate(data)
     except ValidationError as error:
-        raise ConfigError(source, describe_validation_error(error)) from None
+        raise ConfigError(source, describe_validation_error(error, HardwareProfile)) from None

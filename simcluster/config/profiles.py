@@ -18,14 +18,13 @@ What a profile *contains* is validated by `simcluster.config.hardware`.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
 from simcluster.config.errors import ConfigError
-from simcluster.config.shipped import is_installed_copy, shipped_dir
+from simcluster.config.shipped import did_you_mean, is_installed_copy, shipped_dir
 
 ENV_VAR = "SIMCLUSTER_HWPROFILES"
 PROFILE_SUFFIX = ".yaml"
@@ -126,8 +125,7 @@ def _source_and_base(reference: str, relative_to: Path | None) -> tuple[str, Pat
 
 def _unknown(reference: str, field: str, folders: Sequence[Path]) -> str:
     known = known_profiles(folders)
-    close = difflib.get_close_matches(reference, known, n=1, cutoff=0.6)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    hint = did_you_mean(reference, known)
     return (
         f"{field}: value {reference!r}: unknown hardware profile{hint}; known profiles: "
         f"{', '.join(known) or '(none found)'} (searched {', '.join(str(f) for f in folders)}; "

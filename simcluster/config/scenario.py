@@ -410,7 +410,7 @@ def parse_scenario(
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as error:
-        raise ConfigError(source, describe_validation_error(error)) from None
+        raise ConfigError(source, describe_validation_error(error, Scenario)) from None
     problems = cross_field_problems(scenario, refuse_unpriced)
     if problems:
         raise ConfigError(source, problems)

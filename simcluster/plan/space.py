@@ -16,6 +16,12 @@ Two restrictions of the search, not of Megatron, stated here and in the README:
   per-layer collectives on the NICs, which no published run does.
 - the distributed optimizer and overlap_grad_reduce are only tried with dp > 1: without
   data parallelism they change nothing, and would only repeat a layout in the top K.
+The base's switches that Megatron allows only on top of a searched axis follow that axis
+(`_dependent_switches`): overlap_param_gather (needs the distributed optimizer and
+overlap_grad_reduce), fp8_param_gather (the distributed optimizer) and tp_comm_overlap
+(sequence parallelism at tp > 1) stay as the base sets them where the layout allows them and are off
+where it does not. Otherwise a base asking for them, as Megatron's published large runs do,
+would drop every layout without those axes (dp = 1 among them) from the search.
 Values of the numeric axes are capped as in sweeps: vpp ≤ 8 and micro_batch_size ≤ 16.
 """
 
@@ -108,15 +114,33 @@ def _cp_sizes(base: Scenario, gpus_per_node: int) -> tuple[int, ...]:
     return divisors(half, min(half, gpus_per_node)) or (1,)
 
 
+def _dependent_switches(base_training: dict[str, Any], layout: dict[str, AxisValue]) -> dict[str, bool]:
+    """The base's switches that ride on a searched axis, on only where the layout has that
+    axis on (megatron/training/arguments.py refuses --overlap-param-gather without
+    --use-distributed-optimizer and --overlap-grad-reduce, --fp8-param-gather without the
+    distributed optimizer, and --tp-comm-overlap without --sequence-parallel at tp > 1)."""
+    dist_opt = bool(layout["use_distributed_optimizer"])
+    found = {
+        "overlap_param_gather": dist_opt and bool(layout["overlap_grad_reduce"]),
+        "fp8_param_gather": dist_opt,
+        "tp_comm_overlap": bool(layout["sequence_parallel"]) or int(layout["tp"]) == 1,  # tp 1: inert
+    }
+    return {name: bool(base_training.get(name)) and allowed for name, allowed in found.items()}
+
+
 def _scenario(base: dict[str, Any], layout: dict[str, AxisValue], dp: int) -> Scenario:
-    """`base` (a scenario's JSON form) with the layout's values, dp and the 1F1B schedule."""
+    """`base` (a scenario's JSON form) with the layout's values, dp, the 1F1B schedule and
+    the switches that depend on them (`_dependent_switches`)."""
     parallel = {name: layout[name] for name in PLAN_AXES if axis_section(name) == "parallel"}
     training = {name: layout[name] for name in PLAN_AXES if axis_section(name) == "training"}
+    dependent = _dependent_switches(base["training"], layout)
     data = {
         **base,
         "parallel": {**base["parallel"], **parallel, "dp": dp},
-        "training": {**base["training"], **training, "schedule": ScheduleKind.ONE_F_ONE_B.value},
-    }
+        "training": {
+            **base["training"], **training, **dependent, "schedule": ScheduleKind.ONE_F_ONE_B.value
+        },
+    }  # fmt: skip
     return Scenario.model_validate(data)
 
 

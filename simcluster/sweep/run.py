@@ -42,10 +42,30 @@ class SweepOutcome:
     num_run: int  # configurations evaluated by this call
     elapsed_s: float
     headroom_fraction: float = DEFAULT_HEADROOM_FRACTION
+    replaced: str | None = None  # what a fresh sweep replaced at its output (with force), for the user
 
     @property
     def status_counts(self) -> dict[str, int]:
         return {status: int(n) for status, n in self.table["status"].value_counts().items()}
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or another KeyboardInterrupt) during `execute_sweep`: `rows` finished rows are
+    in `out`, or None when it stopped before writing `out` (loading, expanding, checking), so
+    nothing of this sweep is there and an earlier file at `out` is as it was."""
+
+    def __init__(self, out: Path, rows: int | None) -> None:
+        super().__init__(f"{out}: {rows} rows" if rows is not None else f"{out}: not written")
+        self.out, self.rows = out, rows
+
+
+def _rows_in(path: Path) -> int | None:
+    import pyarrow.parquet as pq
+
+    try:
+        return int(pq.read_metadata(path).num_rows)
+    except (OSError, ValueError):
+        return None
 
 
 def _rows(
@@ -84,6 +104,7 @@ def execute_sweep(
     on_row: Callable[[Row], None] | None = None,
     headroom_fraction: float = DEFAULT_HEADROOM_FRACTION,
     full_simulation: bool = False,
+    force: bool = False,
 ) -> SweepOutcome:
     """Run the sweep in `spec_path`, writing `out_path` (Parquet) and, with `csv`, its .csv twin.
     A configuration fits only if it leaves `headroom_fraction` of the usable memory free.
@@ -91,30 +112,38 @@ def execute_sweep(
     `on_row` is called with each finished row after it is stored (a hook for tests and
     front-ends; if it raises, the sweep stops after flushing what finished). By default the
     engine's certified steady state is extended from one short run (`simcluster.steady_state`);
-    `full_simulation` simulates every microbatch of every configuration."""
+    `full_simulation` simulates every microbatch of every configuration. An existing `out`
+    is refused unless `resume` (continue it) or `force` (replace it: `SweepOutcome.replaced`
+    says what was there). A KeyboardInterrupt leaves as `SweepInterrupted`, saying whether
+    `out` holds this sweep's finished rows."""
     start_s = time.perf_counter()
-    spec = load_sweep_spec(spec_path)
-    if (problem := headroom_problem(headroom_fraction)) is not None:
-        raise ConfigError(spec.source, [problem])
-    expansion = expand(spec)
-    if not expansion.configs:
-        raise ConfigError(spec.source, _nothing_to_run(spec, expansion))
     out = Path(out_path)
-    csv_path = out.with_suffix(".csv") if csv else None
-    check_targets(out, csv_path, spec, resume)
-    with SweepLock(out):
-        store = ResultStore(
-            out, spec, csv=csv_path, flush_every_s=flush_every_s, headroom_fraction=headroom_fraction,
-            extra_metadata={"invalid_cells": invalid_cells(expansion)},
-        )  # fmt: skip
-        if resume:
-            done = store.resume()
-        else:
-            store.start_fresh()
-            done = set()
-        todo = [config for config in expansion.configs if config.config_id not in done]
-        inputs = SweepInputs(spec.profiles, headroom_fraction, steady_state=not full_simulation)
-        _stream(todo, inputs, store, workers or available_cores(), dask, progress, on_row)
+    written: list[bool] = []  # non-empty once the store has written `out`
+    try:
+        spec = load_sweep_spec(spec_path)
+        if (problem := headroom_problem(headroom_fraction)) is not None:
+            raise ConfigError(spec.source, [problem])
+        expansion = expand(spec)
+        if not expansion.configs:
+            raise ConfigError(spec.source, _nothing_to_run(spec, expansion))
+        csv_path = out.with_suffix(".csv") if csv else None
+        replaced = check_targets(out, csv_path, spec, resume, force, headroom_fraction)
+        with SweepLock(out):
+            store = ResultStore(
+                out, spec, csv=csv_path, flush_every_s=flush_every_s, headroom_fraction=headroom_fraction,
+                extra_metadata={"invalid_cells": invalid_cells(expansion)},
+            )  # fmt: skip
+            if resume:
+                done = store.resume()
+            else:
+                store.start_fresh()
+                done = set()
+            written.append(True)
+            todo = [config for config in expansion.configs if config.config_id not in done]
+            inputs = SweepInputs(spec.profiles, headroom_fraction, steady_state=not full_simulation)
+            _stream(todo, inputs, store, workers or available_cores(), dask, progress, on_row)
+    except KeyboardInterrupt as interrupt:
+        raise SweepInterrupted(out, _rows_in(out) if written else None) from interrupt
     return SweepOutcome(
         table=store.table(),
         spec=spec,
@@ -123,6 +152,7 @@ def execute_sweep(
         num_run=len(todo),
         elapsed_s=time.perf_counter() - start_s,
         headroom_fraction=headroom_fraction,
+        replaced=replaced,
     )
 
 
@@ -173,11 +203,12 @@ def run_sweep(
     resume: bool = False,
     progress: bool = True,
     headroom_fraction: float = DEFAULT_HEADROOM_FRACTION,
+    force: bool = False,
 ) -> pd.DataFrame:
     """The sweep's table, one row per valid configuration (see `execute_sweep`)."""
     outcome = execute_sweep(
         spec_path, out_path, workers=workers, dask=dask, csv=csv, resume=resume, progress=progress,
-        headroom_fraction=headroom_fraction,
+        headroom_fraction=headroom_fraction, force=force,
     )  # fmt: skip
     return outcome.table
 

@@ -1,7 +1,8 @@
 """Sweep spec files (a public contract):
 
 ```yaml
-base: ../scenarios/paper/gpt3-175b.yaml   # a scenario file, relative to the spec,
+base: ../scenarios/paper/gpt3-175b.yaml   # a scenario file, relative to the spec, or a
+                                           # shipped scenario's name (gpt3-175b-sp-selective),
                                            # or a list of them (one model each)
 num_gpus: 1024                             # dp = num_gpus / (tp * cp * pp), cp the base's
 axes:                                      # each a list, or auto = every valid value
@@ -29,7 +30,9 @@ from pydantic import Field, ValidationError
 from simcluster.config.errors import ConfigError, describe_validation_error
 from simcluster.config.files import read_yaml
 from simcluster.config.hardware import HardwareProfile, load_hardware
+from simcluster.config.profiles import find_profile
 from simcluster.config.scenario import Scenario, load_scenario
+from simcluster.config.shipped import did_you_mean, shipped_scenario, shipped_scenario_names
 from simcluster.config.strict import StrictModel
 from simcluster.sweep.axes import AXES, AutoContext, Axis, AxisValue
 
@@ -59,6 +62,7 @@ class SweepSpec:
     axes: dict[str, tuple[AxisValue, ...]]
     bases: tuple[Scenario, ...] = ()
     profiles: dict[str, HardwareProfile] = field(default_factory=dict)
+    input_files: tuple[Path, ...] = ()  # the spec, base and profile files: never an output
 
     def __post_init__(self) -> None:
         if not self.bases:
@@ -137,13 +141,14 @@ def parse_sweep_spec(data: Any, source: str | Path) -> SweepSpec:
     try:
         raw = _SpecFile.model_validate(data)
     except ValidationError as error:
-        raise ConfigError(source, describe_validation_error(error)) from None
+        raise ConfigError(source, describe_validation_error(error, _SpecFile)) from None
     paths = _base_paths(raw.base, source)
     bases = tuple(load_scenario(path) for path in paths)
     problems = _name_clashes(bases, raw.base)
     num_gpus = raw.num_gpus or _common_num_gpus(bases, paths, problems)
     axes = _resolve_axes(dict(raw.axes), bases, num_gpus, problems)
     profiles = _profiles(bases, paths, axes.get("hardware"), source, problems)
+    profile_files = _profile_files(bases, paths, axes.get("hardware"), source)
     if problems:
         raise ConfigError(source, problems)
     spec = SweepSpec(
@@ -154,6 +159,7 @@ def parse_sweep_spec(data: Any, source: str | Path) -> SweepSpec:
         axes=axes,
         bases=bases,
         profiles=profiles,
+        input_files=(source, *paths, *profile_files),
     )
     if spec.num_combinations > MAX_COMBINATIONS:
         sizes = " * ".join(f"{name} {len(values)}" for name, values in axes.items())
@@ -168,18 +174,46 @@ def parse_sweep_spec(data: Any, source: str | Path) -> SweepSpec:
 
 
 def _base_paths(raw: str | list[str], source: Path) -> list[Path]:
-    """The base scenario files, relative to the spec's folder; ConfigError if one is missing."""
+    """The base scenario files, relative to the spec's folder, else shipped scenarios by
+    name (`simcluster.config.shipped`); ConfigError if one is missing."""
     names = [raw] if isinstance(raw, str) else raw
     problems = [] if names else ["base: empty list; give a scenario file, or a list of them"]
+    paths = []
     for index, name in enumerate(names):
         where = "base" if isinstance(raw, str) else f"base[{index}]"
-        if not (source.parent / name).is_file():
-            problems.append(f"{where}: value {name!r}: no scenario file at {source.parent / name}")
+        path = source.parent / name
+        if not path.is_file() and (shipped := shipped_scenario(name)) is not None and shipped.is_file():
+            path = shipped
+        if not path.is_file():
+            hint = did_you_mean(name, shipped_scenario_names())
+            problems.append(
+                f"{where}: value {name!r}: no scenario file at {source.parent / name}, "
+                f"nor a shipped scenario{hint}"
+            )
         elif names.index(name) != index:
             problems.append(f"{where}: value {name!r}: listed twice")
+        paths.append(path)
     if problems:
         raise ConfigError(source, problems)
-    return [source.parent / name for name in names]
+    return paths
+
+
+def _profile_files(
+    bases: tuple[Scenario, ...], paths: list[Path], axis: tuple[AxisValue, ...] | None, source: Path
+) -> list[Path]:
+    """The profile files `_profiles` reads (those it can find), for the output check."""
+    wanted = (
+        [(str(value), source) for value in axis]
+        if axis is not None
+        else [(base.hardware, path) for base, path in zip(bases, paths)]
+    )
+    found = []
+    for reference, relative_to in wanted:
+        try:
+            found.append(find_profile(reference, relative_to))
+        except ConfigError:
+            continue  # `_profiles` reports it
+    return found
 
 
 def _name_clashes(bases: tuple[Scenario, ...], raw: str | list[str]) -> list[str]:

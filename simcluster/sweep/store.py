@@ -12,8 +12,10 @@ open file would be unreadable until closed: its footer is written last.)
 
 The file's metadata (each part's too) records a fingerprint of the sweep's inputs (each
 whole base scenario, the GPU count, each hardware profile's content, the memory headroom):
-`--resume` refuses a file or part from other inputs, and a fresh sweep overwrites only a
-file that is a sweep table (and discards parts left by a killed one). It also records the
+`--resume` refuses a file or part from other inputs. A fresh sweep never overwrites a file
+unless told to (`force`, the CLI's `--force`; the rule of `simcluster.output_files`), and
+then says what it replaced (an earlier sweep's table, of the same inputs or not, or another
+file); it discards parts left by a killed one. It also records the
 (tp, pp) cells the loader rejected outright, so a heatmap can tell "invalid" from "does not
 fit".
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -32,7 +35,12 @@ import pyarrow.parquet as pq
 
 from simcluster.config.errors import ConfigError
 from simcluster.headroom import DEFAULT_HEADROOM_FRACTION
-from simcluster.output_files import OutputPathError, check_output_file, write_atomically
+from simcluster.output_files import (
+    OutputPathError,
+    check_output_file,
+    refuse_existing,
+    write_atomically,
+)
 from simcluster.sweep.axes import AXES, LAYOUT_COLUMNS, MODEL_COLUMN, choice_order
 from simcluster.sweep.evaluate import Row
 from simcluster.sweep.spec import SweepSpec
@@ -145,28 +153,54 @@ def _is_sweep_csv(path: Path) -> bool:
         return False
 
 
-def check_targets(out: Path, csv: Path | None, spec: SweepSpec, resume: bool) -> None:
-    """Before any work: `out` (and `csv`) can be written, and writing them destroys nothing
-    but an earlier sweep's table. With `resume`, `ResultStore.resume` checks that an existing
-    `out` is a table of this sweep."""
-    check_output_file(out, "--out")
-    if out.resolve() == spec.source.resolve():
-        raise OutputPathError(out, "--out", "is the sweep spec itself; give a new file, e.g. results.parquet")
-    if not resume and out.exists() and read_metadata(out) is None:
-        raise OutputPathError(
-            out, "--out", "exists and is not a sweep table (Parquet with simcluster's sweep metadata); "
-            "refusing to overwrite it: give a new file, or delete it first",
-        )  # fmt: skip
+def describe_table(path: Path, digests: dict[str, str]) -> str:
+    """What the file at `path` is, for a message about replacing it: an earlier sweep's
+    table (its rows, and whether it came from this sweep's inputs) or another file."""
+    found = read_metadata(path)
+    if found is None:
+        return "a file that is not a sweep table"
+    try:
+        rows = f" of {pq.read_metadata(path).num_rows} rows"
+    except (OSError, pa.ArrowException):
+        rows = ""
+    differing = differing_inputs(found, digests)
+    inputs = "the same inputs as this sweep" if differing == [] else f"other inputs ({_differing(differing)})"
+    return f"an earlier sweep's table{rows}, from {inputs}"
+
+
+def check_targets(
+    out: Path,
+    csv: Path | None,
+    spec: SweepSpec,
+    resume: bool,
+    force: bool = False,
+    headroom_fraction: float = DEFAULT_HEADROOM_FRACTION,
+) -> str | None:
+    """Before any work: `out` (and `csv`) can be written under the rule of
+    `simcluster.output_files`: never an input of the sweep (the spec, a base, a profile);
+    an existing file only with `resume` (`ResultStore.resume` then checks it is a table of
+    this sweep) or `force`. Returns what a fresh sweep will replace, for the user, or None."""
+    inputs = spec.input_files or (spec.source,)
+    check_output_file(out, "--out", force=True, inputs=inputs)
+    replaced = None
+    if not resume and os.path.lexists(out):
+        what = describe_table(out, input_digests(spec, headroom_fraction))
+        refuse_existing(out, "--out", force, f"exists ({what})", ", --resume to continue this sweep's table")
+        replaced = f"replaced {out}: {what}"
     if csv is None:
-        return
+        return replaced
     if csv.resolve() == out.resolve():
         raise OutputPathError(out, "--csv", "the CSV twin would be --out itself; give --out a .parquet name")
-    check_output_file(csv, "--csv")
-    if csv.exists() and not _is_sweep_csv(csv):
-        raise OutputPathError(
-            csv, "--csv", "exists and is not a sweep table (its header does not start with config_id); "
-            "refusing to overwrite it: give another --out, or delete it first",
-        )  # fmt: skip
+    check_output_file(csv, "--csv", force=True, inputs=inputs)
+    if os.path.lexists(csv) and not (resume and _is_sweep_csv(csv)):
+        what = (
+            "a sweep table"
+            if _is_sweep_csv(csv)
+            else "not a sweep table (its header does not start with config_id)"
+        )
+        refuse_existing(csv, "--csv", force, f"exists ({what})")
+        replaced = f"{replaced + '; ' if replaced else ''}replaced {csv}: {what}"
+    return replaced
 
 
 def rows_to_frame(rows: list[Row]) -> pd.DataFrame:

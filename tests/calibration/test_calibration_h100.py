@@ -7,6 +7,7 @@ the real layer) and the modern layers, on CPU, without torch.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -154,16 +155,30 @@ def test_the_committed_modern_records_are_what_the_converter_writes() -> None:
 
 
 def test_the_modern_records_are_the_measured_layers() -> None:
-    """12 eager layers (measure.py) + 3 layers eager and compiled at t = 1 (measure3.py)."""
+    """12 eager layers (measure.py) + 3 layers eager and torch.compile'd (fused) at t = 1
+    (measure3.py)."""
     run = measured_layer_run(FOLDER)
-    modes = [t.mode for t in run.timings]
-    assert (modes.count("eager"), modes.count("compiled")) == (15, 3)
-    llama = next(t for t in run.timings if t.name == "llama3-8b" and t.mode == "compiled")
-    assert (llama.num_query_groups, llama.activation, llama.normalization) == (8, "swiglu", "rmsnorm")
-    assert (llama.position_embedding, llama.attention_backend, llama.hidden_dropout) == ("rope", "flash", 0.0)
+    modes = [t.layer_mode for t in run.timings]
+    assert (modes.count("eager"), modes.count("fused")) == (15, 3)
+    llama = next(t for t in run.timings if t.name == "llama3-8b" and t.layer_mode == "fused")
+    cfg = llama.layer_config(run.dropout_prob)
+    assert (cfg.num_query_groups, cfg.activation.value, cfg.normalization.value) == (8, "swiglu", "rmsnorm")
+    assert (cfg.position_embedding.value, cfg.attention_backend.value, cfg.hidden_dropout) == (
+        "rope",
+        "flash",
+        0.0,
+    )
     assert llama.total_s == pytest.approx(0.02244, rel=1e-3) and llama.forward_s is None
     paper = next(t for t in run.timings if t.name == "gpt3-175b-paper")
-    assert paper.is_paper_layer and paper.hidden_dropout == 0.1
+    assert paper.is_paper_layer and paper.layer_config(0.0).hidden_dropout == 0.1
+    assert not llama.is_paper_layer
+
+
+def test_a_layer_key_that_is_no_layer_config_field_is_refused() -> None:
+    timing = measured_layer_run(FOLDER).timings[0]
+    bad = dataclasses.replace(timing, layer={**(timing.layer or {}), "swiglu": True})
+    with pytest.raises(ValueError, match="swiglu"):
+        bad.layer_config(0.0)
 
 
 def test_modern_layers_are_checked_by_kind(fitted: HardwareProfile) -> None:
@@ -173,7 +188,7 @@ def test_modern_layers_are_checked_by_kind(fitted: HardwareProfile) -> None:
     are not in microbench.json, docs/calibration/README.md)."""
     run = measured_layer_run(FOLDER)
     checks = compare(run, fitted)
-    flash = [c for c in checks if c.timing.attention_backend == "flash"]
+    flash = [c for c in checks if (c.timing.layer or {}).get("attention_backend") == "flash"]
     assert flash and all(c.predicted_by_kind_s["attention"] > 0 for c in flash)
     assert all(c.predicted_by_kind_s["gemm"] > 0 for c in flash)
     gpt3 = [c for c in checks if c.timing.name == "gpt3-175b-flash"]

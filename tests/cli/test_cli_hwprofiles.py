@@ -38,7 +38,14 @@ def test_hwprofiles_folder_is_searched(tmp_path: Path) -> None:
     assert runner.invoke(app, ["run", str(path)]).exit_code == 2
     result = runner.invoke(app, ["run", str(path), "--json", "--hwprofiles", str(profiles)])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["hardware"] == "h100-sxm5-80gb"
+    assert json.loads(result.stdout)["hardware"] == "h100-sxm5-80gb"
+    # the copy's `name:` is the shipped profile's: stderr says which file was read
+    assert (
+        f"note: hardware profile 'h100-sxm5-80gb' is read from {profiles / 'my-gpu.yaml'}, "
+        "not the shipped h100-sxm5-80gb.yaml"
+    ) in result.stderr
+    shipped = runner.invoke(app, ["run", str(SCENARIO), "--json"])
+    assert shipped.exit_code == 0 and "note:" not in shipped.stderr
 
 
 def test_hwprofiles_must_be_a_folder(tmp_path: Path) -> None:

@@ -108,3 +108,36 @@ def test_the_installed_copy_runs_from_another_folder(installed: tuple[Path, Path
         text=True,
     )
     assert Path(origin.stdout.strip()).is_relative_to(target)
+
+
+SHIPPED = "gpt-22b-sp-selective"
+EVERY_COMMAND = {
+    "export-megatron": ["export-megatron", SHIPPED, "--json"],
+    "plan": ["plan", SHIPPED, "--gpus", "8", "--top", "1", "--no-progress", "--json"],
+    "memory": ["memory", SHIPPED, "--json"],
+    "compare": ["compare", SHIPPED, "gpt-22b-full-recompute", "--json"],
+    "plot timeline": ["plot", "timeline", SHIPPED, "-o", "timeline.png"],
+}
+
+
+@pytest.mark.parametrize("command", EVERY_COMMAND.values(), ids=EVERY_COMMAND.keys())
+def test_every_command_takes_a_shipped_name_from_an_empty_folder(
+    installed: tuple[Path, Path], tmp_path: Path, command: list[str]
+) -> None:
+    """What `run` takes, every command that reads a scenario takes, with the installed copy
+    (the wheel is built once for the module): each answers, and the figure is written."""
+    done = _simcluster(installed[1], tmp_path, *command)
+    assert done.returncode == 0, done.stderr
+    if command[0] == "plot":
+        assert (tmp_path / "timeline.png").stat().st_size > 0
+    else:
+        assert json.loads(done.stdout)
+
+
+def test_a_sweep_base_may_be_a_shipped_name(installed: tuple[Path, Path], tmp_path: Path) -> None:
+    """A spec in an empty folder whose base is a shipped scenario's name sweeps it."""
+    (tmp_path / "spec.yaml").write_text(f"base: {SHIPPED}\naxes:\n  recompute: [selective, full]\n")
+    done = _simcluster(installed[1], tmp_path, "sweep", "spec.yaml", "--out", "t.parquet", "--workers", "1",
+                       "--no-progress", "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) and (tmp_path / "t.parquet").is_file()

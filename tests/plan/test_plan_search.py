@@ -94,3 +94,38 @@ def test_cp_is_searched_only_with_flash_and_uneven_splits_are_reachable():
     layouts = list(candidates(flash))
     assert {s.parallel.cp for s in layouts} == {1, 2, 4, 8}
     assert all(s.parallel.tp * s.parallel.cp * s.parallel.pp * s.parallel.dp == 8 for s in layouts)
+
+
+PARAM_GATHER = {"use_distributed_optimizer": True, "overlap_grad_reduce": True, "overlap_param_gather": True}
+
+
+def test_switches_riding_on_a_searched_axis_do_not_shrink_the_space():
+    """A base with overlap_param_gather (needs the distributed optimizer and overlap_grad_reduce,
+    which the plan tries only with dp > 1) still searches every layout a base without it
+    does, dp = 1 included; the switch is on exactly where Megatron allows it."""
+    hw = a100()
+    plain = list(candidates(search_space(tiny_scenario(), hw, 8)))
+    gathered = list(candidates(search_space(tiny_scenario(**PARAM_GATHER), hw, 8)))
+    assert len(gathered) == len(plain) and any(s.parallel.dp == 1 for s in gathered)
+    for scenario in gathered:
+        tr = scenario.training
+        assert tr.overlap_param_gather == (tr.use_distributed_optimizer and tr.overlap_grad_reduce)
+
+
+def test_no_fit_names_the_true_smallest_peak_of_the_layouts_searched():
+    """Nothing fits: the error's smallest peak is the minimum over every searched layout's
+    exact peak (each evaluated here), and it is a dp = 1 layout for this base, which the
+    plan used to leave out (405B on 8 H100s said 1228.4 GB where tp 8 pp 1 needs 918.7)."""
+    from simcluster import units
+    from simcluster.plan import PlanError
+    from simcluster.plan.search import _smallest_peak
+
+    base, hw = tiny_scenario(**PARAM_GATHER), a100(0.005)
+    space = search_space(base, hw, 8)
+    prepared = prepare(space, limit_bytes=float("inf"))
+    peaks = [evaluate_candidate(c, hw, limit_bytes=-float("inf")).peak_memory_bytes for c in prepared]
+    smallest = min(peaks)
+    peak, _, candidate = _smallest_peak(prepared, hw)
+    assert peak == smallest and candidate.scenario.parallel.dp == 1
+    with pytest.raises(PlanError, match=f"the smallest peak is {units.bytes_to_gb(smallest):.1f} GB"):
+        plan_layouts(base, hw, 8)

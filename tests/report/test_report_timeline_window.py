@@ -77,7 +77,8 @@ def _plot(tmp_path, *options):
     scenario = tmp_path / "tiny.yaml"
     scenario.write_text(json.dumps(TINY))
     out = str(tmp_path / "t.png")
-    return CliRunner().invoke(app, ["plot", "timeline", str(scenario), "-o", out, *options])
+    # --force: each call draws over the figure of the call before
+    return CliRunner().invoke(app, ["plot", "timeline", str(scenario), "-o", out, "--force", *options])
 
 
 def test_cli_timeline_window_options(tmp_path):

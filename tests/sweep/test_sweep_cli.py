@@ -48,15 +48,41 @@ def test_bad_spec_exits_2_naming_the_field(write_sweep, tmp_path):
 
 
 def test_interrupt_exits_130_with_a_resume_hint(write_sweep, tmp_path, monkeypatch):
-    """Ctrl-C during the sweep: exit code 130 and how to go on."""
+    """Ctrl-C once rows have finished: exit code 130, how many rows are in the table, and
+    how to go on."""
     import simcluster.sweep
+    from simcluster.sweep.run import execute_sweep
+
+    def interrupted_after_one_row(*args, **kwargs):
+        def stop(row):
+            raise KeyboardInterrupt
+
+        return execute_sweep(*args, **{**kwargs, "on_row": stop})
+
+    monkeypatch.setattr(simcluster.sweep, "execute_sweep", interrupted_after_one_row)
+    out = tmp_path / "o.parquet"
+    result = runner.invoke(app, ["sweep", str(write_sweep()), "--out", str(out), "--workers", "1"])
+    assert result.exit_code == 130, result.output
+    rows = len(pd.read_parquet(out))
+    assert rows >= 1 and f"interrupted: the {rows} finished rows are in {out}; run again with --resume" in (
+        result.output
+    )
+
+
+def test_interrupt_in_the_first_seconds_claims_no_rows(write_sweep, tmp_path, monkeypatch):
+    """Ctrl-C while the spec is still loading: exit 130, no table is written, and the
+    message says so instead of pointing at a file that does not exist."""
+    import simcluster.sweep.run
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(simcluster.sweep, "execute_sweep", interrupted)
-    result = runner.invoke(app, ["sweep", str(write_sweep()), "--out", str(tmp_path / "o.parquet")])
-    assert result.exit_code == 130 and "run again with --resume" in result.output
+    monkeypatch.setattr(simcluster.sweep.run, "load_sweep_spec", interrupted)
+    out = tmp_path / "o.parquet"
+    result = runner.invoke(app, ["sweep", str(write_sweep()), "--out", str(out)])
+    assert result.exit_code == 130, result.output
+    assert f"interrupted before the sweep started: nothing was written to {out}" in result.output
+    assert "finished rows" not in result.output and not out.exists()
 
 
 def test_top_shows_every_swept_axis(write_sweep, tmp_path):

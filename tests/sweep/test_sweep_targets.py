@@ -1,4 +1,5 @@
-"""What a sweep may write and resume from: it overwrites only an earlier sweep's table, one
+"""What a sweep may write and resume from: never one of its inputs, an existing file only
+with --resume (this sweep's table) or --force (and it says what it replaced), one
 sweep at a time per output (a lock), resumes only a table of the same inputs (the whole base
 scenario included), and a garbage table or nothing valid to run is one clear error."""
 
@@ -48,15 +49,19 @@ def test_out_equal_to_the_spec_is_refused_and_the_spec_kept(write_sweep):
         assert spec.read_text() == before
 
 
-def test_out_that_is_another_file_is_refused_and_kept(write_sweep, tmp_path):
-    """The base scenario given as --out: exit 2, the file untouched, nothing else written."""
+@pytest.mark.parametrize("name", ["scenarios/tiny.yaml", "scenarios/gpu.yaml", "scenarios/../sweep.yaml"])
+def test_an_input_is_never_the_output_even_with_force(write_sweep, tmp_path, name):
+    """The base scenario, its profile or the spec (spelt another way) as --out: exit 2
+    naming it as an input, even with --force; the file untouched, nothing else written."""
     spec = write_sweep(ONE)
-    base = tmp_path / "scenarios" / "tiny.yaml"
-    before, files = base.read_text(), _files(base.parent)
-    result = _sweep(spec, base)
-    assert result.exit_code == 2, result.output
-    assert f"{base}: --out: exists and is not a sweep table" in result.output
-    assert base.read_text() == before and _files(base.parent) == files
+    target = tmp_path / name
+    before, files = target.read_bytes(), _files(tmp_path / "scenarios")
+    for extra in ((), ("--force",)):
+        result = _sweep(spec, target, *extra)
+        assert result.exit_code == 2, result.output
+        assert f"{target}: --out: is an input of this command" in result.output
+        assert "even with --force" in result.output
+    assert target.read_bytes() == before and _files(tmp_path / "scenarios") == files
 
 
 def test_a_plain_parquet_file_is_not_a_sweep_table(write_sweep, tmp_path):
@@ -68,13 +73,25 @@ def test_a_plain_parquet_file_is_not_a_sweep_table(write_sweep, tmp_path):
     assert list(pd.read_parquet(out)["x"]) == [1, 2]
 
 
-def test_an_earlier_sweep_table_is_overwritten(write_sweep, tmp_path):
-    """A fresh sweep (no --resume) replaces an earlier sweep's table, even of other inputs."""
+def test_an_earlier_sweep_table_is_replaced_only_with_force_and_says_so(write_sweep, tmp_path):
+    """A fresh sweep (no --resume) over an earlier sweep's table: refused naming --force and
+    --resume, the table kept; with --force it is replaced and the sweep prints what it
+    replaced (its rows, and which input differs)."""
     out = tmp_path / "out.parquet"
     run_sweep(write_sweep({"tp": [1, 2, 4]}, memory_gb=40.0), out, workers=1, progress=False)
-    result = _sweep(write_sweep(ONE), out)
-    assert result.exit_code == 0, result.output
+    before = pd.read_parquet(out)
+    refused = _sweep(write_sweep(ONE), out)
+    assert refused.exit_code == 2, refused.output
+    assert f"{out}: --out: exists (an earlier sweep's table of {len(before)} rows" in refused.output
+    assert "--resume to continue" in refused.output and "add --force to replace it" in refused.output
+    pd.testing.assert_frame_equal(pd.read_parquet(out), before)
+    replaced = _sweep(write_sweep(ONE), out, "--force")
+    assert replaced.exit_code == 0, replaced.output
     assert len(pd.read_parquet(out)) == 2
+    assert (
+        f"replaced {out}: an earlier sweep's table of {len(before)} rows, from other inputs "
+        "(the hardware profile gpu.yaml differs)" in replaced.stderr
+    )
 
 
 def test_out_folder_is_one_clear_error(write_sweep, tmp_path):
@@ -90,8 +107,12 @@ def test_csv_twin_that_is_not_a_sweep_table_is_refused(write_sweep, tmp_path):
     other = tmp_path / "out.csv"
     other.write_text("name,value\nkeep,1\n")
     result = _sweep(spec, out, "--csv")
-    assert result.exit_code == 2 and f"{other}: --csv: exists and is not a sweep table" in result.output
+    assert result.exit_code == 2 and f"{other}: --csv: exists (not a sweep table" in result.output
     assert other.read_text() == "name,value\nkeep,1\n" and not out.exists()
+    for extra in ("--resume", "--force"):  # resume keeps only a sweep's CSV twin; force replaces
+        result = _sweep(spec, out, "--csv", extra)
+        assert result.exit_code == (2 if extra == "--resume" else 0), result.output
+    assert other.read_text().startswith("config_id,")
 
 
 def test_csv_twin_equal_to_out_is_refused(write_sweep, tmp_path):

@@ -27,8 +27,10 @@ import torch
 from torch import Tensor
 
 from simcluster.calibration.shapes import standin_copy_bytes, standin_op_name
+from simcluster.config.choices import LayerMode
 from simcluster.profiler.bench.sites import site_benchmark
 from simcluster.profiler.bench.timing import Call, random_tensor
+from simcluster.profiler.layer.regions import RegionMath, region_math
 from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.ops import CollectiveKind, Op, OpKind
 
@@ -39,6 +41,11 @@ class BuildContext:
     dtype: torch.dtype
     generator: torch.Generator
     dropout_prob: float = 0.1
+    mode: LayerMode = LayerMode.EAGER  # how the memory-bound sites run (`layer.regions`)
+
+    @property
+    def regions(self) -> RegionMath:
+        return region_math(self.mode)
 
     def randn(self, *shape: int, scale: float = 1.0) -> Tensor:
         return random_tensor(shape, self.dtype, self.device, self.generator, scale)

@@ -20,6 +20,15 @@ the eager framework's cost per op (a real layer too small for its kernels to mat
 Attention kernels over MAX_SCORE_ELEMENTS score elements are skipped (memory). Last, the
 fused attention op (`attention`: SDPA forward and forward + backward over the attention
 grid, head dim 128 and `--attention-head-dim`), for the profile's flash tables.
+
+Issue 20 adds, all recorded in the same JSON (new fields are optional for readers):
+`--layer-mode fused` (the default on CUDA) runs the memory-bound sites and the tiny layer
+with the layer's torch.compile'd regions (`layer.regions`), as Megatron-core / TE run fused
+kernels; `--sustained` settles the GPU's clock under a GEMM loop first and keeps it warm
+between kernels (`sustained`), and every kernel carries the SM clock and power NVML reported
+after it (null where unavailable); `--modern` times the modern kinds (`modern_kernels`:
+RMSNorm, RoPE, SwiGLU, GQA flash, FP8 and bf16 GEMMs, AdamW). `--limit N` times only the
+first N planned kernels (a smoke test of the plumbing).
 """
 
 from __future__ import annotations
@@ -49,13 +58,15 @@ from simcluster.calibration.shapes import (
     grid_name,
     standin_ops,
 )
-from simcluster.config.choices import Recompute
+from simcluster.config.choices import LayerMode, Recompute
 from simcluster.profiler.bench.attention import attention_steps, time_attention
 from simcluster.profiler.bench.command_line import entry_point_parser
 from simcluster.profiler.bench.device_info import describe_device
 from simcluster.profiler.bench.kernels import Benchmark, BuildContext, benchmark_for
-from simcluster.profiler.bench.layer_timing import time_layer
+from simcluster.profiler.bench.layer_timing import default_layer_mode, time_layer
+from simcluster.profiler.bench.modern_kernels import plan_modern, time_modern
 from simcluster.profiler.bench.progress import Progress, StderrProgress
+from simcluster.profiler.bench.sustained import GpuSensors, SustainedLoad, add_run_options
 from simcluster.profiler.bench.timing import (
     Timer,
     TimingPolicy,
@@ -106,13 +117,35 @@ def run_calibration(
     num_threads: int | None = 1,
     seed: int = 0,
     attention_head_dim: int | None = None,
+    mode: LayerMode | None = None,
+    load: SustainedLoad | None = None,
+    modern: bool = False,
+    limit: int | None = None,
 ) -> Measurements:
     """Time every planned kernel, the device constants and the fused attention grid on
     `device` (CPU: on `num_threads` intra-op threads, see `timing.cpu_threads`);
-    `attention_head_dim`, the layer's head dim, is timed beside 128 where given."""
+    `attention_head_dim`, the layer's head dim, is timed beside 128 where given. The sites
+    run in `mode` (default `default_layer_mode`), at sustained `load` where given, the
+    modern kinds too where `modern`; `limit` keeps the first planned kernels only."""
     dev = torch.device(device)
+    run = _Run(LayerMode(mode or default_layer_mode(dev.type)), load, modern, limit)
     with cpu_threads(dev, num_threads):
-        return _run_calibration(dev, quick, command, progress, seed, attention_head_dim)
+        return _run_calibration(dev, quick, command, progress, seed, attention_head_dim, run)
+
+
+class _Run:
+    """How this calibration runs: layer mode, load, what else to time; reads the sensors."""
+
+    def __init__(self, mode: LayerMode, load: SustainedLoad | None, modern: bool, limit: int | None) -> None:
+        self.mode, self.load, self.modern, self.limit = mode, load, modern, limit
+        self.sensors: GpuSensors | None = None
+
+    def before_kernel(self) -> None:
+        if self.load is not None:
+            self.load.maintain()
+
+    def read(self) -> tuple[float | None, float | None]:
+        return self.sensors.read() if self.sensors is not None else (None, None)
 
 
 def _run_calibration(
@@ -122,22 +155,30 @@ def _run_calibration(
     progress: Progress | None,
     seed: int,
     attention_head_dim: int | None,
+    run: _Run,
 ) -> Measurements:
     timer = Timer(dev, TimingPolicy.for_device(dev.type, quick))
     shapes = calibration_shapes(dev.type, quick)
-    plan = plan_benchmarks(shapes)
+    plan = plan_benchmarks(shapes)[: run.limit]
     attention = attention_grid(dev.type, quick, attention_head_dim)
+    modern_plan = plan_modern(quick) if run.modern else []
     if progress is not None:
-        progress.start(len(plan) + 5 + attention_steps(attention))
-    ctx = BuildContext(dev, DTYPE, device_generator(dev, seed), DROPOUT_PROB)
+        progress.start(len(plan) + 5 + attention_steps(attention) + len(modern_plan))
+    run.sensors = GpuSensors(dev)
+    warmup = run.load.settle() if run.load is not None else None
+    ctx = BuildContext(dev, DTYPE, device_generator(dev, seed), DROPOUT_PROB, run.mode)
     gemms, elementwise = [], []
     for bench in plan:
+        run.before_kernel()
         seconds, spread = _time_benchmark(timer, bench, ctx)
+        clock, power = run.read()
         if bench.gemm is not None:
-            gemms.append(GemmRecord(bench.name, *bench.gemm, seconds, spread))
+            gemms.append(GemmRecord(bench.name, *bench.gemm, seconds, spread, clock, power))
         else:
             elementwise.append(
-                ElementwiseRecord(bench.name, bench.dims, bench.bytes_moved, seconds, spread, bench.op)
+                ElementwiseRecord(
+                    bench.name, bench.dims, bench.bytes_moved, seconds, spread, bench.op, clock, power
+                )
             )
         _step(progress, f"{bench.name} {bench.dims}")
     launch_s = _launch_s(timer, ctx)
@@ -149,9 +190,13 @@ def _run_calibration(
     _step(progress, f"square GEMM {size} bf16")
     peak_fp32 = _square_gemm(timer, ctx, size, torch.float32)
     _step(progress, f"square GEMM {size} fp32")
-    overhead_s = layer_overhead_s(dev, quick)
+    overhead_s = layer_overhead_s(dev, quick, run.mode, run.limit)
     _step(progress, "tiny-layer overhead")
+    run.before_kernel()
     attention_records = time_attention(timer, ctx, attention, progress)
+    modern, skipped = time_modern(
+        timer, ctx, modern_plan, run.read, run.before_kernel, lambda label: _step(progress, label)
+    )
     return Measurements(
         device=describe_device(dev),
         command=command,
@@ -169,6 +214,11 @@ def _run_calibration(
         gemms=gemms,
         elementwise=elementwise,
         attention=attention_records,
+        layer_mode=run.mode.value,
+        load="sustained" if run.load is not None else "burst",
+        warmup=warmup,
+        modern=modern,
+        skipped=skipped,
     )
 
 
@@ -209,7 +259,9 @@ def _copy(timer: Timer, ctx: BuildContext, quick: bool) -> tuple[float, float]:
     return 2.0 * num_bytes, median
 
 
-def layer_overhead_s(dev: torch.device, quick: bool) -> float:
+def layer_overhead_s(
+    dev: torch.device, quick: bool, mode: LayerMode = LayerMode.EAGER, limit: int | None = None
+) -> float:
     """Seconds per op-graph op of real layers too small for their kernels to matter.
 
     `OVERHEAD_SHAPE` forward + backward (t 1 and 8, SP off / on, every recompute) over the
@@ -222,12 +274,13 @@ def layer_overhead_s(dev: torch.device, quick: bool) -> float:
     )
     shape = OVERHEAD_SHAPE
     per_op = []
-    for tp, sp, recompute in itertools.product((1, 8), (False, True), Recompute):
+    combos = list(itertools.product((1, 8), (False, True), Recompute))
+    for tp, sp, recompute in combos[:limit]:
         config = shape.config(tp, sp, recompute)
         spec = LayerSpec.from_layer_config(config, dropout_prob=DROPOUT_PROB)
         ops = layer_ops(config)
         num_ops = sum(len(standin_ops(seq, tp)) for seq in (ops.forward, ops.backward, ops.recompute))
-        per_op.append(time_layer(spec, timer).total_s / num_ops)
+        per_op.append(time_layer(spec, timer, mode=mode).total_s / num_ops)
     return statistics.median(per_op)
 
 
@@ -255,6 +308,9 @@ def main(argv: Sequence[str] | None = None) -> Measurements:
     parser.add_argument(
         "--attention-head-dim", type=int, default=None, help="the layer's head dim, timed beside 128"
     )
+    add_run_options(parser)
+    parser.add_argument("--modern", action="store_true", help="also time the modern kinds (modern_kernels)")
+    parser.add_argument("--limit", type=int, default=None, help="time only the first N planned kernels")
     args = parser.parse_args(argv)
     command = "python -m simcluster.profiler.bench.microbench " + " ".join(argv or sys.argv[1:])
     with StderrProgress("calibrate") as progress:
@@ -265,11 +321,16 @@ def main(argv: Sequence[str] | None = None) -> Measurements:
             progress,
             args.threads,
             attention_head_dim=args.attention_head_dim,
+            mode=args.layer_mode,
+            load=SustainedLoad.from_args(torch.device(args.device), args),
+            modern=args.modern,
+            limit=args.limit,
         )
     write_text_atomically(args.out, result.to_json())
     print(
         f"wrote {args.out}: {len(result.gemms)} GEMMs, {len(result.elementwise)} "
-        f"memory-bound kernels, {len(result.attention)} attention shapes on {result.device.name}"
+        f"memory-bound kernels, {len(result.attention)} attention shapes, {len(result.modern)} modern "
+        f"kernels ({result.layer_mode}, {result.load}) on {result.device.name}"
     )
     return result
 

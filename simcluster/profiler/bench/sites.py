@@ -14,6 +14,9 @@ autograd.grad through the same forward code, built once per input set:
 - `gelu` tanh-GeLU (the bias is fused in addmm); backward includes fc1's bias gradient.
 So an element-wise "op" here may be several eager kernels; its fitted bandwidth is the op
 graph's bytes over their time, which is how the profile carries the eager layer's cost.
+With `ctx.mode` fused, softmax, dropout and bias-dropout-add run the layer's compiled
+regions (`layer.regions`), one kernel per direction, as in the fused layer; layer norm and
+GeLU are one torch kernel per direction in both modes.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from simcluster.profiler.bench.timing import Call
-from simcluster.profiler.layer.ops import LocalMasks, dropout, scale_mask_softmax
+from simcluster.profiler.layer.ops import LocalMasks, bias_dropout_add, dropout, scale_mask_softmax
 from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.ops import Op
 
@@ -135,7 +138,7 @@ def _keep(ctx: BuildContext, shape: tuple[int, ...]) -> Tensor | None:
 
 def _bias_dropout_add(backward: bool, rows: int, h: int) -> Callable[[BuildContext], Call]:
     def forward(ctx: BuildContext, x: Tensor, bias: Tensor, residual: Tensor) -> Tensor:
-        return residual + dropout(x + bias, _keep(ctx, (rows, h)), ctx.dropout_prob)
+        return bias_dropout_add(x, bias, residual, _keep(ctx, (rows, h)), ctx.dropout_prob, ctx.regions)
 
     def graph(ctx: BuildContext) -> tuple[Tensor, tuple[Tensor, ...]]:
         x, bias, res = _leaf(ctx.randn(rows, h)), _leaf(ctx.randn(h)), _leaf(ctx.randn(rows, h))
@@ -156,14 +159,14 @@ def _softmax(backward: bool, b: int, heads: int, s: int, d: int) -> Callable[[Bu
 
     def graph(ctx: BuildContext) -> tuple[Tensor, tuple[Tensor, ...]]:
         scores = _leaf(ctx.randn(b, heads, s, s))
-        return scale_mask_softmax(scores, scale), (scores,)
+        return scale_mask_softmax(scores, scale, ctx.regions), (scores,)
 
     if backward:
         return _timed_backward(graph)
 
     def build(ctx: BuildContext) -> Call:
         scores = ctx.randn(b, heads, s, s)
-        return lambda: scale_mask_softmax(scores, scale)
+        return lambda: scale_mask_softmax(scores, scale, ctx.regions)
 
     return build
 
@@ -173,14 +176,14 @@ def _attention_dropout(backward: bool, b: int, heads: int, s: int) -> Callable[[
 
     def graph(ctx: BuildContext) -> tuple[Tensor, tuple[Tensor, ...]]:
         probs = _leaf(ctx.randn(*shape, scale=1.0 / s))
-        return dropout(probs, _keep(ctx, shape), ctx.dropout_prob), (probs,)
+        return dropout(probs, _keep(ctx, shape), ctx.dropout_prob, ctx.regions), (probs,)
 
     if backward:
         return _timed_backward(graph)
 
     def build(ctx: BuildContext) -> Call:
         probs = ctx.randn(*shape, scale=1.0 / s)
-        return lambda: dropout(probs, _keep(ctx, shape), ctx.dropout_prob)
+        return lambda: dropout(probs, _keep(ctx, shape), ctx.dropout_prob, ctx.regions)
 
     return build
 

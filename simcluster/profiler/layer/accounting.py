@@ -39,6 +39,7 @@ from torch import Tensor, nn
 from simcluster.config.choices import (
     AttentionBackend,
     Dtype,
+    LayerMode,
     Normalization,
     PositionEmbedding,
     Recompute,
@@ -125,10 +126,12 @@ def _category(tensor: Tensor) -> str:
     return "activation"
 
 
-def measure_saved_bytes(spec: LayerSpec, device: str = "cpu", seed: int = 0) -> SavedBytes:
-    """Bytes one layer forward keeps for backward on rank 0 of `spec.tp` (stand-in comm)."""
+def measure_saved_bytes(spec: LayerSpec, device: str = "cpu", seed: int = 0,
+                        mode: LayerMode = LayerMode.EAGER) -> SavedBytes:
+    """Bytes one layer forward keeps for backward on rank 0 of `spec.tp` (stand-in comm),
+    its memory-bound regions run eager or fused (`mode`)."""
     layer = local_layer(spec, ShardStandInComm(spec.tp), seed, device,
-                        cp_comm=ShardStandInComm(spec.cp))
+                        cp_comm=ShardStandInComm(spec.cp), mode=mode)
     x = layer_input(spec, seed, rank=0, device=device).requires_grad_()
     with SavedTensorCounter(layer) as counter:
         out = layer(x)

@@ -12,11 +12,15 @@
 - The modern layer's pieces (docs/memory.md), each saving what its Megatron/TE
   counterpart saves: `rms_norm` (input + fp32 rsigma), `swiglu` (its 2f-wide input only),
   `squared_relu` (relu's output), `apply_rope` (nothing but the constant tables).
+- `bias_dropout_add`: residual + dropout(x + bias), saving only the keep-mask.
+
+Each takes a `RegionMath` (`regions`): eager (the default) runs the math as plain torch ops;
+fused runs each region's forward and backward as one torch.compile'd kernel. The autograd
+functions, and so what they save, are the same in both.
 """
 
 from __future__ import annotations
 
-import math
 import zlib
 from typing import Any, Protocol
 
@@ -24,56 +28,91 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from simcluster.config.choices import LayerMode
+from simcluster.profiler.layer.regions import EAGER_MATH, RegionMath
+
 
 class _ScaleMaskSoftmax(torch.autograd.Function):
     """softmax(scale · x with the upper triangle (key > query) set to -inf), along the last dim."""
 
     @staticmethod
-    def forward(ctx: Any, scores: Tensor, scale: float) -> Tensor:
-        sq, sk = scores.shape[-2:]
-        causal = torch.ones(sq, sk, dtype=torch.bool, device=scores.device).triu_(1)
-        probs = torch.softmax((scores * scale).masked_fill_(causal, -math.inf), dim=-1)
-        ctx.scale = scale
+    def forward(ctx: Any, scores: Tensor, scale: float, impl: RegionMath) -> Tensor:
+        probs = impl.softmax_fwd(scores, scale)
+        ctx.scale, ctx.impl = scale, impl
         ctx.save_for_backward(probs)
         return probs
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
         (probs,) = ctx.saved_tensors
-        p = probs.float()
-        g = grad.float()
-        grad_scores = ctx.scale * p * (g - (g * p).sum(dim=-1, keepdim=True))
-        return grad_scores.to(probs.dtype), None
+        return ctx.impl.softmax_bwd(grad, probs, ctx.scale), None, None
 
 
-def scale_mask_softmax(scores: Tensor, scale: float) -> Tensor:
+def scale_mask_softmax(scores: Tensor, scale: float, impl: RegionMath = EAGER_MATH) -> Tensor:
     """Causal scaled softmax of attention scores [..., s, s]; saves only its output."""
-    return _ScaleMaskSoftmax.apply(scores, scale)
+    return _ScaleMaskSoftmax.apply(scores, scale, impl)
 
 
 class _Dropout(torch.autograd.Function):
     """x · keep / (1 - p); saves only the 1-byte keep-mask."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, keep: Tensor, prob: float) -> Tensor:
-        ctx.scale = 1.0 / (1.0 - prob)
+    def forward(ctx: Any, x: Tensor, keep: Tensor, prob: float, impl: RegionMath) -> Tensor:
+        ctx.scale, ctx.impl = 1.0 / (1.0 - prob), impl
         ctx.save_for_backward(keep)
-        return x * keep * ctx.scale
+        return impl.dropout_apply(x, keep, ctx.scale)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
         (keep,) = ctx.saved_tensors
-        return grad * keep * ctx.scale, None, None
+        return ctx.impl.dropout_apply(grad, keep, ctx.scale), None, None, None
 
 
-def dropout(x: Tensor, keep: Tensor | None, prob: float) -> Tensor:
-    """Inverted dropout with a precomputed bool keep-mask (None when prob == 0)."""
-    if keep is None:
-        return x
+def _check_keep(x: Tensor, keep: Tensor) -> None:
     if keep.dtype != torch.bool or keep.shape != x.shape:
         raise ValueError(f"keep-mask must be bool of shape {tuple(x.shape)}, "
                          f"got {keep.dtype} {tuple(keep.shape)}")
-    return _Dropout.apply(x, keep, prob)
+
+
+def dropout(x: Tensor, keep: Tensor | None, prob: float, impl: RegionMath = EAGER_MATH) -> Tensor:
+    """Inverted dropout with a precomputed bool keep-mask (None when prob == 0)."""
+    if keep is None:
+        return x
+    _check_keep(x, keep)
+    return _Dropout.apply(x, keep, prob, impl)
+
+
+class _BiasDropoutAdd(torch.autograd.Function):
+    """residual + dropout(x + bias) as one region (Megatron's `bias_dropout_add_fused_train`);
+    saves only the keep-mask, as the eager composition does (its adds save nothing)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, bias: Tensor, residual: Tensor, keep: Tensor | None,
+                prob: float, impl: RegionMath) -> Tensor:
+        ctx.scale, ctx.impl, ctx.has_keep = 1.0 / (1.0 - prob), impl, keep is not None
+        if keep is None:
+            return impl.bias_add_fwd(x, bias, residual)
+        ctx.save_for_backward(keep)
+        return impl.bias_dropout_add_fwd(x, bias, residual, keep, ctx.scale)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor, Tensor, None, None, None]:
+        if not ctx.has_keep:
+            return grad, ctx.impl.bias_grad(grad), grad, None, None, None
+        (keep,) = ctx.saved_tensors
+        grad_x, grad_bias = ctx.impl.dropout_bias_bwd(grad, keep, ctx.scale)
+        return grad_x, grad_bias, grad, None, None, None
+
+
+def bias_dropout_add(x: Tensor, bias: Tensor, residual: Tensor, keep: Tensor | None, prob: float,
+                     impl: RegionMath = EAGER_MATH) -> Tensor:
+    """residual + dropout(x + bias, keep): eager, the composition of torch ops the eager
+    layer has always run; fused, one region forward and one backward."""
+    if impl.mode is LayerMode.EAGER:
+        return residual + dropout(x + bias, keep, prob)
+    if keep is not None:
+        _check_keep(x, keep)
+    return _BiasDropoutAdd.apply(x, bias, residual, keep, prob, impl)
 
 
 class MaskSource(Protocol):
@@ -127,25 +166,22 @@ class _RMSNorm(torch.autograd.Function):
     (TE `layernorm_linear.py`), and the weight (a parameter, not an activation)."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, weight: Tensor, eps: float) -> Tensor:
-        rstd = torch.rsqrt(x.float().pow(2).mean(dim=-1, keepdim=True) + eps)  # (..., 1) fp32
+    def forward(ctx: Any, x: Tensor, weight: Tensor, eps: float, impl: RegionMath) -> Tensor:
+        y, rstd = impl.rms_norm_fwd(x, weight, eps)  # rstd (..., 1) fp32
+        ctx.impl = impl
         ctx.save_for_backward(x, weight, rstd)
-        return (x.float() * rstd * weight.float()).to(x.dtype)
+        return y
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor, None]:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor, None, None]:
         x, weight, rstd = ctx.saved_tensors
-        g = grad.float()
-        x_hat = x.float() * rstd
-        grad_weight = (g * x_hat).reshape(-1, x.shape[-1]).sum(dim=0)
-        g_hat = g * weight.float()  # d loss / d x_hat
-        grad_x = rstd * (g_hat - x_hat * (g_hat * x_hat).mean(dim=-1, keepdim=True))
-        return grad_x.to(x.dtype), grad_weight.to(weight.dtype), None
+        grad_x, grad_weight = ctx.impl.rms_norm_bwd(grad, x, weight, rstd)
+        return grad_x, grad_weight, None, None
 
 
-def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+def rms_norm(x: Tensor, weight: Tensor, eps: float, impl: RegionMath = EAGER_MATH) -> Tensor:
     """RMSNorm that keeps its input and fp32 rsigma, as TE's fused norm does."""
-    return _RMSNorm.apply(x, weight, eps)
+    return _RMSNorm.apply(x, weight, eps, impl)
 
 
 class _SwiGLU(torch.autograd.Function):
@@ -153,35 +189,44 @@ class _SwiGLU(torch.autograd.Function):
     as Megatron's fused `bias_swiglu_impl` does (`fusions/fused_bias_swiglu.py`)."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor) -> Tensor:
+    def forward(ctx: Any, x: Tensor, impl: RegionMath) -> Tensor:
+        ctx.impl = impl
         ctx.save_for_backward(x)
-        gate, up = x.chunk(2, dim=-1)
-        return F.silu(gate) * up
+        return impl.swiglu_fwd(x)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> Tensor:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
         (x,) = ctx.saved_tensors
-        gate, up = x.float().chunk(2, dim=-1)
-        sig = torch.sigmoid(gate)
-        g = grad.float()
-        d_gate = g * up * sig * (1 + gate * (1 - sig))  # d silu / d gate = σ(1 + gate(1 − σ))
-        return torch.cat([d_gate, g * gate * sig], dim=-1).to(x.dtype)
+        return ctx.impl.swiglu_bwd(grad, x), None
 
 
-def swiglu(x: Tensor) -> Tensor:
+def swiglu(x: Tensor, impl: RegionMath = EAGER_MATH) -> Tensor:
     """SwiGLU of a [..., 2f] fc1 output -> [..., f]; saves only its input."""
-    return _SwiGLU.apply(x)
+    return _SwiGLU.apply(x, impl)
 
 
-def squared_relu(x: Tensor) -> Tensor:
-    """Megatron's `squared_relu`: relu(x)²; autograd keeps relu's output only (relu saves its
-    result, pow saves its input, the same storage)."""
-    return torch.pow(F.relu(x), 2)
+class _SquaredReLU(torch.autograd.Function):
+    """relu(x)² as one region; saves its input, the same bytes as the eager composition's
+    relu output (same shape and dtype)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, impl: RegionMath) -> Tensor:
+        ctx.impl = impl
+        ctx.save_for_backward(x)
+        return impl.squared_relu_fwd(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+        (x,) = ctx.saved_tensors
+        return ctx.impl.squared_relu_bwd(grad, x), None
 
 
-def _rotate_half(x: Tensor) -> Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
+def squared_relu(x: Tensor, impl: RegionMath = EAGER_MATH) -> Tensor:
+    """Megatron's `squared_relu`: relu(x)². Eager, autograd keeps relu's output only (relu
+    saves its result, pow saves its input, the same storage); fused, one region saving x."""
+    if impl.mode is LayerMode.EAGER:
+        return torch.pow(F.relu(x), 2)
+    return _SquaredReLU.apply(x, impl)
 
 
 class _Rope(torch.autograd.Function):
@@ -190,20 +235,20 @@ class _Rope(torch.autograd.Function):
     RoPE saves only the frequencies (TE `attention/rope.py::FusedRoPEFunc`)."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    def forward(ctx: Any, x: Tensor, cos: Tensor, sin: Tensor, impl: RegionMath) -> Tensor:
+        ctx.impl = impl
         ctx.save_for_backward(cos, sin)
-        return x * cos + _rotate_half(x) * sin
+        return impl.rope_fwd(x, cos, sin)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
         cos, sin = ctx.saved_tensors
-        # rotate_half is the linear map R(x1, x2) = (−x2, x1); its transpose is −R.
-        return grad * cos - _rotate_half(grad * sin), None, None
+        return ctx.impl.rope_bwd(grad, cos, sin), None, None, None
 
 
-def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, impl: RegionMath = EAGER_MATH) -> Tensor:
     """Rotary position embedding of x [s, b, n, d] with tables [s, 1, 1, d]."""
-    return _Rope.apply(x, cos, sin)
+    return _Rope.apply(x, cos, sin, impl)
 
 
 def rope_tables(positions: Tensor, head_dim: int, base: float, dtype: torch.dtype

@@ -45,6 +45,7 @@ from torch.utils.checkpoint import checkpoint
 from simcluster.config.choices import (
     Activation,
     AttentionBackend,
+    LayerMode,
     Normalization,
     PositionEmbedding,
     Recompute,
@@ -60,6 +61,7 @@ from simcluster.profiler.layer.ops import (
     MaskSource,
     SlicedMasks,
     apply_rope,
+    bias_dropout_add,
     dropout,
     rms_norm,
     rope_tables,
@@ -74,6 +76,7 @@ from simcluster.profiler.layer.parallel import (
     column_parallel_linear,
     row_parallel_linear,
 )
+from simcluster.profiler.layer.regions import region_math
 from simcluster.profiler.layer.spec import LayerSpec
 from simcluster.profiler.layer.weights import (
     local_weights,
@@ -89,6 +92,8 @@ class ParallelTransformerLayer(nn.Module):
     parameters are this tensor-parallel rank's shards.
 
     q = a·d and k = g·d (k = q = h without GQA); fc1 is 2f wide under SwiGLU.
+    `mode` picks how the memory-bound regions run (`regions`: eager torch ops, or one
+    torch.compile'd kernel per region and direction); the saved tensors are the same.
     """
 
     ln1_weight: nn.Parameter
@@ -107,7 +112,8 @@ class ParallelTransformerLayer(nn.Module):
     rope_sin: Tensor
 
     def __init__(self, spec: LayerSpec, weights: dict[str, Tensor], comm: Comm,
-                 masks: MaskSource, cp_comm: Comm | None = None) -> None:
+                 masks: MaskSource, cp_comm: Comm | None = None,
+                 mode: LayerMode = LayerMode.EAGER) -> None:
         super().__init__()
         if comm.world_size != spec.tp:
             raise ValueError(f"comm has world_size {comm.world_size}, spec.tp is {spec.tp}")
@@ -134,6 +140,8 @@ class ParallelTransformerLayer(nn.Module):
         self.comm = comm
         self.cp_comm = cp_comm
         self.masks = masks
+        self.mode = LayerMode(mode)
+        self.regions = region_math(self.mode)
 
     def forward(self, x: Tensor) -> Tensor:
         """x: [s/t, b, h] with SP, else [s, b, h] -> same shape."""
@@ -152,7 +160,7 @@ class ParallelTransformerLayer(nn.Module):
     def _norm(self, x: Tensor, name: str) -> Tensor:
         weight = getattr(self, f"{name}_weight")
         if self.spec.normalization is Normalization.RMSNORM:
-            return rms_norm(x, weight, self.spec.layernorm_epsilon)
+            return rms_norm(x, weight, self.spec.layernorm_epsilon, self.regions)
         return F.layer_norm(x, (self.spec.hidden_size,), weight, getattr(self, f"{name}_bias"),
                             self.spec.layernorm_epsilon)
 
@@ -170,8 +178,8 @@ class ParallelTransformerLayer(nn.Module):
         # Megatron's query.reshape); k, v stay [s, b, g/t, d] views.
         q = q.reshape(s, b, groups * per_group, d)
         if spec.position_embedding is PositionEmbedding.ROPE:  # new tensors, after the split
-            q = apply_rope(q, self.rope_cos, self.rope_sin)
-            k = apply_rope(k, self.rope_cos, self.rope_sin)
+            q = apply_rope(q, self.rope_cos, self.rope_sin, self.regions)
+            k = apply_rope(k, self.rope_cos, self.rope_sin, self.regions)
         core = (self._flash_core if spec.attention_backend is AttentionBackend.FLASH
                 else self._attention_core)
         if spec.recompute is Recompute.SELECTIVE:
@@ -221,12 +229,12 @@ class ParallelTransformerLayer(nn.Module):
         k = k.reshape(s, b * heads, d).permute(1, 2, 0)  # [b·a/t, d, s]
         v = v.reshape(s, b * heads, d).transpose(0, 1)  # [b·a/t, s, d]
         scores = torch.bmm(q, k).view(b, heads, s, s)
-        probs = scale_mask_softmax(scores, 1.0 / math.sqrt(d))
+        probs = scale_mask_softmax(scores, 1.0 / math.sqrt(d), self.regions)
         first_head = self.comm.rank * heads
         p = self.spec.attention_dropout
         keep = self.masks.keep_mask("attention", (b, self.spec.num_attention_heads, s, s), 1,
                                     first_head, first_head + heads, p, probs.device)
-        probs = dropout(probs, keep, p)
+        probs = dropout(probs, keep, p, self.regions)
         context = torch.bmm(probs.view(b * heads, s, s), v)  # [b·a/t, s, d]
         return context.view(b, heads, s, d).permute(2, 0, 1, 3).reshape(s, b, heads * d)
 
@@ -235,9 +243,9 @@ class ParallelTransformerLayer(nn.Module):
         sp = self.spec.sequence_parallel
         hidden = column_parallel_linear(x, self.fc1_weight, self.fc1_bias, self.comm, sp)
         if self.spec.activation is Activation.SWIGLU:
-            hidden = swiglu(hidden)  # [s, b, 2f/t] -> [s, b, f/t]
+            hidden = swiglu(hidden, self.regions)  # [s, b, 2f/t] -> [s, b, f/t]
         elif self.spec.activation is Activation.SQUARED_RELU:
-            hidden = squared_relu(hidden)  # [s, b, f/t]
+            hidden = squared_relu(hidden, self.regions)  # [s, b, f/t]
         else:
             hidden = F.gelu(hidden, approximate="tanh")  # [s, b, f/t]
         return row_parallel_linear(hidden, self.fc2_weight, self.comm, sp)
@@ -252,7 +260,7 @@ class ParallelTransformerLayer(nn.Module):
         masks = [self.masks.keep_mask(site, full, 0, start, stop, p, x.device)
                  for start, stop in runs]
         keep = masks[0] if len(masks) == 1 or masks[0] is None else torch.cat(masks)  # type: ignore[arg-type]
-        return residual + dropout(x + bias, keep, p)
+        return bias_dropout_add(x, bias, residual, keep, p, self.regions)
 
 
 def _region_positions(spec: LayerSpec, tp_rank: int, cp_rank: int) -> Tensor:
@@ -264,8 +272,8 @@ def _region_positions(spec: LayerSpec, tp_rank: int, cp_rank: int) -> Tensor:
 
 
 def sharded_layer(spec: LayerSpec, comm: Comm, seed: int = 0, device: str = "cpu",
-                  masks: MaskSource | None = None, cp_comm: Comm | None = None
-                  ) -> ParallelTransformerLayer:
+                  masks: MaskSource | None = None, cp_comm: Comm | None = None,
+                  mode: LayerMode = LayerMode.EAGER) -> ParallelTransformerLayer:
     """Rank `comm.rank`'s layer with weights sliced from `serial_weights(spec, seed)`
     (the same on every cp rank of `cp_comm`, default: no CP).
 
@@ -273,21 +281,22 @@ def sharded_layer(spec: LayerSpec, comm: Comm, seed: int = 0, device: str = "cpu
     """
     weights = shard(serial_weights(spec, seed), spec, comm.rank)
     weights = {n: w.to(device=device, dtype=spec.torch_dtype) for n, w in weights.items()}
-    return ParallelTransformerLayer(spec, weights, comm, masks or SlicedMasks(seed), cp_comm)
+    return ParallelTransformerLayer(spec, weights, comm, masks or SlicedMasks(seed), cp_comm, mode)
 
 
 def serial_layer(spec: LayerSpec, seed: int = 0, device: str = "cpu",
-                 masks: MaskSource | None = None) -> ParallelTransformerLayer:
+                 masks: MaskSource | None = None, mode: LayerMode = LayerMode.EAGER
+                 ) -> ParallelTransformerLayer:
     """The t = 1 layer that `sharded_layer(spec, ...)` is a slice of."""
-    return sharded_layer(spec.serial(), ShardStandInComm(1), seed, device, masks)
+    return sharded_layer(spec.serial(), ShardStandInComm(1), seed, device, masks, mode=mode)
 
 
 def local_layer(spec: LayerSpec, comm: Comm, seed: int = 0, device: str = "cpu",
-                masks: MaskSource | None = None, cp_comm: Comm | None = None
-                ) -> ParallelTransformerLayer:
+                masks: MaskSource | None = None, cp_comm: Comm | None = None,
+                mode: LayerMode = LayerMode.EAGER) -> ParallelTransformerLayer:
     """A layer of rank shapes with weights drawn on `device` (timing and memory runs)."""
     weights = local_weights(spec, seed, torch.device(device))
-    return ParallelTransformerLayer(spec, weights, comm, masks or LocalMasks(), cp_comm)
+    return ParallelTransformerLayer(spec, weights, comm, masks or LocalMasks(), cp_comm, mode)
 
 
 def layer_input(spec: LayerSpec, seed: int, rank: int = 0, device: str = "cpu",
