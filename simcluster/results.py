@@ -59,6 +59,11 @@ class SimulationResult:
     paper_hardware_flops: float = 0.0  # Korthikanti Eq. 8 for selective (Table 5's HFU column)
     paper_hfu: float = 0.0
     tokens_per_s_per_gpu: float = 0.0  # global_batch_size · seq_length / iteration time / GPUs
+    # Where the time goes (`costs.breakdown.TimeKind` values, in its order): the mean stage's
+    # iteration (sums to iteration_time_s) and one layer's forward + backward per microbatch
+    # (sums to layer.combined_s).
+    time_by_kind_s: dict[str, float] = field(default_factory=dict)
+    layer_time_by_kind_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def fits_in_memory(self) -> bool:
@@ -103,5 +108,7 @@ class SimulationResult:
             "paper_hardware_flops": self.paper_hardware_flops,
             "paper_hfu": self.paper_hfu,
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "time_by_kind_s": dict(self.time_by_kind_s),
+            "layer_time_by_kind_s": dict(self.layer_time_by_kind_s),
             **self.extras,
         }

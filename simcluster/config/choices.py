@@ -93,3 +93,18 @@ class Fp8Recipe(str, enum.Enum):
     DELAYED = "delayed"
     TENSORWISE = "tensorwise"
     MXFP8 = "mxfp8"
+
+
+class CudaGraphImpl(str, enum.Enum):
+    """Which CUDA graphs replace the host's kernel launches (Megatron-LM `--cuda-graph-impl`,
+    megatron/core/transformer/transformer_config.py `cuda_graph_impl`): none; local
+    (Megatron's per-layer CudaGraphManager, the deprecated `--enable-cuda-graph`);
+    transformer_engine (TE `make_graphed_callables` per layer, the deprecated
+    `--external-cuda-graph`); full_iteration (one graph for the whole forward-backward
+    pass, not the optimizer). Priced only where the profile prices host issue time
+    (`costs.host`)."""
+
+    NONE = "none"
+    LOCAL = "local"
+    TRANSFORMER_ENGINE = "transformer_engine"
+    FULL_ITERATION = "full_iteration"
