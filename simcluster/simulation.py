@@ -385,8 +385,15 @@ def time_by_kind(
     overlap, amax = scenario.tp_comm_overlap_active, amax_group(scenario, hw)
     amax_s = fp8_amax_reduction_s(amax, hw) if dtype is Dtype.FP8 and amax is not None else 0.0
     layers: dict[int, Split] = {}
+    chunks: dict[tuple[int, int, bool, bool], Split] = {}  # as priced_stages: chunks differ in these
 
     def split_of(chunk: ChunkWork) -> Split:
+        key = (id(chunk.layer), chunk.num_layers, chunk.embedding is not None, chunk.output is not None)
+        if key not in chunks:
+            chunks[key] = _chunk_split(chunk)
+        return chunks[key]
+
+    def _chunk_split(chunk: ChunkWork) -> Split:
         if id(chunk.layer) not in layers:
             cost = layer_cost(chunk.layer, hw, tp, dtype, cp, overlap)
             layers[id(chunk.layer)] = layer_split(chunk.layer, cost, hw, tp, dtype, cp)
