@@ -65,6 +65,11 @@ class SimulationResult:
     mfu_peak_flop_per_s: float = 0.0
     mfu_peak_dtype: str = ""
     fp8_peak_flop_per_s: float | None = None  # set for FP8 runs: the dense FP8 peak
+    # Where the time goes (`costs.breakdown.TimeKind` values, in its order): the mean stage's
+    # iteration (sums to iteration_time_s) and one layer's forward + backward per microbatch
+    # (sums to layer.combined_s).
+    time_by_kind_s: dict[str, float] = field(default_factory=dict)
+    layer_time_by_kind_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def fp8_peak_mfu(self) -> float | None:
@@ -133,5 +138,7 @@ class SimulationResult:
             "fullest_stage": self.fullest_stage.stage,
             "max_stage_peak_memory_bytes": self.fullest_stage.peak_memory_bytes,
             "stages_not_fitting": list(self.stages_not_fitting),
+            "time_by_kind_s": dict(self.time_by_kind_s),
+            "layer_time_by_kind_s": dict(self.layer_time_by_kind_s),
             **self.extras,
         }

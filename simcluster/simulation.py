@@ -12,6 +12,7 @@ from simcluster.config.choices import Dtype, Fp8Recipe, ScheduleKind
 from simcluster.config.errors import ConfigError
 from simcluster.config.hardware import HardwareProfile
 from simcluster.config.scenario import Scenario, require_hardware_fits
+from simcluster.costs.breakdown import Split, chunk_split, layer_split, step_split
 from simcluster.costs.chunk import (
     NO_CONTEXT_PARALLEL,
     ChunkCost,
@@ -20,6 +21,7 @@ from simcluster.costs.chunk import (
     price_layer_ops,
 )
 from simcluster.costs.compute import OPTIMIZER_KIND, elementwise_time_s
+from simcluster.costs.host import chunk_host_s, host_wait_s
 from simcluster.costs.network import GroupPlacement, collective_time_s, p2p_time_s
 from simcluster.costs.placement import cp_group, dp_cp_group, stages_share_node, strided_group, tp_group
 from simcluster.engine.plan import ParamGather, PipelinePlan, StagePlan, TaskWork, TimeCategory, Transfer
@@ -58,33 +60,39 @@ class Simulation:
     result: SimulationResult
 
 
+def _host_bound(
+    gpu_s: float, host_s: float, parts: tuple[tuple[TimeCategory, float], ...]
+) -> tuple[float, tuple[tuple[TimeCategory, float], ...]]:
+    """A task's busy seconds and parts when the host issues its kernels in `host_s`
+    (`costs.host`): the GPU's parts, and a host-bound wait where the host is slower."""
+    wait_s = host_wait_s(gpu_s, host_s)
+    return (host_s, (*parts, (TimeCategory.HOST_WAIT, wait_s))) if wait_s > 0 else (gpu_s, parts)
+
+
 def _task_works(
-    costs: tuple[ChunkCost, ...], stage: StageWork, transient: float
-) -> tuple[tuple[TaskWork, ...], tuple[TaskWork, ...]]:
-    forward = tuple(
-        TaskWork(
-            busy_s=cost.forward_s,
-            parts=(
-                (TimeCategory.COMPUTE, cost.forward.compute_s),
-                (TimeCategory.TP_COMM, cost.forward.comm_s),
-            ),
-            stored_bytes=chunk.saved_bytes,
+    costs: tuple[ChunkCost, ...], stage: StageWork, transient: float,
+    hosts: tuple[tuple[float, float], ...] | None = None,
+) -> tuple[tuple[TaskWork, ...], tuple[TaskWork, ...]]:  # fmt: skip
+    hosts = hosts or ((0.0, 0.0),) * len(costs)
+    forward, backward = [], []
+    for cost, chunk, (host_forward_s, host_backward_s) in zip(costs, stage.chunks, hosts):
+        busy_s, parts = _host_bound(
+            cost.forward_s,
+            host_forward_s,
+            ((TimeCategory.COMPUTE, cost.forward.compute_s), (TimeCategory.TP_COMM, cost.forward.comm_s)),
         )
-        for cost, chunk in zip(costs, stage.chunks)
-    )
-    backward = tuple(
-        TaskWork(
-            busy_s=cost.backward_s,
-            parts=(
+        forward.append(TaskWork(busy_s=busy_s, parts=parts, stored_bytes=chunk.saved_bytes))
+        busy_s, parts = _host_bound(
+            cost.backward_s,
+            host_backward_s,
+            (
                 (TimeCategory.COMPUTE, cost.backward.compute_s),
                 (TimeCategory.TP_COMM, cost.backward.comm_s),
                 (TimeCategory.RECOMPUTE, cost.recompute.total_s),
             ),
-            transient_bytes=transient,
         )
-        for cost in costs
-    )
-    return forward, backward
+        backward.append(TaskWork(busy_s=busy_s, parts=parts, transient_bytes=transient))
+    return tuple(forward), tuple(backward)
 
 
 def p2p_send(scenario: Scenario, hw: HardwareProfile, src: int, dst: int, message_bytes: float) -> Transfer:
@@ -229,6 +237,7 @@ def priced_stages(scenario: Scenario, hw: HardwareProfile, workload: Workload) -
     par, dtype = scenario.parallel, scenario.training.dtype
     tp, cp = tp_group(scenario, hw), cp_group(scenario, hw)
     overlap, amax = scenario.tp_comm_overlap_active, amax_group(scenario, hw)
+    graph = scenario.training.cuda_graph_impl
     transient = transient_bytes(workload)
     # Chunks differ only in their layer count (uneven splits) and the extras they carry, and
     # so do their task works; sends only in whether the stages share a node, and gradient
@@ -261,7 +270,8 @@ def priced_stages(scenario: Scenario, hw: HardwareProfile, workload: Workload) -
             if key not in cost_cache:
                 cost_cache[key] = _chunk_cost(chunk, hw, tp, dtype, cp, overlap, amax)
         if keys not in works:
-            works[keys] = _task_works(tuple(cost_cache[key] for key in keys), stage, transient)
+            hosts = tuple(chunk_host_s(c, hw, dtype, graph, amax is not None) for c in stage.chunks)
+            works[keys] = _task_works(tuple(cost_cache[key] for key in keys), stage, transient, hosts)
         forward, backward = works[keys]
         r, p = stage.stage, par.pp
         stages.append(
@@ -366,6 +376,41 @@ def _time_breakdown(engine: EngineResult) -> dict[str, float]:
     return breakdown
 
 
+def time_by_kind(
+    scenario: Scenario, hw: HardwareProfile, workload: Workload, engine: EngineResult
+) -> tuple[Split, Split]:
+    """(the step, one layer) split by kind of work (`costs.breakdown`): the step's parts sum
+    to the iteration time, the layer's to its price (`layer_times`)."""
+    dtype, graph = scenario.training.dtype, scenario.training.cuda_graph_impl
+    tp, cp = tp_group(scenario, hw), cp_group(scenario, hw)
+    overlap, amax = scenario.tp_comm_overlap_active, amax_group(scenario, hw)
+    amax_s = fp8_amax_reduction_s(amax, hw) if dtype is Dtype.FP8 and amax is not None else 0.0
+    layers: dict[int, Split] = {}
+    chunks: dict[tuple[int, int, bool, bool], Split] = {}  # as priced_stages: chunks differ in these
+
+    def split_of(chunk: ChunkWork) -> Split:
+        key = (id(chunk.layer), chunk.num_layers, chunk.embedding is not None, chunk.output is not None)
+        if key not in chunks:
+            chunks[key] = _chunk_split(chunk)
+        return chunks[key]
+
+    def _chunk_split(chunk: ChunkWork) -> Split:
+        if id(chunk.layer) not in layers:
+            cost = layer_cost(chunk.layer, hw, tp, dtype, cp, overlap)
+            layers[id(chunk.layer)] = layer_split(chunk.layer, cost, hw, tp, dtype, cp)
+        extras = [layer_cost(e, hw, tp, dtype) for e in (chunk.embedding, chunk.output) if e]
+        cost = _chunk_cost(chunk, hw, tp, dtype, cp, overlap, amax)
+        host_forward_s, host_backward_s = chunk_host_s(chunk, hw, dtype, graph, amax is not None)
+        wait_s = host_wait_s(cost.forward_s, host_forward_s) + host_wait_s(cost.backward_s, host_backward_s)
+        return chunk_split(chunk.num_layers, layers[id(chunk.layer)], extras, amax_s, wait_s)
+
+    stage_chunks = [[split_of(chunk) for chunk in stage.chunks] for stage in workload.stages]
+    busy = [{category.value: s for category, s in stage.busy_s.items()} for stage in engine.stages]
+    step = step_split(engine.iteration_time_s, busy, stage_chunks)
+    cost = layer_cost(workload.layer, hw, tp, dtype, cp, overlap)
+    return step, layer_split(workload.layer, cost, hw, tp, dtype, cp)
+
+
 def _stage_memory(workload: Workload, engine: EngineResult, hw: HardwareProfile) -> tuple[StageMemory, ...]:
     rows = []
     for stage, outcome in zip(workload.stages, engine.stages):
@@ -400,7 +445,10 @@ def run_simulation(
         par, priced = scenario.parallel, priced_stages(scenario, hw, workload)
         plan, engine = simulate_steady_state(
             lambda m: schedule_plan(scenario, priced, m),
-            scenario.training.schedule, par.pp, par.vpp, scenario.num_microbatches,
+            scenario.training.schedule,
+            par.pp,
+            par.vpp,
+            scenario.num_microbatches,
         )
     else:
         plan = build_plan(scenario, hw, workload)
@@ -413,6 +461,7 @@ def run_simulation(
     paper_hardware_flops = flops.paper_hardware_flops(B, s, L, v, widths, tr.recompute)
     peak = hw.peak_flop_per_s(tr.dtype)
     t = engine.iteration_time_s
+    step, layer = time_by_kind(scenario, hw, workload, engine)
     result = SimulationResult(
         scenario=scenario.name,
         hardware=hw.name,
@@ -425,6 +474,8 @@ def run_simulation(
         tflops_per_gpu=model_flops / (t * scenario.num_gpus) / 1e12,
         bubble_fraction=engine.bubble_fraction(),
         time_breakdown_s=_time_breakdown(engine),
+        time_by_kind_s={kind.value: s for kind, s in step.items()},
+        layer_time_by_kind_s={kind.value: s for kind, s in layer.items()},
         stages=_stage_memory(workload, engine, hw),
         layer=layer_times(workload, hw, scenario),
         num_events=engine.num_events,

@@ -11,9 +11,9 @@ timing of a modern layer (GQA, SwiGLU, RMSNorm, RoPE, flash attention) is priced
 own `workload.LayerConfig` (`records.LayerTiming.layer_config`).
 
 Each prediction is also split by op kind (`costs.op_kind`: GEMM, attention core,
-memory-bound, stand-in copy). The timings are whole-layer times, so the split is of the
-*predicted* time; `kind_summary` sets each kind's share beside the layer errors, so a miss
-that grows with one kind's share points at that kind.
+memory-bound; and the stand-in's copies apart, `KINDS`). The timings are whole-layer
+times, so the split is of the *predicted* time; `kind_summary` sets each kind's share
+beside the layer errors, so a miss that grows with one kind's share points at that kind.
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ from simcluster.config.choices import Dtype, Recompute
 from simcluster.config.hardware import HardwareProfile
 from simcluster.costs.chunk import op_time_s, price_ops
 from simcluster.costs.network import GroupPlacement
-from simcluster.costs.op_kind import OpCategory, op_category
+from simcluster.costs.op_kind import OpKind, op_kind
 from simcluster.workload.layer import layer_ops
 from simcluster.workload.layer_config import LayerConfig
+from simcluster.workload.ops import Op
 
 ONE_DEVICE = GroupPlacement(num_ranks=1, ranks_per_node=1)
 
@@ -51,8 +52,18 @@ def host_pipeline_s(device_s: list[float], host_per_op_s: float) -> float:
     return end_s
 
 
-KINDS = (OpCategory.GEMM, OpCategory.ATTENTION, OpCategory.MEMORY_BOUND, OpCategory.STANDIN_COPY)
-"""The kinds a stand-in layer's predicted time splits into (it has no communication)."""
+STANDIN_COPY = "standin_copy"
+KINDS = (OpKind.GEMM.value, OpKind.ATTENTION.value, OpKind.MEMORY_BOUND.value, STANDIN_COPY)
+"""The kinds a stand-in layer's predicted time splits into: `costs.op_kind`'s, with the
+stand-in's local copies (`calibration.shapes.standin_ops`) apart from the memory-bound
+kernels; a 16-bit layer on one device has no FP8 cast and no communication."""
+
+
+def check_kind(op: Op) -> str:
+    """The kind of one priced op of a stand-in layer (`KINDS`)."""
+    if ".standin_" in op.name:  # `calibration.shapes.standin_op_name`
+        return STANDIN_COPY
+    return op_kind(op).value
 
 
 @dataclass(frozen=True)
@@ -66,9 +77,9 @@ class LayerCheck:
     predicted_by_kind_s: dict[str, float] = field(default_factory=dict)  # forward + backward
     with_host_s: float = 0.0  # the device times issued by the host (`host_pipeline_s`); 0: unknown
 
-    def kind_share(self, kind: OpCategory) -> float:
+    def kind_share(self, kind: str) -> float:
         """This kind's fraction of the predicted forward + backward time."""
-        return self.predicted_by_kind_s.get(kind.value, 0.0) / self.predicted_total_s
+        return self.predicted_by_kind_s.get(kind, 0.0) / self.predicted_total_s
 
     @property
     def host_bound(self) -> bool:
@@ -124,11 +135,12 @@ def predict_config(cfg: LayerConfig, hw: HardwareProfile) -> Prediction:
     fwd, bwd, rec = (
         price_ops(seq, hw, ONE_DEVICE, cfg.dtype).total_s for seq in (forward, backward, recompute)
     )
-    by_kind = dict.fromkeys((kind.value for kind in KINDS), 0.0)
+    by_kind = dict.fromkeys(KINDS, 0.0)
     op_s = []
     for op in (*forward, *recompute, *backward):
         seconds = op_time_s(op, hw, ONE_DEVICE, cfg.dtype)
-        by_kind[op_category(op).value] += seconds
+        kind = check_kind(op)
+        by_kind[kind] = by_kind.get(kind, 0.0) + seconds
         op_s.append(seconds)
     return Prediction(fwd, fwd + bwd + rec, len(op_s), by_kind, op_s)
 
@@ -233,8 +245,8 @@ def kind_summary(checks: list[LayerCheck]) -> list[KindSummary]:
         light = [c.error for c, share in zip(checks, shares, strict=True) if share <= middle]
         out.append(
             KindSummary(
-                kind=kind.value,
-                share_of_predicted=sum(c.predicted_by_kind_s.get(kind.value, 0.0) for c in checks) / total,
+                kind=kind,
+                share_of_predicted=sum(c.predicted_by_kind_s.get(kind, 0.0) for c in checks) / total,
                 median_share=middle,
                 median_error_heavy=statistics.median(heavy) if heavy else None,
                 median_error_light=statistics.median(light) if light else None,

@@ -44,7 +44,7 @@ COLUMNS = [
     "spread",
     "repeats",
     "host_floor_ms",
-    *(f"predicted_{kind.value}_ms" for kind in KINDS),
+    *(f"predicted_{kind}_ms" for kind in KINDS),
     "profile",
     "device_name",
     "torch_version",
@@ -87,10 +87,7 @@ def _row(check: LayerCheck, run: LayerRun, profile: str) -> dict[str, object]:
         "spread": "" if t.spread is None else f"{t.spread:.3f}",
         "repeats": t.repeats,
         "host_floor_ms": f"{_ms(check.host_floor_s):.4f}",
-        **{
-            f"predicted_{kind.value}_ms": f"{_ms(check.predicted_by_kind_s.get(kind.value, 0.0)):.4f}"
-            for kind in KINDS
-        },
+        **{f"predicted_{kind}_ms": f"{_ms(check.predicted_by_kind_s.get(kind, 0.0)):.4f}" for kind in KINDS},
         "profile": profile,
         "device_name": run.device.name,
         "torch_version": run.device.torch_version,
@@ -105,7 +102,7 @@ KIND_HEADERS = {"gemm": "GEMM", "attention": "attn", "memory_bound": "mem", "sta
 def format_table(checks: list[LayerCheck]) -> str:
     """A fixed-width table: layer, t, SP, recompute, measured / predicted ms, errors, and the
     predicted forward + backward split by kind (% of the prediction)."""
-    kinds = " ".join(f"{KIND_HEADERS[kind.value]:>5}" for kind in KINDS)
+    kinds = " ".join(f"{KIND_HEADERS[kind]:>5}" for kind in KINDS)
     head = (
         f"{'layer':<34} {'t':>2} {'SP':>3} {'recompute':<9} {'fwd ms':>9} {'pred':>9} "
         f"{'err':>7} {'f+b ms':>9} {'pred':>9} {'err':>7}  {kinds}"

@@ -48,7 +48,7 @@ def run(
     from simcluster.config.profiles import find_profile
     from simcluster.config.scenario import load_scenario, require_hardware_fits
     from simcluster.engine.trace import write_trace
-    from simcluster.report.tables import format_result, format_summary
+    from simcluster.report.tables import format_result, format_summary, format_time_by_kind
     from simcluster.simulation import require_finite, run_simulation
 
     use_hwprofiles(hwprofiles)
@@ -87,6 +87,7 @@ def run(
             typer.echo(json.dumps(payload[0] if single else payload, indent=2, allow_nan=False))
     elif len(files) == 1:
         typer.echo(format_result(results[0]))
+        typer.echo("\n" + format_time_by_kind(results[0]))
         if trace is not None:
             typer.echo(f"\ntrace written to {trace} (open in https://ui.perfetto.dev)")
     elif results:

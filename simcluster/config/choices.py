@@ -104,3 +104,18 @@ class LayerMode(str, enum.Enum):
 
     EAGER = "eager"
     FUSED = "fused"
+
+
+class CudaGraphImpl(str, enum.Enum):
+    """Which CUDA graphs replace the host's kernel launches (Megatron-LM `--cuda-graph-impl`,
+    megatron/core/transformer/transformer_config.py `cuda_graph_impl`): none; local
+    (Megatron's per-layer CudaGraphManager, the deprecated `--enable-cuda-graph`);
+    transformer_engine (TE `make_graphed_callables` per layer, the deprecated
+    `--external-cuda-graph`); full_iteration (one graph for the whole forward-backward
+    pass, not the optimizer). Priced only where the profile prices host issue time
+    (`costs.host`)."""
+
+    NONE = "none"
+    LOCAL = "local"
+    TRANSFORMER_ENGINE = "transformer_engine"
+    FULL_ITERATION = "full_iteration"

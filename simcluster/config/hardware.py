@@ -185,7 +185,26 @@ class GpuSpec(_Section):
         return self
 
 
-class ComputeModel(_Section):
+# --- Host issue time (`costs.host`), kept apart from the kernel-rate fields below. ---
+class HostIssueModel(_Section):
+    """The host's side of a kernel: CPU seconds to issue it (PyTorch dispatch, autograd,
+    the launch itself). Optional: absent = the host is not priced and the GPU never waits
+    for it (every profile without the key gives the results it gave before)."""
+
+    host_issue_us_per_op: float | None = Field(
+        default=None,
+        gt=0,
+        description="host seconds (µs in the file) to issue one kernel or collective of the "
+        "workload's op graph; absent = not priced",
+    )
+
+    @property
+    def host_issue_s_per_op(self) -> float | None:
+        us = self.host_issue_us_per_op
+        return None if us is None else units.us_to_s(us)
+
+
+class ComputeModel(HostIssueModel):
     """How kernels reach (or miss) the peak: see `simcluster.costs.compute`."""
 
     gemm_max_efficiency: float = Field(gt=0, le=1)

@@ -9,6 +9,7 @@ from simcluster.config.choices import (
     Activation,
     AttentionBackend,
     AttentionKernel,
+    CudaGraphImpl,
     Dtype,
     Fp8Recipe,
     Normalization,
@@ -114,6 +115,8 @@ def _training_flags(scenario: Scenario) -> list[str]:
     # Always explicit: Megatron-core's default (auto) is a fused kernel, the scenario's unfused.
     backend = "flash" if tr.attention_backend is AttentionBackend.FLASH else "unfused"
     flags += ["--attention-backend", backend]
+    if tr.cuda_graph_impl is not CudaGraphImpl.NONE:
+        flags += ["--cuda-graph-impl", tr.cuda_graph_impl.value]
     for flag, on in (
         ("--use-distributed-optimizer", tr.use_distributed_optimizer),
         ("--overlap-grad-reduce", tr.overlap_grad_reduce),

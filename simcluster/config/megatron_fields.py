@@ -268,7 +268,38 @@ def read_training(read: FlagReader, dp: int, notes: list[str], demoted: dict[str
             training[flag.replace("-", "_")] = True
     if (recipe := _fp8_recipe(read, training["dtype"], notes, demoted)) != "delayed":
         training["fp8_recipe"] = recipe
+    if (graph := _cuda_graph_impl(read, notes, demoted)) != "none":
+        training["cuda_graph_impl"] = graph
     return training
+
+
+_CUDA_GRAPH_IMPLS = {name: name for name in ("none", "local", "transformer_engine", "full_iteration")}
+_WHOLE_LAYER_MODULES = ("full",)  # Megatron's deprecated "full": the whole layer, as an empty list
+
+
+def _cuda_graph_impl(read: FlagReader, notes: list[str], demoted: dict[str, str]) -> str:
+    """Megatron-LM's CUDA-graph flags (megatron/training/arguments.py::validate_args): the
+    deprecated `--enable-cuda-graph` is `--cuda-graph-impl local`, `--external-cuda-graph`
+    is `transformer_engine` (neither with --cuda-graph-impl, nor both); the module list
+    (`--cuda-graph-modules`, formerly `--cuda-graph-scope`) value full_iteration turns a
+    local impl into `full_iteration`. A partial module list (attn, mlp, …) is not modelled:
+    the run is priced with whole layers captured."""
+    impl = read.choice("cuda-graph-impl", _CUDA_GRAPH_IMPLS)
+    legacy = [flag for flag in ("enable-cuda-graph", "external-cuda-graph") if read.switch(flag)]
+    if len(legacy) == 2 or (legacy and impl is not None):
+        given = " and ".join(f"--{flag}" for flag in (*legacy, *(["cuda-graph-impl"] if impl else [])))
+        read.problems.append(f"{given}: give one of them (Megatron asserts)")
+    elif legacy:
+        impl = "local" if legacy[0] == "enable-cuda-graph" else "transformer_engine"
+    impl = impl or "none"
+    for flag in ("cuda-graph-modules", "cuda-graph-scope"):
+        modules = read.values(flag) or []
+        if "full_iteration" in modules and impl in ("none", "local", "full_iteration"):
+            impl = "full_iteration"
+            notes.append(f"cuda_graph_impl = full_iteration: --{flag} full_iteration (Megatron migrates it)")
+        elif modules and any(m not in _WHOLE_LAYER_MODULES for m in modules) and impl != "none":
+            demoted[flag] = "partial CUDA-graph capture (priced as whole layers captured)"
+    return impl
 
 
 def _fp8_recipe(read: FlagReader, dtype: str, notes: list[str], demoted: dict[str, str]) -> str:

@@ -55,6 +55,10 @@ KEY_FLAGS: dict[str, tuple[str, ...]] = {
     "training.grad_reduce_in_bf16": ("grad-reduce-in-bf16",),
     "training.fp8_param_gather": ("fp8-param-gather",),
     "training.fp8_recipe": ("fp8-recipe",),
+    "training.cuda_graph_impl": (
+        "cuda-graph-impl", "enable-cuda-graph", "external-cuda-graph", "cuda-graph-modules",
+        "cuda-graph-scope",
+    ),
 }
 
 # Flags read into the scenario (beyond MODEL_INTS); everything else is sorted below.
@@ -87,6 +91,7 @@ IGNORED = {
     "rope-scaling-factor", "use-rope-scaling", "norm-epsilon", "no-rope-fusion", "bias-swiglu-fusion",
     "node-rank", "master-addr", "master-port", "standalone", "max-restarts", "rdzv-backend",
     "rdzv-endpoint", "rdzv-id", "rdzv-conf", "monitor-interval", "no-python", "module",
+    "cuda-graph-warmup-steps",
 }  # fmt: skip
 IGNORED_PREFIXES = (
     "log-", "tensorboard-", "wandb-", "save-", "load-", "no-load-", "no-save-", "eval-", "exit-",

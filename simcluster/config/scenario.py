@@ -18,6 +18,7 @@ from simcluster.config.choices import (
     Activation,
     AttentionBackend,
     AttentionKernel,
+    CudaGraphImpl,
     Dtype,
     Fp8Recipe,
     Normalization,
@@ -139,6 +140,13 @@ class TrainingSpec(StrictModel):
         description="with attention_backend flash: auto (default; Transformer Engine's own choice, "
         "cuDNN fused attention on Hopper and later) | flash_attn_2 (FlashAttention-2: TE with "
         "NVTE_FUSED_ATTN=0 and flash-attn 2 installed)",
+    )
+    cuda_graph_impl: CudaGraphImpl = Field(
+        default=CudaGraphImpl.NONE,
+        description="Megatron --cuda-graph-impl: none (default) | local | transformer_engine (whole "
+        "layers captured per microbatch) | full_iteration (the whole forward-backward pass): removes "
+        "the host issue time of what is captured (only where the profile prices it: "
+        "compute.host_issue_us_per_op)",
     )
 
 
@@ -439,8 +447,9 @@ def fp8_profiles() -> list[str]:
     """The profiles on the search path that can price FP8 GEMMs (an FP8 tensor-core peak and
     an FP8 GEMM ceiling)."""
     return profiles_with(
-        lambda profile: profile.peak_fp8_flop_per_s is not None
-        and profile.compute.fp8_gemm_max_efficiency is not None
+        lambda profile: (
+            profile.peak_fp8_flop_per_s is not None and profile.compute.fp8_gemm_max_efficiency is not None
+        )
     )
 
 

@@ -1,54 +1,48 @@
-"""Which kind of work an op is, for splitting a predicted time by kind.
+"""What kind of GPU work an op is, for reporting where the time goes (`costs.breakdown`,
+`run`'s time split) and for splitting a prediction's error by kind.
 
-A miss between a predicted and a measured time can only be found if the prediction says
-where its time went. The kinds follow what a GPU runs for a Megatron layer:
-
-- `gemm`          the linear layers' GEMMs (QKV, projection, MLP, logits; forward, dgrad, wgrad)
-- `attention`     the attention core: a fused flash kernel, or the unfused path's batched
-                  GEMMs (QKᵀ, ×V and their gradients), scale-mask-softmax, attention dropout
-                  and the GQA key/value repeat (`workload.layer._attention_core_*`)
-- `memory_bound`  every other element-wise kernel (norms, RoPE, activations,
-                  bias-dropout-add, layout copies, residual adds, FP8 amax/scale)
-- `standin_copy`  the local copies one GPU playing a tensor-parallel rank makes in place of a
-                  collective (`calibration.shapes.standin_ops`, check-profile only)
-- `communication` a collective (all-reduce, all-gather, reduce-scatter)
+The workload's `ops.OpKind` says how an op is priced (GEMM roofline, bandwidth, attention
+rate, collective); this says what a reader asks about: GEMMs, attention, memory-bound
+kernels, FP8 quantization (Transformer Engine's casts and, under current scaling, the amax
+and scale kernels of `workload.fp8.current_scaling_ops`), and communication. Attention is
+the attention core: the fused (flash) kernel, or the paper's unfused core (QKᵀ and ×V
+batched GEMMs, scale-mask-softmax, attention dropout, the context copy) with its backward;
+the QKV and output projections are GEMMs. A context-parallel ring (`Op.ring`) is
+attention: its exposed transfers are split off as context-parallel communication by
+`costs.breakdown`, from the ring's own price.
 """
 
 from __future__ import annotations
 
 import enum
 
-from simcluster.workload.ops import Op, OpKind
+from simcluster.workload import ops
+
+FP8_QUANTIZATION_SUFFIXES = (".amax", ".fp8_scale")  # workload.fp8.current_scaling_ops's kernels
+ATTENTION_CORE = frozenset({"flash", "qk", "av", "softmax", "dropout", "context_copy"})
+"""Second name component of the attention core's ops (`workload.layer`: attn.flash,
+attn.qk.dgrad_q, attn.softmax.bwd, …; attn.qkv and attn.proj are the linears)."""
 
 
-class OpCategory(str, enum.Enum):
+class OpKind(str, enum.Enum):
     GEMM = "gemm"
     ATTENTION = "attention"
     MEMORY_BOUND = "memory_bound"
-    STANDIN_COPY = "standin_copy"
+    FP8_CAST = "fp8_cast"
     COMMUNICATION = "communication"
 
 
-ATTENTION_CORE_OPS = frozenset({"qk", "av", "softmax", "dropout", "kv_repeat", "flash"})
-"""Second name components of the attention core's ops (`workload.layer`): "attn.qk",
-"attn.qk.dgrad_q", "attn.softmax.bwd", ... (not "attn.qkv", a linear layer)."""
-
-STANDIN_MARKER = ".standin_"  # `calibration.shapes.standin_op_name`
-
-
-def op_category(op: Op) -> OpCategory:
-    """The kind of `op` (module docstring)."""
-    if op.kind is OpKind.COLLECTIVE:
-        return OpCategory.COMMUNICATION
-    if op.kind is OpKind.ATTENTION or _is_attention_core(op.name):
-        return OpCategory.ATTENTION
-    if op.kind is OpKind.GEMM:
-        return OpCategory.GEMM
-    if STANDIN_MARKER in op.name:
-        return OpCategory.STANDIN_COPY
-    return OpCategory.MEMORY_BOUND
-
-
-def _is_attention_core(name: str) -> bool:
-    parts = name.split(".")
-    return len(parts) > 1 and parts[0] == "attn" and parts[1] in ATTENTION_CORE_OPS
+def op_kind(op: ops.Op) -> OpKind:
+    """The kind of one op. A TE linear's FP8 GEMM is a GEMM here; its input cast is priced
+    beside it (`costs.chunk.fp8_cast_s`) and reported as FP8_CAST by `costs.breakdown`."""
+    parts = op.name.split(".")
+    core = len(parts) > 1 and parts[0] == "attn" and parts[1] in ATTENTION_CORE
+    if op.ring is not None or op.kind is ops.OpKind.ATTENTION or core:
+        return OpKind.ATTENTION
+    if op.kind is ops.OpKind.COLLECTIVE:
+        return OpKind.COMMUNICATION
+    if op.kind is ops.OpKind.GEMM:
+        return OpKind.GEMM
+    if op.name.endswith(FP8_QUANTIZATION_SUFFIXES):
+        return OpKind.FP8_CAST
+    return OpKind.MEMORY_BOUND

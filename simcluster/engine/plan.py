@@ -25,6 +25,7 @@ class TimeCategory(str, enum.Enum):
     PP_COMM = "pp_comm"
     DP_COMM = "dp_comm"
     OPTIMIZER = "optimizer"
+    HOST_WAIT = "host_wait"  # the GPU waiting for the host to issue a task's kernels
     IDLE = "idle"
 
 

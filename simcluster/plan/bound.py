@@ -40,6 +40,7 @@ from simcluster.config.hardware import HardwareProfile
 from simcluster.config.scenario import Scenario
 from simcluster.costs.chunk import ChunkCost, compose_chunk, fp8_amax_reduction_s, price_layer_ops
 from simcluster.costs.compute import OPTIMIZER_KIND, elementwise_time_s
+from simcluster.costs.host import chunk_host_s
 from simcluster.costs.placement import cp_group, tp_group
 from simcluster.engine.plan import ParamGather, PipelinePlan, Transfer
 from simcluster.simulation import (
@@ -144,6 +145,10 @@ class StagePricer:
     def stage(self, scenario: Scenario, workload: Workload, stage: StageWork) -> StageSeconds:
         hw, par, r, p = self.hw, scenario.parallel, stage.stage, scenario.parallel.pp
         costs = [self.chunk(scenario, chunk) for chunk in stage.chunks]
+        # each task waits for the host where it issues its kernels more slowly (costs.host)
+        amax = amax_group(scenario, hw) is not None
+        graph, dtype = scenario.training.cuda_graph_impl, scenario.training.dtype
+        hosts = [chunk_host_s(chunk, hw, dtype, graph, amax) for chunk in stage.chunks]
         layout = (par.tp, par.cp, par.dp, par.pp, par.sequence_parallel)
 
         def send_s(dst: int) -> float:
@@ -159,8 +164,8 @@ class StagePricer:
         dp_flags = (tr.use_distributed_optimizer, tr.overlap_grad_reduce, tr.overlap_param_gather, par.cp)
         gather_key = ("gather", *layout, *dp_flags, r == 0, stage.param_gather_bytes, len(stage.chunks))
         return StageSeconds(
-            forward_s=tuple(cost.forward_s for cost in costs),
-            backward_s=tuple(cost.backward_s for cost in costs),
+            forward_s=tuple(max(cost.forward_s, host[0]) for cost, host in zip(costs, hosts)),
+            backward_s=tuple(max(cost.backward_s, host[1]) for cost, host in zip(costs, hosts)),
             send_forward_s=send_s((r + 1) % p),
             send_backward_s=send_s((r - 1) % p),
             grad_reduce_s=self._cached(

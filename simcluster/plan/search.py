@@ -57,6 +57,7 @@ from simcluster.simulation import run_simulation
 from simcluster.workload.model import build_workload
 
 DEFAULT_TOP = 10
+BOUND_ROUNDING = 1e-12  # relative float slack between the bound's sums and the engine's
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,7 +259,9 @@ def _visit(
     while True:
         while position < len(order) and len(pending) < window:
             candidate = order[position]
-            if use_bound and candidate.bound_s > tally.threshold_s():
+            # A tight bound (every task host-bound: costs.host) can equal a layout's time
+            # yet exceed it by a rounding: such a tie must still be simulated.
+            if use_bound and candidate.bound_s > tally.threshold_s() * (1 + BOUND_ROUNDING):
                 tally.pruned_bound = len(order) - position
                 for _ in range(tally.pruned_bound):
                     step("pruned by bound")

@@ -230,3 +230,39 @@ def _merged(rows: list[tuple[list[int], list[str]]]) -> list[tuple[list[int], li
         else:
             merged.append((list(indices), cells))
     return merged
+
+
+_KIND_LABELS = {
+    "gemm": "GEMM",
+    "attention": "attention",
+    "memory_bound": "memory-bound",
+    "fp8_cast": "FP8 casts",
+    "tp_comm": "TP comm (exposed)",
+    "cp_comm": "CP comm (exposed)",
+    "pp_comm": "PP comm (exposed)",
+    "dp_comm": "DP comm (exposed)",
+    "optimizer": "optimizer",
+    "embedding_and_loss": "embedding and loss",
+    "host_wait": "host-bound wait",
+    "pipeline_idle": "pipeline idle",
+}
+
+
+def format_time_by_kind(result: SimulationResult) -> str:
+    """Where the time goes: the mean stage's step and one layer (forward + backward per
+    microbatch) by kind of work, each with its share (`costs.breakdown`)."""
+    step, layer = result.time_by_kind_s, result.layer_time_by_kind_s
+    step_total, layer_total = sum(step.values()) or 1.0, sum(layer.values()) or 1.0
+    rows = []
+    for kind, seconds in step.items():
+        in_layer = kind in layer
+        rows.append(
+            [
+                _KIND_LABELS.get(kind, kind),
+                f"{seconds:.3f}",
+                f"{100 * seconds / step_total:.1f} %",
+                f"{1e3 * layer[kind]:.3f}" if in_layer else "",
+                f"{100 * layer[kind] / layer_total:.1f} %" if in_layer else "",
+            ]
+        )
+    return format_table(["where the time goes", "step s", "share", "layer ms", "share"], rows)

@@ -221,10 +221,10 @@ def test_check_profile_prints_the_split_by_kind_as_json(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert [k["kind"] for k in data["by_kind"]] == [kind.value for kind in KINDS]
+    assert [k["kind"] for k in data["by_kind"]] == list(KINDS)
     assert data["summary"]["num_runs"] == len(data["runs"]) == 18
     for row in data["runs"]:
         assert math.fsum(row["predicted_by_kind_s"].values()) == pytest.approx(row["predicted_total_s"])
         assert row["total_error"] == pytest.approx(row["predicted_total_s"] / row["total_s"] - 1)
     header = (tmp_path / "h100-sxm5-80gb-cuda.csv").read_text().splitlines()[0].split(",")
-    assert {f"predicted_{kind.value}_ms" for kind in KINDS} <= set(header)
+    assert {f"predicted_{kind}_ms" for kind in KINDS} <= set(header)

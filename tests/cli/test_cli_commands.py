@@ -47,6 +47,7 @@ def test_run_json_has_the_contract_keys():
         "pp_comm",
         "dp_comm",
         "optimizer",
+        "host_wait",
         "idle",
     }
     assert abs(sum(payload["time_breakdown_s"].values()) - payload["iteration_time_s"]) < 1e-6

@@ -17,6 +17,7 @@ from simcluster.config.megatron_args import parse_megatron_args, to_megatron_arg
 from simcluster.config.scenario import Scenario, cross_field_problems, parse_scenario, unpriced_keys
 from tests.paths import ROOT
 
+GRAPH_IMPLS = ["none", "local", "transformer_engine", "full_iteration"]
 PAPER = sorted((ROOT / "scenarios" / "paper").glob("*.yaml"))
 SHIPPED = sorted((ROOT / "scenarios").rglob("*.yaml"))
 
@@ -144,6 +145,7 @@ def modern_scenarios(draw):
             "fp8_param_gather": distributed and draw(st.booleans()),
             "fp8_recipe": draw(st.sampled_from(["delayed", "tensorwise", "mxfp8"])),
             "attention_kernel": draw(st.sampled_from(["auto", "flash_attn_2"])),
+            "cuda_graph_impl": draw(st.sampled_from(GRAPH_IMPLS)),
         },
     }  # fmt: skip
     if data["training"]["dtype"] != "fp8":

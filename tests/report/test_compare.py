@@ -123,6 +123,8 @@ def test_the_modern_keys_are_layout_rows():
     training = {**data["training"], "attention_kernel": "flash_attn_2"}
     fa2 = parse_scenario({**data, "training": training}, "fa2")
     h100 = load_hardware("h100-sxm5-80gb")
+    # the kernels' difference, not the host's: this small layer is host-bound (costs.host)
+    h100 = h100.model_copy(update={"compute": h100.compute.model_copy(update={"host_issue_us_per_op": None})})
     comparison = compare_results((auto, fa2), [run_simulation(s, h100).result for s in (auto, fa2)])
     assert _row(comparison, "attention_kernel").values == ("auto", "flash_attn_2")
     assert _row(comparison, "attention_kernel").differs and _row(comparison, "iteration_time_s").differs
