@@ -250,19 +250,23 @@ _KIND_LABELS = {
 
 def format_time_by_kind(result: SimulationResult) -> str:
     """Where the time goes: the mean stage's step and one layer (forward + backward per
-    microbatch) by kind of work, each with its share (`costs.breakdown`)."""
+    microbatch) by kind of work, each with its share (`costs.breakdown`). Kinds with no time
+    in the step or the layer (FP8 casts of a BF16 run, CP comm at cp 1) are left out of the
+    table; `--json` keeps every kind."""
     step, layer = result.time_by_kind_s, result.layer_time_by_kind_s
     step_total, layer_total = sum(step.values()) or 1.0, sum(layer.values()) or 1.0
     rows = []
     for kind, seconds in step.items():
-        in_layer = kind in layer
+        in_layer = layer.get(kind, 0.0) > 0
+        if seconds <= 0 and not in_layer:
+            continue
         rows.append(
             [
                 _KIND_LABELS.get(kind, kind),
-                f"{seconds:.3f}",
+                format_duration(seconds),
                 f"{100 * seconds / step_total:.1f} %",
-                f"{1e3 * layer[kind]:.3f}" if in_layer else "",
+                format_duration(layer[kind]) if in_layer else "",
                 f"{100 * layer[kind] / layer_total:.1f} %" if in_layer else "",
             ]
         )
-    return format_table(["where the time goes", "step s", "share", "layer ms", "share"], rows)
+    return format_table(["where the time goes", "step", "share", "one layer", "share"], rows)

@@ -26,8 +26,17 @@ def test_run_json_splits_the_step_and_the_layer_by_kind():
 
 
 def test_run_table_has_a_where_the_time_goes_block():
-    result = runner.invoke(app, ["run", str(SCENARIO)])
-    assert result.exit_code == 0, result.output
-    assert "where the time goes" in result.output
-    for label in ("GEMM", "FP8 casts", "CP comm (exposed)", "host-bound wait", "pipeline idle"):
-        assert label in result.output
+    """Every kind with time in the step or the layer has its row; a kind with none (no CP here,
+    no host-bound wait) is left out of the table, and --json still has it at 0."""
+    from simcluster.report.tables import _KIND_LABELS
+
+    table = runner.invoke(app, ["run", str(SCENARIO)])
+    assert table.exit_code == 0, table.output
+    assert "where the time goes" in table.output
+    payload = json.loads(runner.invoke(app, ["run", str(SCENARIO), "--json"]).output)
+    step, layer = payload["time_by_kind_s"], payload["layer_time_by_kind_s"]
+    shown = [kind for kind in step if step[kind] > 0 or layer.get(kind, 0) > 0]
+    assert {"gemm", "fp8_cast", "pp_comm", "pipeline_idle"} <= set(shown)
+    for kind, label in _KIND_LABELS.items():
+        assert (f"\n{label}  " in table.output) == (kind in shown), label
+    assert step["cp_comm"] == 0 and "\nCP comm (exposed)" not in table.output

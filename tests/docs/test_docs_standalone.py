@@ -1,6 +1,7 @@
 """The repository stands alone: the README is short enough to read, nothing in it, in
-docs/, in the package, its tests or its scripts cites a document that is not in the
-repository, and every docs/ path they name exists."""
+docs/, in the package, its tests, its scripts, the hardware profiles, scenarios, sweeps,
+notebooks or the packaging files cites a document that is not in the repository, and every
+docs/ path they name exists."""
 
 from __future__ import annotations
 
@@ -16,7 +17,19 @@ OUTSIDE = re.compile(
     r"\.\./" + r"shared|\bshared/" + r"reference\b"
     r"|\b(DESIGN|STYLE|modern|megatron|paper|hardware)\." + r"md\b"
 )
-SUFFIXES = {".md", ".py", ".sh", ".yaml", ".yml", ".toml", ".cfg", ".txt"}
+SUFFIXES = {".md", ".py", ".sh", ".yaml", ".yml", ".toml", ".cfg", ".txt", ".ipynb"}
+FOLDERS = (
+    "docs",
+    "simcluster",
+    "tests",
+    "benchmarks",
+    "scripts",
+    "hwprofiles",
+    "scenarios",
+    "sweeps",
+    "notebooks",
+)
+SINGLE_FILES = ("README.md", "pyproject.toml", "setup.py")
 # `docs/...` paths of other repositories that the docs cite (NeMo, Transformer Engine, Megatron-LM).
 EXTERNAL_DOCS = {
     "docs/performance-summary.md",
@@ -27,8 +40,8 @@ EXTERNAL_DOCS = {
 
 
 def _files() -> list[Path]:
-    files = [ROOT / "README.md"]
-    for folder in ("docs", "simcluster", "tests", "benchmarks", "scripts"):
+    files = [ROOT / name for name in SINGLE_FILES]
+    for folder in FOLDERS:
         files += [path for path in (ROOT / folder).rglob("*") if path.suffix in SUFFIXES and path.is_file()]
     return [path for path in files if path != Path(__file__).resolve()]
 
@@ -56,11 +69,20 @@ def test_the_pattern_catches_each_kind_of_citation():
     assert not OUTSIDE.search("docs/memory.md, Megatron-core schedules.py")
 
 
+def test_the_scan_covers_profiles_scenarios_sweeps_notebooks_and_packaging():
+    """Each place a citation can hide is read: a folder with no matching file would pass unseen."""
+    scanned = {path.relative_to(ROOT).parts[0] for path in _files()}
+    for name in (*FOLDERS, *SINGLE_FILES):
+        assert name in scanned, f"{name} is not scanned"
+    assert (ROOT / "hwprofiles" / "h100-sxm5-80gb.yaml") in _files()
+
+
 def test_every_docs_path_named_in_readme_docs_and_package_exists():
-    """A `docs/...` path in the README, in docs/ or in a docstring names a file or folder here."""
+    """A `docs/...` path in the README, docs/, a docstring, a profile or a notebook names a file or
+    folder here."""
     missing = []
     for path in _files():
-        if path.suffix not in {".md", ".py"}:
+        if path.suffix not in {".md", ".py", ".yaml", ".ipynb"}:
             continue
         text = path.read_text(encoding="utf-8", errors="replace")
         for name in re.findall(r"(?<![\w/.])docs/[\w./-]*[\w/]", text):
