@@ -3,6 +3,7 @@
 #
 #   bash scripts/gpu_calibrate.sh            # full run, <= 8 minutes on an H100 (budgeted below)
 #   bash scripts/gpu_calibrate.sh --smoke    # tiny grids on the CPU, seconds to minutes: the plumbing
+#   --force                                  # replace an earlier run's files in $OUT (refused otherwise)
 #
 # Run it from the repository root with torch installed (nothing else: the measuring modules
 # use torch and the standard library; PYTHONPATH=. is set here). Results go to $OUT (default
@@ -24,8 +25,25 @@
 set -uo pipefail
 
 SMOKE=""
-[[ "${1:-}" == "--smoke" ]] && SMOKE=1
+FORCE=()
+for arg in "$@"; do
+    case "$arg" in
+        --smoke) SMOKE=1 ;;
+        --force) FORCE=(--force) ;;  # replace an earlier run's files in $OUT
+        *) echo "gpu_calibrate.sh: unknown option $arg (allowed: --smoke, --force)" >&2; exit 2 ;;
+    esac
+done
 OUT="${OUT:-out/gpu}"
+FILES=(microbench.json layer_timing_eager.json layer_timing_fused.json modern_layers_eager.json
+       modern_layers_fused.json host_graph.json gpu_memory.md run.log)
+if [[ ${#FORCE[@]} -eq 0 ]]; then  # never overwrite an earlier run unasked (simcluster's output rule)
+    for name in "${FILES[@]}"; do
+        if [[ -e "$OUT/$name" ]]; then
+            echo "gpu_calibrate.sh: $OUT/$name exists (an earlier run); add --force to replace it, or set OUT" >&2
+            exit 2
+        fi
+    done
+fi
 mkdir -p "$OUT"
 LOG="$OUT/run.log"
 PY="${PYTHON:-python3}"
@@ -69,17 +87,17 @@ step() {  # step NAME LIMIT_S COMMAND...: run under a time limit, log everything
 # Budget on an H100 (seconds, bash limits sum to 475): kernels first, then the layers.
 B="-m simcluster.profiler.bench"
 step microbench $((195 * SCALE)) "$PY" $B.microbench "${COMMON[@]}" "${MB[@]}" --layer-mode "$FUSED" \
-    --out "$OUT/microbench.json"
+    ${FORCE[@]+"${FORCE[@]}"} --out "$OUT/microbench.json"
 step layer_timing_fused $((100 * SCALE)) "$PY" $B.layer_timing "${COMMON[@]}" ${HOT[@]+"${HOT[@]}"} "${LT[@]}" \
-    --max-s "${LT_MAX[0]}" --layer-mode "$FUSED" --out "$OUT/layer_timing_fused.json"
+    --max-s "${LT_MAX[0]}" --layer-mode "$FUSED" ${FORCE[@]+"${FORCE[@]}"} --out "$OUT/layer_timing_fused.json"
 step layer_timing_eager $((75 * SCALE)) "$PY" $B.layer_timing "${COMMON[@]}" ${HOT[@]+"${HOT[@]}"} "${LT[@]}" \
-    --max-s "${LT_MAX[1]}" --layer-mode eager --out "$OUT/layer_timing_eager.json"
+    --max-s "${LT_MAX[1]}" --layer-mode eager ${FORCE[@]+"${FORCE[@]}"} --out "$OUT/layer_timing_eager.json"
 step modern_layers_fused $((40 * SCALE)) "$PY" $B.modern_layers "${COMMON[@]}" ${HOT[@]+"${HOT[@]}"} ${ML[@]+"${ML[@]}"} \
-    --max-s "${ML_MAX[0]}" --layer-mode "$FUSED" --out "$OUT/modern_layers_fused.json"
+    --max-s "${ML_MAX[0]}" --layer-mode "$FUSED" ${FORCE[@]+"${FORCE[@]}"} --out "$OUT/modern_layers_fused.json"
 step modern_layers_eager $((25 * SCALE)) "$PY" $B.modern_layers "${COMMON[@]}" ${HOT[@]+"${HOT[@]}"} ${ML[@]+"${ML[@]}"} \
-    --max-s "${ML_MAX[1]}" --layer-mode eager --out "$OUT/modern_layers_eager.json"
+    --max-s "${ML_MAX[1]}" --layer-mode eager ${FORCE[@]+"${FORCE[@]}"} --out "$OUT/modern_layers_eager.json"
 step host_graph $((20 * SCALE)) "$PY" $B.host_graph --device "$DEVICE" ${SMOKE:+--quick} \
-    --out "$OUT/host_graph.json"
+    ${FORCE[@]+"${FORCE[@]}"} --out "$OUT/host_graph.json"
 MEM_TMP=$(mktemp -d)
 if [[ -n "$SMOKE" ]]; then
     step gpu_memory $((30 * SCALE)) "$PY" $B.gpu_memory --hidden-size 64 --num-attention-heads 4 \

@@ -29,7 +29,7 @@ import torch
 
 from simcluster.atomic_files import write_text_atomically
 from simcluster.config.choices import LayerMode
-from simcluster.profiler.bench.command_line import entry_point_parser
+from simcluster.profiler.bench.command_line import entry_point_parser, parse_entry_point_args
 from simcluster.profiler.bench.device_info import describe_device
 from simcluster.profiler.bench.layer_timing import default_layer_mode
 from simcluster.profiler.bench.modern_layers import GPT3_175B_FLASH, LLAMA3_8B, TINY, Case, spec_of
@@ -131,7 +131,7 @@ def run_host_graph(device: str, quick: bool, mode: LayerMode | None, command: st
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = entry_point_parser(__doc__.splitlines()[0], Path("out/host_graph.json"))
     add_run_options(parser)
-    args = parser.parse_args(argv)
+    args = parse_entry_point_args(parser, argv)
     command = "python -m simcluster.profiler.bench.host_graph " + " ".join(argv or sys.argv[1:])
     result = run_host_graph(args.device, args.quick, args.layer_mode, command)
     write_text_atomically(args.out, json.dumps(result, indent=1))

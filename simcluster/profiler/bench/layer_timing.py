@@ -40,7 +40,7 @@ from simcluster.calibration.shapes import (
     held_out_shapes,
 )
 from simcluster.config.choices import LayerMode, Recompute
-from simcluster.profiler.bench.command_line import entry_point_parser
+from simcluster.profiler.bench.command_line import entry_point_parser, parse_entry_point_args
 from simcluster.profiler.bench.device_info import describe_device
 from simcluster.profiler.bench.progress import Progress, StderrProgress
 from simcluster.profiler.bench.sustained import GpuSensors, SustainedLoad, add_run_options
@@ -210,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> LayerRun:
     )
     parser.add_argument("--limit", type=int, default=None, help="time only the first N layers")
     parser.add_argument("--max-s", type=float, default=None, help="start no layer after this many seconds")
-    args = parser.parse_args(argv)
+    args = parse_entry_point_args(parser, argv)
     command = "python -m simcluster.profiler.bench.layer_timing " + " ".join(argv or sys.argv[1:])
     dev = torch.device(args.device)
     load = SustainedLoad.from_args(dev, args)

@@ -60,7 +60,7 @@ from simcluster.calibration.shapes import (
 )
 from simcluster.config.choices import LayerMode, Recompute
 from simcluster.profiler.bench.attention import attention_steps, time_attention
-from simcluster.profiler.bench.command_line import entry_point_parser
+from simcluster.profiler.bench.command_line import entry_point_parser, parse_entry_point_args
 from simcluster.profiler.bench.device_info import describe_device
 from simcluster.profiler.bench.kernels import Benchmark, BuildContext, benchmark_for
 from simcluster.profiler.bench.layer_timing import default_layer_mode, time_layer
@@ -311,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> Measurements:
     add_run_options(parser)
     parser.add_argument("--modern", action="store_true", help="also time the modern kinds (modern_kernels)")
     parser.add_argument("--limit", type=int, default=None, help="time only the first N planned kernels")
-    args = parser.parse_args(argv)
+    args = parse_entry_point_args(parser, argv)
     command = "python -m simcluster.profiler.bench.microbench " + " ".join(argv or sys.argv[1:])
     with StderrProgress("calibrate") as progress:
         result = run_calibration(

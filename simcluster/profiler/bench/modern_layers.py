@@ -26,7 +26,7 @@ import torch
 
 from simcluster.calibration.records import LayerRun, LayerTiming, write_text_atomically
 from simcluster.config.choices import LayerMode, Recompute
-from simcluster.profiler.bench.command_line import entry_point_parser
+from simcluster.profiler.bench.command_line import entry_point_parser, parse_entry_point_args
 from simcluster.profiler.bench.device_info import describe_device
 from simcluster.profiler.bench.layer_timing import default_layer_mode, time_layer
 from simcluster.profiler.bench.progress import Progress, StderrProgress
@@ -158,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> LayerRun:
     add_run_options(parser)
     parser.add_argument("--limit", type=int, default=None, help="time only the first N cases")
     parser.add_argument("--max-s", type=float, default=None, help="start no case after this many seconds")
-    args = parser.parse_args(argv)
+    args = parse_entry_point_args(parser, argv)
     command = "python -m simcluster.profiler.bench.modern_layers " + " ".join(argv or sys.argv[1:])
     load = SustainedLoad.from_args(torch.device(args.device), args)
     with StderrProgress("modern layers") as progress:
