@@ -13,6 +13,17 @@ from simcluster.cli._hwprofiles import HwProfiles, use_hwprofiles
 from simcluster.config.choices import LayerMode
 from simcluster.output_files import OutputPathError, check_output_file, write_text_atomically
 
+# The measuring options calibrate and check-profile share.
+LayerModeOption = Annotated[
+    LayerMode | None,
+    typer.Option(
+        help="eager, or fused (memory-bound regions torch.compile'd); default fused on cuda, eager on cpu"
+    ),
+]
+SustainedOption = Annotated[
+    bool, typer.Option("--sustained", help="warm the GPU until its clock settles, keep it warm")
+]
+
 
 def require_device(device: DeviceKind) -> None:
     """Exit 2 with a message when CUDA is asked for and torch sees no GPU."""
@@ -72,15 +83,8 @@ def calibrate(
     ] = None,
     hwprofiles: HwProfiles = None,
     force: Force = False,
-    layer_mode: Annotated[
-        LayerMode | None,
-        typer.Option(
-            help="eager, or fused (memory-bound regions torch.compile'd); default fused on cuda, eager on cpu"
-        ),
-    ] = None,
-    sustained: Annotated[
-        bool, typer.Option("--sustained", help="warm the GPU until its clock settles, keep it warm")
-    ] = False,
+    layer_mode: LayerModeOption = None,
+    sustained: SustainedOption = False,
 ) -> None:
     """Time the layer's kernels (GEMMs, memory-bound ops, fused attention, copy, launch) and
     fit a profile."""

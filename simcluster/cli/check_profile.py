@@ -11,8 +11,7 @@ import typer
 from simcluster.calibration import DeviceKind
 from simcluster.cli._app import Force, app, fail, output_file, output_folder
 from simcluster.cli._hwprofiles import HwProfiles, use_hwprofiles
-from simcluster.cli.calibrate import _load, command_line, require_device
-from simcluster.config.choices import LayerMode
+from simcluster.cli.calibrate import LayerModeOption, SustainedOption, _load, command_line, require_device
 from simcluster.output_files import write_text_atomically
 
 
@@ -34,15 +33,8 @@ def check_profile(
     ] = False,
     hwprofiles: HwProfiles = None,
     force: Force = False,
-    layer_mode: Annotated[
-        LayerMode | None,
-        typer.Option(
-            help="eager, or fused (memory-bound regions torch.compile'd); default fused on cuda, eager on cpu"
-        ),
-    ] = None,
-    sustained: Annotated[
-        bool, typer.Option("--sustained", help="warm the GPU until its clock settles, keep it warm")
-    ] = False,
+    layer_mode: LayerModeOption = None,
+    sustained: SustainedOption = False,
 ) -> None:
     """Time the real layer forward+backward (t 1-8, SP on/off, each recompute) and compare."""
     from simcluster.calibration.check import compare, kind_summary, summarize
