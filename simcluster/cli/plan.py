@@ -36,19 +36,19 @@ def _value(scenario: object, column: str) -> str:
 def format_plan(result: PlanResult) -> str:
     from simcluster import units
     from simcluster.plan.search import describe_layout, differing_axes, layout_columns
-    from simcluster.report.tables import format_table
+    from simcluster.report.tables import format_duration, format_table
 
     differing = differing_axes(result)
     rows = [
         [
             rank, *(_value(c.scenario, column) for column in differing),
-            f"{c.iteration_time_s:.3f}", f"{100 * c.mfu:.1f}", f"{c.tokens_per_s_per_gpu:,.0f}",
+            format_duration(c.iteration_time_s), f"{100 * c.mfu:.1f}", f"{c.tokens_per_s_per_gpu:,.0f}",
             f"{units.bytes_to_gb(c.peak_memory_bytes):.1f}", f"{units.bytes_to_gb(c.headroom_bytes):.1f}",
             f"{100 * c.headroom_bytes / c.capacity_bytes:.1f}",
         ]
         for rank, c in enumerate(result.candidates, start=1)
     ]  # fmt: skip
-    headers = ["#", *(_LABELS.get(column, column) for column in differing), "iter s", "MFU %",
+    headers = ["#", *(_LABELS.get(column, column) for column in differing), "iteration", "MFU %",
                "tokens/s/GPU", "peak GB", "headroom GB", "headroom %"]  # fmt: skip
     winner = result.candidates[0]
     lines = [

@@ -164,6 +164,7 @@ def timeline(
     from simcluster.config.profiles import find_profile
     from simcluster.config.scenario import load_scenario, require_hardware_fits
     from simcluster.report import plots
+    from simcluster.report.tables import format_duration
     from simcluster.simulation import run_simulation
 
     use_hwprofiles(hwprofiles)
@@ -192,7 +193,7 @@ def timeline(
         fail(error)
     title = (
         f"{spec.name}: {spec.num_gpus} GPUs of {profile.name}, {spec.num_microbatches} microbatches, "
-        f"{simulation.result.iteration_time_s:.3f} s per iteration"
+        f"{format_duration(simulation.result.iteration_time_s)} per iteration"
         + (f"\nmicrobatches {microbatches}" if microbatches else f"\n{window_s} s" if window_s else "")
     )
     highlight = (int(chosen[0]), int(chosen[1])) if chosen is not None else None

@@ -59,7 +59,7 @@ def test_table_shows_what_differs_and_the_winners_flags(tiny_file):
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     header = next(line for line in lines if line.startswith("#"))
-    assert "iter s" in header and "MFU %" in header and "tokens/s/GPU" in header and "headroom GB" in header
+    assert all(label in header for label in ("iteration", "MFU %", "tokens/s/GPU", "headroom GB"))
     assert "Megatron-LM:" in result.stdout
     assert lines[-1].startswith("torchrun ") and "pretrain_gpt.py" in lines[-1]
     payload = json.loads(_plan(tiny_file, "--gpus", 8, "--top", 6, "--json").stdout)
