@@ -204,16 +204,21 @@ def constants() -> dict[str, Any]:
     }
 
 
+def _measured_layer_ops(layer: dict[str, Any]) -> Any:
+    """The op graph of one layer of layers_eager_vs_compiled.json: t 1, bf16, as measured."""
+    cfg = LayerConfig(
+        seq_length=layer["seq_length"], micro_batch_size=layer["micro_batch_size"], tp=1, dtype="bf16",
+        **layer["model"],
+    )  # fmt: skip
+    return layer_ops(cfg)
+
+
 def layer_checks(hw: HardwareProfile) -> list[dict[str, Any]]:
     """The three layers of layers_eager_vs_compiled.json (t 1, no collectives) priced as
     `check-profile` prices a layer on one device, against their compiled medians."""
     rows = []
     for layer in _read("layers_eager_vs_compiled.json")["layers"]:
-        cfg = LayerConfig(
-            seq_length=layer["seq_length"], micro_batch_size=layer["micro_batch_size"], tp=1, dtype="bf16",
-            **layer["model"],
-        )  # fmt: skip
-        ops = layer_ops(cfg)
+        ops = _measured_layer_ops(layer)
         phases = (ops.forward, ops.backward, ops.recompute)
         predicted_s = sum(
             price_ops(standin_ops(seq, 1), hw, ONE_DEVICE, Dtype.BF16).total_s for seq in phases
@@ -245,11 +250,7 @@ def apportion(before: HardwareProfile, after: HardwareProfile) -> list[dict[str,
     are priced one by one (no collectives on one device), so the contributions add up."""
     rows = []
     for layer in _read("layers_eager_vs_compiled.json")["layers"]:
-        cfg = LayerConfig(
-            seq_length=layer["seq_length"], micro_batch_size=layer["micro_batch_size"], tp=1, dtype="bf16",
-            **layer["model"],
-        )  # fmt: skip
-        ops = layer_ops(cfg)
+        ops = _measured_layer_ops(layer)
         seconds: dict[str, list[float]] = {}
         for phase in (ops.forward, ops.backward, ops.recompute):
             for op in standin_ops(phase, 1):
