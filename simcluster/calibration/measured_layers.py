@@ -27,7 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from simcluster.atomic_files import write_text_atomically
-from simcluster.calibration.records import DeviceInfo, LayerRun, LayerTiming
+from simcluster.calibration.records import (
+    LAYER_CONFIG_FIELDS,
+    LAYER_DROPOUTS,
+    DeviceInfo,
+    LayerRun,
+    LayerTiming,
+)
 from simcluster.config.choices import LayerMode
 
 EAGER_FILE = "layers_kernels_gemm_clocks.json"
@@ -36,14 +42,7 @@ DEVICE_FILE = "microbench.json"
 COMPILED_REPEATS = 20  # measure3.py: median_time(step, dev, n=20)
 PAPER_DROPOUT = 0.1  # LayerConfig's default hidden / attention dropout
 
-_MODEL_FIELDS = (
-    "num_query_groups",
-    "ffn_hidden_size",
-    "activation",
-    "normalization",
-    "position_embedding",
-    "attention_backend",
-)
+_MODEL_FIELDS = tuple(key for key in LAYER_CONFIG_FIELDS if key not in LAYER_DROPOUTS)  # dropouts: below
 
 
 def _layer(row: dict[str, Any]) -> dict[str, Any]:

@@ -181,20 +181,20 @@ class Measurements:
         return Measurements(**data)
 
 
-_LAYER_CONFIG_FIELDS = frozenset(
-    {
-        "num_query_groups",
-        "ffn_hidden_size",
-        "activation",
-        "normalization",
-        "position_embedding",
-        "attention_backend",
-        "attention_kernel",
-        "hidden_dropout",
-        "attention_dropout",
-    }
+LAYER_CONFIG_FIELDS = (
+    "num_query_groups",
+    "ffn_hidden_size",
+    "activation",
+    "normalization",
+    "position_embedding",
+    "attention_backend",
+    "attention_kernel",
+    "hidden_dropout",
+    "attention_dropout",
 )
-"""The `LayerTiming.layer` keys that are `workload.LayerConfig` fields beyond the shape."""
+"""The `LayerTiming.layer` keys that are `workload.LayerConfig` fields beyond the shape, in the
+order records write them (`calibration.measured_layers`)."""
+LAYER_DROPOUTS = ("hidden_dropout", "attention_dropout")
 
 
 @dataclass(frozen=True)
@@ -253,7 +253,8 @@ class LayerTiming:
         )
         return all(
             getattr(cfg, key) == getattr(paper, key)
-            for key in _LAYER_CONFIG_FIELDS - {"hidden_dropout", "attention_dropout"}
+            for key in LAYER_CONFIG_FIELDS
+            if key not in LAYER_DROPOUTS
         )
 
     def layer_config(self, dropout_prob: float) -> LayerConfig:
@@ -264,9 +265,9 @@ class LayerTiming:
         fields.pop("name", None)
         fields.pop("hidden_size", None)  # the shape's own fields, repeated by bench.modern_layers
         fields.pop("num_attention_heads", None)
-        unknown = sorted(set(fields) - _LAYER_CONFIG_FIELDS)
+        unknown = sorted(set(fields).difference(LAYER_CONFIG_FIELDS))
         if unknown:
-            allowed = ", ".join(sorted(_LAYER_CONFIG_FIELDS))
+            allowed = ", ".join(sorted(LAYER_CONFIG_FIELDS))
             raise ValueError(f"layer timing layer: keys {unknown}: allowed: name, {allowed}")
         fields.setdefault("hidden_dropout", dropout_prob)
         fields.setdefault("attention_dropout", dropout_prob)
