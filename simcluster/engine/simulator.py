@@ -9,20 +9,24 @@ Life cycle of a task on stage r (virtual stage vs = chunk·p + r):
      synchronous, so by default the sender waits until the message is delivered. A plan
      may defer a send and add waits (`send_after`, `extra_waits`) to mirror Megatron's
      combined p2p calls (see `simcluster.schedule.comm`).
-After its last task a stage reduces its gradients over data parallelism (on its link,
-after the last backward, or overlapped with the backwards of the last microbatch: in
-buckets issued as the chunk's last backward makes their gradients final, where the plan
-gives buckets), the first and last stages all-reduce the tied embedding gradient, and every
-stage steps its optimizer after the slowest stage is ready (the gradient-norm all-reduce
-joins them). With the distributed optimizer the updated parameters are all-gathered: after
-the step, exposed, or (overlapped) from the iteration's start, bucket by bucket, gating each
-chunk's first forward (Megatron's forward pre-hooks, `finish_param_sync`); the iteration
-seen is the steady state, where these are the gathers of the previous step's update.
+A stage's collectives (`plan.Collective`, each on a typed link, FIFO with the link's other
+traffic) enter its life where their `Issue` says: at the iteration start, gating a task's
+slices (the distributed optimizer's overlapped parameter all-gather); inside a task,
+blocking between its slices; spread through or at the end of a task, the stage's end
+waiting for them (overlapped gradient reduction, in buckets or not); when its last task
+ends (gradient reduction without overlap); joined with the other stages of a group link
+once all are ready (the tied-embedding all-reduce); after the optimizer step (the
+parameter all-gather without overlap). Every stage steps its optimizer after the slowest
+stage is ready (the gradient-norm all-reduce joins them); the iteration seen is the steady
+state, where the gathers issued at its start are those of the previous step's update. The
+engine has no code for any one collective: Megatron's data-parallel ones are compiled from
+the plan's declarations (`plan.data_parallel_collectives`), any other is plan data.
 
 How it runs (issue 9): each stage is a coroutine that keeps its clock as a float. A task
 starts at max(clock, the arrival times of its messages) and ends at one SimPy event, which
 the stage schedules and whose callback resumes it: SimPy's queue runs every stage's task
-ends in time order, one event per task (the earlier engine took ~2.2: a timeout per task,
+ends in time order, one event per task, plus one per piece of a collective inside a task
+(the earlier engine took ~2.2 per task: a timeout per task,
 per message and per blocked send). A message is its arrival time, posted when the sender's
 task ends (its link is reserved then, so the time is final): a receiver that reaches the
 task later reads it; one that reached it first is waiting for it and is resumed by the post
@@ -124,6 +128,56 @@ class StageShape:
         return self.waits, self.sends
 
 
+_Parts = tuple[tuple[int, float], ...]
+_Forward = tuple[float, float, _Parts]
+_Backward = tuple[float, float, float, _Parts]
+
+
+class _Busy:
+    """A stage's busy seconds per category, in a list by slot, and the slots in the order
+    they first get time (the outcome's dict keeps that order, as the earlier engine's did:
+    sums over it follow it). PP_COMM and DP_COMM take slots 0 and 1, then the categories of
+    the stage's works and collectives."""
+
+    __slots__ = ("categories", "order", "seconds", "slot")
+
+    def __init__(self, stage: StagePlan, collectives: tuple[Collective, ...]) -> None:
+        self.categories: list[TimeCategory] = [PP_COMM, DP_COMM]
+        self.slot: dict[TimeCategory, int] = {PP_COMM: 0, DP_COMM: 1}
+        for category in (
+            *(c for work in (*stage.forward, *stage.backward) for c, _ in work.parts),
+            *(collective.category for collective in collectives),
+        ):
+            if category not in self.slot:
+                self.slot[category] = len(self.categories)
+                self.categories.append(category)
+        self.seconds = [0.0] * len(self.categories)
+        self.order: dict[int, None] = {}  # an ordered set
+
+    def works(self, stage: StagePlan) -> tuple[list[_Forward], list[_Backward]]:
+        """Per chunk what the engine's loop unpacks: a forward's busy seconds, stored bytes
+        and parts by slot; a backward's busy seconds, transient bytes, the bytes it frees
+        (its forward's stored bytes) and parts by slot."""
+        slot = self.slot
+        forwards = [
+            (work.busy_s, work.stored_bytes, tuple((slot[c], x) for c, x in work.parts))
+            for work in stage.forward
+        ]
+        backwards = [
+            (work.busy_s, work.transient_bytes, stage.forward[c].stored_bytes,
+             tuple((slot[c], x) for c, x in work.parts))
+            for c, work in enumerate(stage.backward)
+        ]  # fmt: skip
+        return forwards, backwards
+
+    def add(self, i: int, seconds: float) -> None:
+        self.order.setdefault(i)
+        self.seconds[i] += seconds
+
+    def as_dict(self) -> defaultdict[TimeCategory, float]:
+        return defaultdict(float, {self.categories[i]: self.seconds[i] for i in self.order})
+
+
 class _Run:
     def __init__(
         self,
@@ -192,53 +246,25 @@ class _Run:
         blocking = plan.blocking_p2p
         probe_at = set(self.probe[index]) if self.probe is not None else set()
         hooks = stage_hooks(plan.collectives[index], shape)
-        # busy seconds per category in a list by slot, and the slots in the order they first
-        # get time (the outcome's dict keeps that order, as the earlier engine's did: sums
-        # over it follow it); a work's parts are entered the first time it runs
-        categories: list[TimeCategory] = [PP_COMM, DP_COMM]
-        slot: dict[TimeCategory, int] = {PP_COMM: 0, DP_COMM: 1}
-        for category in (
-            *(c for work in (*stage.forward, *stage.backward) for c, _ in work.parts),
-            *(collective.category for collective in plan.collectives[index]),
-        ):
-            if category not in slot:
-                slot[category] = len(categories)
-                categories.append(category)
-        busy = [0.0] * len(categories)
-        order: dict[int, None] = {}  # an ordered set
+        tally = _Busy(stage, plan.collectives[index])
+        slot, busy, order = tally.slot, tally.seconds, tally.order
         # works (is forward, chunk) not run yet
         unseen = {(phase, c) for phase in (True, False) for c in range(len(stage.forward))}
         pp_seen = False
-        forwards = [
-            (work.busy_s, work.stored_bytes, tuple((slot[c], x) for c, x in work.parts))
-            for work in stage.forward
-        ]
-        backwards = [
-            (work.busy_s, work.transient_bytes, stage.forward[c].stored_bytes,
-             tuple((slot[c], x) for c, x in work.parts))
-            for c, work in enumerate(stage.backward)
-        ]  # fmt: skip
+        forwards, backwards = tally.works(stage)
         routes = [(route.link.name, route.seconds) if route is not None else ("", 0.0)
                   for route in (stage.send_forward, stage.send_backward)]  # fmt: skip
         route_links: list[LinkQueue | None] = [None, None]  # made on first use, as `link` does
         static, stored, transient = memory.static_bytes, memory.stored_bytes, memory.transient_bytes
         peak_stored, peak_total = memory.peak_stored_bytes, memory.peak_total_bytes
-        # collectives issued at the iteration start: when each piece arrives, per gated position
-        gates: dict[int, tuple[Collective, int, list[float]]] = {}
-        for collective, positions in hooks.start:
-            arrivals = [
-                self.reserve(collective.link, env.now, seconds, _piece_label(collective, j))
-                for j, seconds in enumerate(collective.pieces_s)
-            ]
-            for gated_at in positions:
-                gates[gated_at] = (collective, slot[collective.category], arrivals)
+        gates = self._issue_at_start(hooks, slot)
         inside = {pos: (c, slot[c.category]) for pos, c in hooks.inside.items()}
         after = {pos: [(c, slot[c.category]) for c in cs] for pos, cs in hooks.after.items()}
         special = probe_at | gates.keys() | inside.keys() | after.keys()  # more to do than the usual
         ready_slot = 1  # the category of the wait for the stage's last-issued collective
 
         def write_back() -> None:
-            outcome.busy_s = defaultdict(float, {categories[i]: busy[i] for i in order})
+            outcome.busy_s = tally.as_dict()
             memory.stored_bytes, memory.transient_bytes = stored, transient
             memory.peak_stored_bytes, memory.peak_total_bytes = peak_stored, peak_total
 
@@ -263,22 +289,7 @@ class _Run:
             else:
                 duration_s, held, freed, parts = backwards[chunk]
             if is_special and position in gates:
-                # the task runs one equal slice per piece, each once its piece has arrived
-                collective, i, pieces_arrived_s = gates[position]
-                if pieces_arrived_s and pieces_arrived_s[0] > start:  # the first piece is exposed
-                    waited_from = start
-                    start = start + (pieces_arrived_s[0] - start)  # as a timeout of the difference
-                    order.setdefault(i)
-                    busy[i] += start - waited_from
-                    if record:
-                        waited_s = start - waited_from
-                        self.spans.append(
-                            (index, collective.span, collective.category.value, waited_from, waited_s)
-                        )
-                busy_s = duration_s
-                duration_s = _gated_duration_s(start, busy_s, pieces_arrived_s)
-                order.setdefault(i)
-                busy[i] += duration_s - busy_s
+                start, duration_s = self._gated(index, gates[position], start, duration_s, tally)
             if forward:
                 stored += stored_bytes  # MemoryTracker.store
                 if stored > peak_stored:
@@ -292,25 +303,7 @@ class _Run:
                 if total > peak_total:
                     peak_total = total
             if is_special and position in inside:
-                # blocking pieces inside the task: n + 1 equal slices, piece j issued when
-                # slice j ends (on its link, at that time), slice j + 1 once it has arrived
-                collective, i = inside[position]
-                slice_s = duration_s / (len(collective.pieces_s) + 1)
-                at = start
-                for j, seconds in enumerate(collective.pieces_s):
-                    at = at + slice_s
-                    event.callbacks = armed
-                    schedule(event, at)
-                    yield  # the slice's end: the piece is issued then (its link may be shared)
-                    end = self.reserve(collective.link, at, seconds, _piece_label(collective, j) + f" {task}")
-                    if end > at:
-                        order.setdefault(i)
-                        busy[i] += end - at
-                        if record:
-                            span = (index, collective.span, collective.category.value, at, end - at)
-                            self.spans.append(span)
-                        at = end
-                now = at + slice_s
+                now = yield from self._inside(index, task, inside[position], start, duration_s, tally, event)
                 duration_s = now - start
             else:
                 now = start + duration_s
@@ -352,22 +345,7 @@ class _Run:
                 if blocking and arrives > clock:
                     clock = arrives  # Megatron's p2p returns when the message is delivered
             if is_special and position in after:
-                # collectives the task's end (or its progress) issues; the stage's end waits
-                # for the last one issued
-                for collective, i in after[position]:
-                    ready_slot = i
-                    pieces = collective.pieces_s
-                    n = len(pieces)
-                    for j, seconds in enumerate(pieces):
-                        label = _piece_label(collective, j)
-                        if collective.issue is Issue.SPREAD:
-                            # piece j once the task has done (j + 1)/n of its work (uniform
-                            # progress; Megatron's backward hooks, start_grad_sync)
-                            issue_s = now if j == n - 1 else start + duration_s * (j + 1) / n
-                            outcome.grads_ready_s = self.reserve(collective.link, issue_s, seconds, label)
-                        else:
-                            end = self.reserve(collective.link, now, seconds, label)
-                            outcome.grads_ready_s = now + (end - now)  # as a timeout of the difference
+                ready_slot = self._issue_after(outcome, after[position], start, duration_s, now)
             if clock > now:
                 if not pp_seen:
                     order.setdefault(0)
@@ -383,25 +361,108 @@ class _Run:
             event.callbacks = armed
             schedule(event, clock)
             yield  # the collectives below are issued then (a link may be shared)
-        for collective in hooks.tasks_done:
-            # issued when the last task ends; the stage waits for them
-            end = clock
-            for j, seconds in enumerate(collective.pieces_s):
-                end = self.reserve(collective.link, clock, seconds, _piece_label(collective, j))
-            done = clock + (end - clock)  # as a timeout of the difference
-            i = slot[collective.category]
-            order.setdefault(i)
-            busy[i] += done - clock
-            if record:
-                self.spans.append((index, collective.span, collective.category.value, clock, done - clock))
-            clock = done
+        clock = self._issue_tasks_done(index, hooks.tasks_done, clock, tally)
         if outcome.grads_ready_s > clock:
-            order.setdefault(ready_slot)
-            busy[ready_slot] += outcome.grads_ready_s - clock  # not hidden by the tasks
+            tally.add(ready_slot, outcome.grads_ready_s - clock)  # not hidden by the tasks
         outcome.grads_ready_s = max(outcome.grads_ready_s, clock)
         write_back()
         outcome.finished = True
         yield  # parked for good: nothing resumes a finished stage (so its send never raises)
+
+    def _issue_at_start(
+        self, hooks: StageHooks, slot: dict[TimeCategory, int]
+    ) -> dict[int, tuple[Collective, int, list[float]]]:
+        """Issue the collectives of the iteration start, piece by piece in plan order; per
+        position they gate: the collective, its category's slot, when each piece arrives."""
+        gates: dict[int, tuple[Collective, int, list[float]]] = {}
+        for collective, positions in hooks.start:
+            arrivals = [
+                self.reserve(collective.link, self.env.now, seconds, _piece_label(collective, j))
+                for j, seconds in enumerate(collective.pieces_s)
+            ]
+            for gated_at in positions:
+                gates[gated_at] = (collective, slot[collective.category], arrivals)
+        return gates
+
+    def _gated(
+        self, index: int, gate: tuple[Collective, int, list[float]], start: float, busy_s: float, tally: _Busy
+    ) -> tuple[float, float]:
+        """A task gated by pieces issued at the start runs one equal slice per piece, each
+        once its piece has arrived; returns its start and duration (waits included)."""
+        collective, i, arrived_s = gate
+        if arrived_s and arrived_s[0] > start:  # the first piece is exposed
+            waited_from = start
+            start = start + (arrived_s[0] - start)  # as a timeout of the difference
+            tally.add(i, start - waited_from)
+            if self.record:
+                label, category = collective.span, collective.category.value
+                self.spans.append((index, label, category, waited_from, start - waited_from))
+        duration_s = _gated_duration_s(start, busy_s, arrived_s)
+        tally.add(i, duration_s - busy_s)
+        return start, duration_s
+
+    def _inside(
+        self, index: int, task: Task, inside: tuple[Collective, int], start: float, busy_s: float,
+        tally: _Busy, event: simpy.Event,
+    ) -> Generator[None, object, float]:  # fmt: skip
+        """Blocking pieces inside a task: its work in n + 1 equal slices, piece j issued when
+        slice j ends (on its link, at that time: the stage's event is scheduled then), slice
+        j + 1 once it has arrived; returns the task's end (without scheduling it)."""
+        collective, i = inside
+        slice_s = busy_s / (len(collective.pieces_s) + 1)
+        armed = [self.resumers[index]]  # the stage resumes at each slice end
+        at = start
+        for j, seconds in enumerate(collective.pieces_s):
+            at = at + slice_s
+            event.callbacks = armed
+            self._schedule(event, at)
+            yield  # the slice's end
+            end = self.reserve(collective.link, at, seconds, f"{_piece_label(collective, j)} {task}")
+            if end > at:
+                tally.add(i, end - at)
+                if self.record:
+                    self.spans.append((index, collective.span, collective.category.value, at, end - at))
+                at = end
+        return at + slice_s
+
+    def _issue_after(
+        self, outcome: StageOutcome, issued: list[tuple[Collective, int]], start: float, duration_s: float,
+        now: float,
+    ) -> int:  # fmt: skip
+        """Issue the collectives a task's end (AFTER) or progress (SPREAD) issues; the
+        stage's end waits for the last one issued: returns its category's slot."""
+        ready_slot = 1
+        for collective, i in issued:
+            ready_slot = i
+            pieces = collective.pieces_s
+            n = len(pieces)
+            for j, seconds in enumerate(pieces):
+                label = _piece_label(collective, j)
+                if collective.issue is Issue.SPREAD:
+                    # piece j once the task has done (j + 1)/n of its work (uniform progress;
+                    # Megatron's backward hooks, start_grad_sync)
+                    issue_s = now if j == n - 1 else start + duration_s * (j + 1) / n
+                    outcome.grads_ready_s = self.reserve(collective.link, issue_s, seconds, label)
+                else:
+                    end = self.reserve(collective.link, now, seconds, label)
+                    outcome.grads_ready_s = now + (end - now)  # as a timeout of the difference
+        return ready_slot
+
+    def _issue_tasks_done(
+        self, index: int, collectives: tuple[Collective, ...], clock: float, tally: _Busy
+    ) -> float:
+        """Collectives issued when the stage's last task ends: the stage waits for each;
+        returns its clock after them."""
+        for collective in collectives:
+            end = clock
+            for j, seconds in enumerate(collective.pieces_s):
+                end = self.reserve(collective.link, clock, seconds, _piece_label(collective, j))
+            done = clock + (end - clock)  # as a timeout of the difference
+            tally.add(tally.slot[collective.category], done - clock)
+            if self.record:
+                self.spans.append((index, collective.span, collective.category.value, clock, done - clock))
+            clock = done
+        return clock
 
     def _take_probe(self, index: int, now: float) -> None:
         """The stage's state: its clock, when its gradients are ready, and when each link
