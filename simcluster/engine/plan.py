@@ -49,7 +49,7 @@ class TaskWork:
     transient_bytes: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Transfer:
     """A message or collective occupying `link` for `seconds` (FIFO on the link). `link`
     may be given in the earlier string spelling (`"nvlink:3"`): it is parsed into a `Link`."""
@@ -57,12 +57,12 @@ class Transfer:
     link: Link
     seconds: float
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.link, Link):
-            object.__setattr__(self, "link", as_link(self.link))
+    def __init__(self, link: Link | str, seconds: float) -> None:
+        object.__setattr__(self, "link", as_link(link))
+        object.__setattr__(self, "seconds", seconds)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ParamGather:
     """The distributed optimizer's all-gather of updated parameters, per chunk in buckets
     (seconds of each bucket's all-gather on `link`, in the order the forward needs them).
@@ -71,13 +71,14 @@ class ParamGather:
     bucket-sized slices only as their buckets arrive. Otherwise the all-gather follows the
     optimizer step, exposed."""
 
-    link: Link
+    link: Link  # may be given as the earlier string spelling (`"dp:3"`), parsed
     buckets: tuple[tuple[float, ...], ...]  # per chunk
     overlapped: bool
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.link, Link):
-            object.__setattr__(self, "link", as_link(self.link))
+    def __init__(self, link: Link | str, buckets: tuple[tuple[float, ...], ...], overlapped: bool) -> None:
+        object.__setattr__(self, "link", as_link(link))
+        object.__setattr__(self, "buckets", buckets)
+        object.__setattr__(self, "overlapped", overlapped)
 
     @property
     def total_s(self) -> float:
@@ -183,6 +184,14 @@ class PipelinePlan:
     collectives: tuple[tuple[Collective, ...], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        for index, stage in enumerate(self.stages):
+            for collective in stage.collectives:
+                task, chunks = collective.task, len(stage.forward)
+                if task is not None and not 0 <= task.chunk < chunks:
+                    raise ValueError(
+                        f"collective {collective.label!r} of stage {index}: task chunk {task.chunk} "
+                        f"is not one of the stage's {chunks} chunks"
+                    )
         compiled = tuple(
             (*data_parallel_collectives(stage, self.num_chunks, self.overlap_grad_reduce), *stage.collectives)
             for stage in self.stages

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from simcluster.config import load_hardware, parse_scenario
 from simcluster.config.choices import ScheduleKind
 from simcluster.engine.links import Link, LinkKind, LinkScope
 from simcluster.engine.plan import (
@@ -23,8 +24,12 @@ from simcluster.engine.plan import (
 )
 from simcluster.engine.simulator import simulate
 from simcluster.schedule.tasks import Phase
+from simcluster.simulation import build_plan
 from simcluster.steady_state import simulate_steady_state
+from simcluster.workload.model import build_workload
 from tests.engine.test_engine_pipeline import uniform_plan
+
+A100 = load_hardware("a100-sxm4-80gb")
 
 EP_LINK = Link.of_stage(LinkKind.NVLINK, 0)  # stage 0's NVLink: "nvlink:0"
 A2A = TimeCategory.TP_COMM  # any category the plan names: none of uniform_plan's parts use it
@@ -120,7 +125,8 @@ def test_a_steady_state_run_with_the_all_to_all_is_the_full_run():
         a2a = _all_to_all(link=Link.of_stage(LinkKind.NVLINK, 2))
         return _with(uniform_plan(p, microbatches, v, p2p_s=0.1), 2, a2a)
 
-    _, extended = simulate_steady_state(plan_for, ScheduleKind.ONE_F_ONE_B, p, v, m)
+    ran, extended = simulate_steady_state(plan_for, ScheduleKind.ONE_F_ONE_B, p, v, m)
+    assert len(ran.stages[2].tasks) < 2 * m  # a short run was certified and extended
     full = simulate(plan_for(m))
     assert extended.iteration_time_s == pytest.approx(full.iteration_time_s, rel=1e-12)
     assert extended.stages[2].busy_s[A2A] == pytest.approx(full.stages[2].busy_s[A2A], rel=1e-12)
@@ -138,6 +144,8 @@ def test_bad_collectives_are_refused_with_what_is_wrong():
         Collective("x", EP_LINK, (-1.0,), A2A, Issue.TASKS_DONE)
     with pytest.raises(ValueError, match="at most one per task"):
         simulate(_with(uniform_plan(1, 1, 1), 0, _all_to_all(), _all_to_all()))
+    with pytest.raises(ValueError, match="task chunk 1 is not one of the stage's 1 chunks"):
+        _with(uniform_plan(1, 1, 1), 0, _all_to_all(chunk=1))
     with pytest.raises(ValueError, match="expected KIND:STAGE"):
         Transfer("infiniband:0", 1.0)
 
@@ -174,3 +182,36 @@ def test_the_engine_has_no_code_of_its_own_for_it():
     assert "collective" in text and "stage_process" in text  # the walk saw the engine's code
     for word in ("all-to-all", "alltoall", "all_to_all", "a2a", "expert", "moe", "dispatch"):
         assert word not in text, word
+
+
+def test_megatron_data_parallel_slots_compile_into_ordinary_collectives():
+    """The distributed optimizer with both overlaps, pp 2, v 2, tied embeddings: per chunk a
+    parameter all-gather issued at the start gating the chunk's first forward and a
+    bucketed reduce-scatter spread through its last backward, then the embedding
+    all-reduce joined on the group link; without overlap, one reduction when the tasks are
+    done and the all-gather after the step."""
+    data = {
+        "hardware": "a100-sxm4-80gb",
+        "model": {"num_layers": 8, "hidden_size": 1024, "num_attention_heads": 16,
+                  "seq_length": 512, "vocab_size": 5000},
+        "parallel": {"tp": 1, "pp": 2, "dp": 4, "vpp": 2},
+        "training": {"micro_batch_size": 1, "global_batch_size": 16, "use_distributed_optimizer": True},
+    }  # fmt: skip
+    overlapped = {**data["training"], "overlap_grad_reduce": True, "overlap_param_gather": True}
+    plain, both = (
+        build_plan(scenario, A100, build_workload(scenario))
+        for scenario in (parse_scenario(data, "dp"), parse_scenario({**data, "training": overlapped}, "dp"))
+    )
+    issued = [(c.issue, c.task) for c in both.collectives[0]]
+    assert issued == [
+        (Issue.START, TaskRef(Phase.FORWARD, 0, Occurrence.FIRST)),
+        (Issue.START, TaskRef(Phase.FORWARD, 1, Occurrence.FIRST)),
+        (Issue.SPREAD, TaskRef(Phase.BACKWARD, 0, Occurrence.LAST)),
+        (Issue.SPREAD, TaskRef(Phase.BACKWARD, 1, Occurrence.LAST)),
+        (Issue.READY, None),
+    ]
+    assert {c.link.name for c in both.collectives[0][:2]} == {"dp:0"}
+    tied = [c.link for stage in both.collectives for c in stage if c.issue is Issue.READY]
+    assert len(tied) == 2 and tied[0] == tied[1] and tied[0].scope is LinkScope.GROUP
+    assert [c.issue for c in plain.collectives[1]] == [Issue.TASKS_DONE, Issue.READY, Issue.STEP]
+    assert all(c.category is TimeCategory.DP_COMM for stage in both.collectives for c in stage)
