@@ -122,7 +122,7 @@ class Collective:
     of its pieces (buckets), issued in order as `issue` says, FIFO on the link with
     everything else on it. Time a stage waits for them counts as `category`. `label` names
     the pieces on the link's trace row (piece j as `label.j` when `numbered`), `span` the
-    stage's trace span for its wait (where the engine draws one)."""
+    stage's trace span for its wait (default `label wait`; where the engine draws one)."""
 
     label: str
     link: Link
@@ -148,6 +148,11 @@ class Collective:
     @property
     def total_s(self) -> float:
         return sum(self.pieces_s)
+
+    @property
+    def wait_span(self) -> str:
+        """The stage's trace span for time it waits for this collective."""
+        return self.span or f"{self.label} wait"
 
 
 @dataclass(frozen=True, slots=True)

@@ -395,7 +395,7 @@ class _Run:
             start = start + (arrived_s[0] - start)  # as a timeout of the difference
             tally.add(i, start - waited_from)
             if self.record:
-                label, category = collective.span, collective.category.value
+                label, category = collective.wait_span, collective.category.value
                 self.spans.append((index, label, category, waited_from, start - waited_from))
         duration_s = _gated_duration_s(start, busy_s, arrived_s)
         tally.add(i, duration_s - busy_s)
@@ -421,7 +421,7 @@ class _Run:
             if end > at:
                 tally.add(i, end - at)
                 if self.record:
-                    self.spans.append((index, collective.span, collective.category.value, at, end - at))
+                    self.spans.append((index, collective.wait_span, collective.category.value, at, end - at))
                 at = end
         return at + slice_s
 
@@ -460,7 +460,8 @@ class _Run:
             done = clock + (end - clock)  # as a timeout of the difference
             tally.add(tally.slot[collective.category], done - clock)
             if self.record:
-                self.spans.append((index, collective.span, collective.category.value, clock, done - clock))
+                label, category = collective.wait_span, collective.category.value
+                self.spans.append((index, label, category, clock, done - clock))
             clock = done
         return clock
 
@@ -518,7 +519,7 @@ class _Run:
                     seconds = collective.total_s
                     self.outcomes[i].busy_s[collective.category] += seconds
                     if self.record:
-                        self.spans.append((i, collective.span, collective.category.value, at, seconds))
+                        self.spans.append((i, collective.wait_span, collective.category.value, at, seconds))
                     at = at + seconds
                 ready[i] = at
         step_start = max(ready)
@@ -535,7 +536,7 @@ class _Run:
                     seconds = collective.total_s
                     self.outcomes[i].busy_s[collective.category] += seconds
                     if self.record:
-                        span = (i, collective.span, collective.category.value, step_start + end, seconds)
+                        span = (i, collective.wait_span, collective.category.value, step_start + end, seconds)
                         self.spans.append(span)
                     end = end + seconds
             ends.append(end)

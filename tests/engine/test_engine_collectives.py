@@ -69,6 +69,17 @@ def test_an_all_to_all_inside_the_forward_is_timed_on_its_link_and_in_its_catego
     assert forward[4] == pytest.approx(1.75)  # the task's span holds its slices and waits
 
 
+def test_inside_a_backward_too():
+    """B0's 2 s in three slices of 2/3 s around 0.25 s and 0.5 s: it ends at 1 + 2.75; the
+    wait is drawn under the default span name."""
+    moe_backward = replace(_all_to_all(), task=TaskRef(Phase.BACKWARD, 0), span="")
+    result = simulate(_with(uniform_plan(1, 1, 1), 0, moe_backward), record=True)
+    assert result.iteration_time_s == pytest.approx(3.75)
+    assert result.stages[0].busy_s[A2A] == pytest.approx(0.75)
+    assert [span[1] for span in result.spans if span[2] == "tp_comm"] == ["a2a wait", "a2a wait"]
+    assert [label for _, _, label in result.link_spans["nvlink:0"]] == ["a2a.0 B0.0", "a2a.1 B0.0"]
+
+
 def test_every_forward_runs_it_and_the_first_or_last_only_once():
     m = 3
     plain = uniform_plan(1, m, 1)
