@@ -24,6 +24,7 @@ from simcluster.costs.compute import OPTIMIZER_KIND, elementwise_time_s
 from simcluster.costs.host import chunk_host_s, host_wait_s
 from simcluster.costs.network import GroupPlacement, collective_time_s, p2p_time_s
 from simcluster.costs.placement import cp_group, dp_cp_group, stages_share_node, strided_group, tp_group
+from simcluster.engine.links import Link, LinkKind
 from simcluster.engine.plan import ParamGather, PipelinePlan, StagePlan, TaskWork, TimeCategory, Transfer
 from simcluster.engine.simulator import EngineResult, simulate
 from simcluster.memory_plan import stage_memory_row
@@ -104,8 +105,13 @@ def p2p_send(scenario: Scenario, hw: HardwareProfile, src: int, dst: int, messag
     return Transfer(_p2p_link(same, src), p2p_seconds(scenario, hw, same, message_bytes))
 
 
-def _p2p_link(same_node: bool, src: int) -> str:
-    return f"{'nvlink' if same_node else 'nic'}:{src}"
+def _p2p_link(same_node: bool, src: int) -> Link:
+    return Link.of_stage(_kind(same_node), src)
+
+
+def _kind(same_node: bool) -> LinkKind:
+    """NVLink between GPUs of one node, the NICs between nodes."""
+    return LinkKind.NVLINK if same_node else LinkKind.NIC
 
 
 def p2p_seconds(scenario: Scenario, hw: HardwareProfile, same_node: bool, message_bytes: float) -> float:
@@ -151,9 +157,8 @@ def grad_reduce_transfer(scenario: Scenario, hw: HardwareProfile, stage: StageWo
     if par.dp * par.cp == 1:
         return None
     group = dp_cp_group(scenario, hw)
-    link = "nic" if group.crosses_nodes else "nvlink"
     seconds = grad_reduce_seconds(scenario, hw, group, stage.dp_gradient_bytes)
-    return Transfer(f"{link}:{stage.stage}", seconds)
+    return Transfer(Link.of_stage(_kind(not group.crosses_nodes), stage.stage), seconds)
 
 
 def grad_reduce_seconds(
@@ -200,7 +205,8 @@ def param_gather(scenario: Scenario, hw: HardwareProfile, stage: StageWork) -> P
         (collective_time_s(CollectiveKind.ALL_GATHER, chunk_bytes / n, group, hw),) * n
         for n in dp_bucket_counts(scenario, stage)
     )
-    return ParamGather(link=f"dp:{stage.stage}", buckets=buckets, overlapped=tr.overlap_param_gather)
+    link = Link.of_stage(_kind(not group.crosses_nodes), stage.stage, channel="dp")
+    return ParamGather(link=link, buckets=buckets, overlapped=tr.overlap_param_gather)
 
 
 def tied_reduce_transfer(scenario: Scenario, hw: HardwareProfile, stage: StageWork) -> Transfer | None:
@@ -210,7 +216,7 @@ def tied_reduce_transfer(scenario: Scenario, hw: HardwareProfile, stage: StageWo
     same = stages_share_node(scenario, hw, 0, pp - 1)
     group = GroupPlacement(num_ranks=2, ranks_per_node=2 if same else 1)
     seconds = collective_time_s(CollectiveKind.ALL_REDUCE, stage.embedding_grad_bytes, group, hw)
-    return Transfer(f"{'nvlink' if same else 'nic'}:{stage.stage}", seconds)
+    return Transfer(Link.of_stage(_kind(same), stage.stage), seconds)
 
 
 def amax_group(scenario: Scenario, hw: HardwareProfile) -> GroupPlacement | None:
@@ -260,8 +266,8 @@ def priced_stages(scenario: Scenario, hw: HardwareProfile, workload: Workload) -
         gradient_bytes = stage.dp_gradient_bytes
         if gradient_bytes not in reduce_s:
             reduce_s[gradient_bytes] = grad_reduce_seconds(scenario, hw, dp_group, gradient_bytes)
-        link = "nic" if dp_group.crosses_nodes else "nvlink"
-        return Transfer(f"{link}:{stage.stage}", reduce_s[gradient_bytes])
+        link = Link.of_stage(_kind(not dp_group.crosses_nodes), stage.stage)
+        return Transfer(link, reduce_s[gradient_bytes])
 
     stages = []
     for stage in workload.stages:

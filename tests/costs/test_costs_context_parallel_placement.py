@@ -7,6 +7,7 @@ import yaml
 from simcluster.config import ConfigError, Scenario, load_hardware, parse_scenario
 from simcluster.costs.network import GroupPlacement, collective_time_s
 from simcluster.costs.placement import cp_group, dp_cp_group, dp_group, global_rank, stages_share_node
+from simcluster.engine.links import LinkKind
 from simcluster.simulation import grad_reduce_transfer
 from simcluster.workload.model import build_workload, layer_config
 from simcluster.workload.ops import CollectiveKind, OpKind
@@ -93,7 +94,7 @@ def test_gradients_reduce_over_dp_times_cp_even_with_dp_1():
         H100,
     )
     assert transfer.seconds == pytest.approx(expected)
-    assert transfer.link.startswith("nic")
+    assert transfer.link.kind is LinkKind.NIC
     assert grad_reduce_transfer(_scenario(dp=1, cp=1), H100, stage) is None
 
 
