@@ -118,12 +118,21 @@ def test_fp8_block_scaling_where_te_has_the_kernels(stem):
 
 
 @pytest.mark.parametrize(
-    "stem", ["a100-sxm4-80gb", "a100-sxm4-80gb-public", "h100-sxm5-80gb", "b200-sxm-180gb"]
+    "stem", ["a100-sxm4-80gb", "a100-sxm4-80gb-public", "h100-sxm5-80gb", "h200-sxm-141gb"]
 )
-def test_no_fp4_peak_before_blackwell_ultra_profiles(stem):
-    """Only profiles that state an FP4 peak can run dtype fp4 (A100 and H100 have no FP4 tensor
-    cores; B200 / GB200 have them but their profiles carry no NVFP4 GEMM measurement yet)."""
+def test_no_fp4_peak_before_blackwell(stem):
+    """A100 and Hopper have no FP4 tensor cores: their profiles state no FP4 peak."""
     assert load_hardware(stem).peak_fp4_flop_per_s is None
+
+
+@pytest.mark.parametrize("stem", ["b200-sxm-180gb", "gb200-nvl72"])
+def test_blackwell_nvfp4_ratio_is_the_b300_share_of_its_peak_ratio(stem):
+    """B200 / GB200: FP4 = 2 × FP8 peak; the NVFP4 kernel ratio is B300's measured 1.81 at
+    B300's peak ratio (13,125 / 4,500) scaled to this one, a declared assumption."""
+    hw = load_hardware(stem)
+    assert hw.peak_fp4_flop_per_s == 2 * hw.peak_fp8_flop_per_s
+    assert hw.compute.nvfp4_gemm_rate_ratio == pytest.approx(1.81 * 2 / (13125 / 4500), abs=0.04)
+    assert _sources(stem, "compute")["nvfp4_gemm_rate_ratio"].startswith("NO PUBLIC")
 
 
 def test_fp4_peak_without_an_fp8_ceiling_is_rejected():
