@@ -128,6 +128,7 @@ def _training_flags(scenario: Scenario) -> list[str]:
         ("--tp-comm-overlap", scenario.tp_comm_overlap_active),
         ("--grad-reduce-in-bf16", tr.grad_reduce_in_bf16),
         ("--fp8-param-gather", tr.fp8_param_gather),
+        ("--fp4-param-gather", tr.fp4_param_gather),
     ):
         if on:
             flags.append(flag)

@@ -56,6 +56,7 @@ KEY_FLAGS: dict[str, tuple[str, ...]] = {
     "training.fp8_param_gather": ("fp8-param-gather",),
     "training.fp8_recipe": ("fp8-recipe",),
     "training.fp4_recipe": ("fp4-recipe",),
+    "training.fp4_param_gather": ("fp4-param-gather",),
     "training.cuda_graph_impl": (
         "cuda-graph-impl",
         "enable-cuda-graph",
@@ -118,7 +119,6 @@ NOT_MODELLED = {
     "first-last-layers-bf16": "the first and last layers kept in BF16 under FP8 / FP4",
     "num-layers-at-start-in-bf16": "the first and last layers kept in BF16 under FP8 / FP4",
     "num-layers-at-end-in-bf16": "the first and last layers kept in BF16 under FP8 / FP4",
-    "fp4-param-gather": "FP4 parameters gathered in FP4 (no scenario key yet)",
     # megatron/core/fusions/fused_cross_entropy.py (the `native` impl): the same fp32 softmax
     # is saved as the unfused _VocabParallelCrossEntropy's, so memory is unchanged; its fused
     # kernels and one merged all-reduce are priced as the unfused loss's

@@ -141,6 +141,11 @@ class TrainingSpec(StrictModel):
         "scaling) | mxfp8 (Blackwell) | blockwise (1x128 activation tiles, 128x128 weight blocks; "
         "Hopper and Blackwell)",
     )
+    fp4_param_gather: bool = Field(
+        default=False,
+        description="Megatron-core --fp4-param-gather (with dtype fp4 and the distributed optimizer): the "
+        "TE linears' parameters are kept in NVFP4 (no bf16 copy) and all-gathered in NVFP4",
+    )
     fp4_recipe: Fp4Recipe = Field(
         default=Fp4Recipe.NVFP4,
         description="Megatron-core --fp4-recipe with dtype fp4 (--fp4-format e2m1): nvfp4 (default; "
@@ -383,6 +388,17 @@ def modern_layout_problems(scenario: Scenario, refuse_unpriced: bool = True) -> 
         problems.append(
             f"training.fp8_recipe: value {tr.fp8_recipe.value}: needs training.dtype fp8 "
             f"(got {tr.dtype.value}); Megatron reads --fp8-recipe only with --fp8-format"
+        )
+    if tr.fp4_param_gather and tr.dtype is not Dtype.FP4:
+        # megatron/training/arguments.py: "--fp4-param-gather must be used together with --fp4-format."
+        problems.append(
+            f"training.fp4_param_gather: value True: needs training.dtype fp4 (got {tr.dtype.value})"
+        )
+    if tr.fp4_param_gather and not tr.use_distributed_optimizer:
+        # the parameter shards are gathered by the distributed optimizer (or FSDP, which the
+        # contract does not have), as for --fp8-param-gather
+        problems.append(
+            "training.fp4_param_gather: value True: needs training.use_distributed_optimizer (Megatron)"
         )
     if tr.fp8_param_gather and not tr.use_distributed_optimizer:
         # megatron/training/arguments.py: --fp8-param-gather needs the distributed optimizer

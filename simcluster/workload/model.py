@@ -217,9 +217,10 @@ def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
             copies = fp8_copies(cfg.fp8_recipe, fp8_weight_copies, cfg.dtype)
             per_copy = quantized_weight_bytes_per_element(cfg.dtype, cfg.fp8_recipe)
             fp8_copy = per_copy * te_params
-            if scenario.training.fp8_param_gather:
-                # the FP8 parameter replaces the bf16 one; parameters are all-gathered in FP8, and
-                # on Hopper the transposed copy is re-made after each gather (read 1, write 1)
+            if scenario.training.fp8_param_gather or scenario.training.fp4_param_gather:
+                # the FP8 (NVFP4) parameter replaces the bf16 one; parameters are all-gathered in
+                # FP8 (NVFP4), and the second copy (Hopper's transposed FP8 one, NVFP4's
+                # column-wise one) is re-made after each gather (read one copy, write one)
                 weights = static.weight_bytes - BF16_BYTES * te_params + copies * fp8_copy
                 static = replace(static, weight_bytes=weights)
                 gather_bytes -= (BF16_BYTES - per_copy) * te_params

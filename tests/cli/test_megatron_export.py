@@ -143,6 +143,7 @@ def modern_scenarios(draw):
             "tp_comm_overlap": sp and draw(st.booleans()),
             "grad_reduce_in_bf16": draw(st.booleans()),
             "fp8_param_gather": distributed and draw(st.booleans()),
+            "fp4_param_gather": distributed and draw(st.booleans()),
             "fp8_recipe": draw(st.sampled_from(["delayed", "tensorwise", "mxfp8", "blockwise"])),
             "attention_kernel": draw(st.sampled_from(["auto", "flash_attn_2"])),
             "cuda_graph_impl": draw(st.sampled_from(GRAPH_IMPLS)),
@@ -220,6 +221,7 @@ def test_gpipe_has_no_megatron_flags():
     ("training", "flags"),
     [
         ({"dtype": "fp4"}, "--bf16 --fp4-format e2m1 --fp4-recipe nvfp4"),
+        ({"dtype": "fp4", "fp4_param_gather": True}, "--fp4-param-gather"),
         ({"dtype": "fp8", "fp8_recipe": "blockwise"}, "--bf16 --fp8-format hybrid --fp8-recipe blockwise"),
     ],
 )

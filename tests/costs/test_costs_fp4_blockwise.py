@@ -160,3 +160,16 @@ def test_blockwise_without_the_kernels_names_the_profiles_that_can():
 def test_fp8_recipe_with_fp4_is_refused_as_megatron_refuses_both_formats():
     with pytest.raises(ConfigError, match="needs training.dtype fp8"):
         _scenario(dtype="fp4", fp8_recipe="blockwise")
+
+
+def test_fp4_param_gather_makes_the_nvfp4_copies_the_parameter():
+    """--fp4-param-gather (NeMo's NVFP4 recipes turn it on): the bf16 TE weights (2 bytes) are
+    replaced by their two NVFP4 copies, and the all-gather moves NVFP4, not bf16."""
+    plain = build_workload(_scenario(dtype="fp4"), B300.fp8_weight_copies).stages[0]
+    gathered = build_workload(_scenario(dtype="fp4", fp4_param_gather=True), B300.fp8_weight_copies).stages[0]
+    fp4_copies = plain.static.weight_bytes - build_workload(_scenario(), 1).stages[0].static.weight_bytes
+    te_params = fp4_copies / (2 * (0.5 + 1 / 16))
+    assert plain.static.weight_bytes - gathered.static.weight_bytes == pytest.approx(2 * te_params)
+    assert plain.param_gather_bytes - gathered.param_gather_bytes == pytest.approx((2 - 0.5625) * te_params)
+    with pytest.raises(ConfigError, match="fp4_param_gather: value True: needs training.dtype fp4"):
+        _scenario(dtype="fp8", fp4_param_gather=True)
