@@ -143,3 +143,22 @@ def test_fp4_peak_without_an_fp8_ceiling_is_rejected():
     del data["compute"]["fp8_gemm_max_efficiency"], data["compute"]["fp8_gemm_points"]
     with pytest.raises(ConfigError, match="peak_fp4_tflop_per_s needs compute.fp8_gemm_max_efficiency"):
         parse_hardware(data, "x.yaml")
+
+
+def test_gb300_llama31_405b_scenario_is_the_published_nvfp4_recipe():
+    """Megatron-Bridge llama31_405b_pretrain_256gpu_gb300_nvfp4_config: 256 GPUs, TP 4, PP 8,
+    CP 1, VP 4, GBS 1536, MBS 1, seq 8192, NVFP4 with FP4 parameters; (126 + 2) layers over 32
+    chunks; it fits and runs."""
+    from simcluster.config.scenario import load_scenario_and_hardware
+    from simcluster.simulation import run_simulation
+
+    scenario, hw = load_scenario_and_hardware(
+        ROOT / "scenarios" / "blackwell" / "llama31-405b-gb300-nvfp4.yaml"
+    )
+    par, tr = scenario.parallel, scenario.training
+    assert (scenario.num_gpus, par.tp, par.pp, par.cp, par.vpp) == (256, 4, 8, 1, 4)
+    assert (tr.global_batch_size, tr.micro_batch_size, scenario.model.seq_length) == (1536, 1, 8192)
+    assert tr.dtype.value == "fp4" and tr.fp4_param_gather and not tr.tp_comm_overlap
+    assert (scenario.model.num_layers + 2) % (par.pp * par.vpp) == 0
+    assert hw.name == "gb300-nvl72"
+    assert run_simulation(scenario, hw).result.fits_in_memory
