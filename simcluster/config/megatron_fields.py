@@ -275,9 +275,8 @@ def read_training(read: FlagReader, dp: int, notes: list[str], demoted: dict[str
     }
     if (backend := _attention_backend(read, notes)) != "unfused":
         training["attention_backend"] = backend
-    for flag in (
-        "overlap-param-gather", "tp-comm-overlap", "grad-reduce-in-bf16", "fp8-param-gather", "fp4-param-gather"
-    ):  # fmt: skip
+    switches = ("overlap-param-gather", "tp-comm-overlap", "grad-reduce-in-bf16", "fp8-param-gather")
+    for flag in (*switches, "fp4-param-gather"):
         if read.switch(flag):
             training[flag.replace("-", "_")] = True
     if (recipe := _fp8_recipe(read, training["dtype"], notes, demoted)) != "delayed":
