@@ -173,7 +173,8 @@ def current_scaling_ops(
     layernorm_linear.py). These ops go before the collective the GEMM reads or overlaps, as TE
     quantizes first (`grad_output_preprocess`) and then gathers. wgrad GEMMs
     reuse the two quantized operands. Delayed scaling's once-per-pass amax all-reduce
-    (`costs.chunk.fp8_amax_reduction_s`) is not run under this recipe."""
+    (`costs.chunk.fp8_amax_reduction_s`) is not run under this recipe. `norm_fused_amax`
+    False (NVFP4, `amax_pass_ops`) gives the QKV and fc1 fprops their own amax pass too."""
     out: list[Op] = []
     for index, op in enumerate(ops):
         if is_te_linear_gemm(op) and op.gemm is not None and not op.name.endswith(".wgrad"):
