@@ -53,7 +53,9 @@ def test_gb300_is_a_72_gpu_nvlink_domain_of_4_gpu_trays():
     assert gpu.memory_capacity_mib == 284208
     assert (hw.network.gpus_per_node, hw.nvlink_domain_size) == (4, 72)
     assert hw.network.nics_per_node == hw.network.gpus_per_node
-    assert hw.network.nvlink_allreduce_busbw == gb200.network.nvlink_allreduce_busbw
+    # Azure ND GB300 v6's 4-GPU ring sweep up to 256 MiB, GB200's 72-GPU NVLS sweep above
+    assert dict(hw.network.nvlink_allreduce_busbw)[268.435456] == 593.70
+    assert hw.network.nvlink_allreduce_busbw[-5:] == gb200.network.nvlink_allreduce_busbw[-5:]
 
 
 @pytest.mark.parametrize("stem", ULTRA)
@@ -72,10 +74,25 @@ def test_b300_ceilings_are_its_mamf_times_the_h100_sustained_ratios():
     assert compute.fp8_gemm_max_efficiency == _sig(3353.3 / 4500 * RATIOS["mamf_fp8"])
 
 
-def test_gb300_ceilings_scale_gb200s_mamf_by_the_b300_over_b200_ratio():
+def test_gb300_fp8_gemms_are_azures_sweep_and_bf16_gains_what_fp8_gains():
+    """Azure ND GB300 v6 cuBLASLt FP8: 3286.3 TFLOP/s at 8192³, × the H100's 0.9324; BF16 is
+    GB200's × 1.144, GB300's measured FP8 gain over GB200 in the same sweep (shapes >= 4096)."""
     compute = load_hardware("gb300-nvl72").compute
-    assert compute.gemm_max_efficiency == _sig(1822.0 * 1769.0 / 1745.0 / 2500 * RATIOS["mamf_bf16"])
-    assert compute.fp8_gemm_max_efficiency == _sig(3615.6 * 3353.3 / 3432.5 / 5000 * RATIOS["mamf_fp8"])
+    gb200 = load_hardware("gb200-nvl72").compute
+    cube = next(p for p in compute.fp8_gemm_points if p.m == p.n == p.k == 8192)
+    assert cube.tflop_per_s == pytest.approx(3286.3 * RATIOS["cublaslt_fp8"], abs=0.06)
+    gb300_burst = {4096: 3257.0, 8192: 3286.3, 16384: 3308.5, 32768: 3271.3}
+    gains = [
+        gb300_burst[p.m] / (p.tflop_per_s / RATIOS["cublaslt_fp8"])
+        for p in gb200.fp8_gemm_points
+        if p.m == p.n == p.k and p.m in gb300_burst
+    ]
+    assert 1.13 < min(gains) and max(gains) < 1.16
+    bf16 = {(p.m, p.n, p.k): p.tflop_per_s for p in compute.gemm_points}
+    for point in gb200.gemm_points:
+        assert bf16[(point.m, point.n, point.k)] == pytest.approx(point.tflop_per_s * 1.144, abs=0.06)
+    assert compute.gemm_max_efficiency == _sig(1822.0 * 1.144 / 2500 * RATIOS["mamf_bf16"])
+    assert compute.fp8_gemm_max_efficiency == pytest.approx(3308.5 * RATIOS["cublaslt_fp8"] / 5000, abs=5e-4)
 
 
 def test_b300_measured_gemm_points_are_the_te_tutorial_times_the_sustained_ratio():
