@@ -173,3 +173,15 @@ def test_fp4_param_gather_makes_the_nvfp4_copies_the_parameter():
     assert plain.param_gather_bytes - gathered.param_gather_bytes == pytest.approx((2 - 0.5625) * te_params)
     with pytest.raises(ConfigError, match="fp4_param_gather: value True: needs training.dtype fp4"):
         _scenario(dtype="fp8", fp4_param_gather=True)
+
+
+def test_block_scaling_keeps_two_weight_copies_even_on_blackwell():
+    """Per-tensor FP8 keeps one FP8 weight copy on Blackwell (non-TN GEMMs); block scaling keeps
+    the row-wise and column-wise ones, each 1 + 4/16384 bytes per weight."""
+    delayed = build_workload(_scenario(dtype="fp8"), B300.fp8_weight_copies).stages[0]
+    blocks = build_workload(_scenario(dtype="fp8", fp8_recipe="blockwise"), B300.fp8_weight_copies).stages[0]
+    bf16 = build_workload(_scenario(), B300.fp8_weight_copies).stages[0]
+    one_copy = delayed.static.weight_bytes - bf16.static.weight_bytes  # 1 byte per TE weight
+    assert blocks.static.weight_bytes - bf16.static.weight_bytes == pytest.approx(
+        2 * one_copy * (1 + 4 / 16384)
+    )
