@@ -1,0 +1,204 @@
+"""Memory of a MoE MLP block on one rank: activations saved for backward, what each
+Megatron-core `--recompute-modules` entry frees, and the expert weights, gradients and
+optimizer state sharded over ep·etp and the expert-data-parallel group.
+
+Saved activations (docs/moe.md, "Saved activations") follow the tensors autograd keeps in
+Megatron-core's MoE layer on its unfused path (Megatron-LM
+@d98e8a64ddf34856e74b24714e3bedb2f5a39553; `--moe-permute-fusion` off, the fused weighted
+SwiGLU on as `--bias-swiglu-fusion` is by default), with T the rank's tokens, k the top-k,
+E the experts, R the rows it sends, Re the rows its experts compute, e the activation
+bytes, p the probs' bytes, 8 an int64 index:
+
+    router, softmax   T·k·(8 + 4)              topk indices; fp32 softmax of the k logits
+    router, sigmoid   T·E·4 + T·k·(8 + 4) + T·4 (k > 1; T·E·4 + T·k·8 at k = 1)
+    aux loss          T·E·4                    fp32 softmax over all experts (if enabled)
+    capacity mask     T·E                      bool mask the dropped probs are multiplied by
+    permute           R·8·2                    index_select's and the probs gather's indices
+    experts, gated    Re·e·(h + 2f/etp + f/etp) + Re·p    fc1 input, fc1 output, fc2 input, probs
+    experts, plain    Re·e·(h + 3f/etp) + Re·p  (+ the activation's output, kept by the probs mul)
+    shared experts    T·e·(fc1_s + f_s)         fc1 output and fc2 input, tensor-parallel over tp
+
+The block's input (the pre-MLP norm's output, saved by the router GEMM and the shared
+experts' fc1) is not counted here: the dense layer's formula already counts the MLP input
+(docs/memory.md, "regions"). The dispatcher's collectives save nothing.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from simcluster.config.moe_choices import RouterScore
+from simcluster.workload.memory import StaticMemory, static_memory
+from simcluster.workload.moe import INDEX_BYTES, RoutedRows, expert_shape, shared_expert_shape
+from simcluster.workload.moe_config import ExpertLayout, MoEConfig
+
+FP32_BYTES = 4
+MASK_BYTES = 1
+
+
+class RecomputeModule(str, enum.Enum):
+    """Megatron-core `--recompute-modules` (transformer_config.py `recompute_modules`), under
+    `--recompute-granularity selective`. The MoE block and MLA read moe_act, moe,
+    shared_experts and mla_up_proj; the others act on the dense layer."""
+
+    CORE_ATTN = "core_attn"
+    MOE_ACT = "moe_act"
+    MOE = "moe"
+    SHARED_EXPERTS = "shared_experts"
+    LAYERNORM = "layernorm"
+    MLA_UP_PROJ = "mla_up_proj"
+    MLP = "mlp"
+
+
+def parse_recompute_modules(names: tuple[str, ...] | list[str]) -> tuple[RecomputeModule, ...]:
+    """The modules named, in order; an unknown name is a clear error."""
+    allowed = ", ".join(m.value for m in RecomputeModule)
+    out = []
+    for name in names:
+        try:
+            out.append(RecomputeModule(name))
+        except ValueError:
+            raise ValueError(
+                f"training.recompute_modules: {name!r} is not a Megatron-core recompute module "
+                f"(allowed: {allowed})"
+            ) from None
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class MoESavedBytes:
+    """Bytes the block keeps for backward on one rank, per microbatch, by part."""
+
+    router: float
+    permute: float
+    experts: float
+    shared: float
+
+    @property
+    def total(self) -> float:
+        return self.router + self.permute + self.experts + self.shared
+
+
+def router_saved_bytes(tokens: float, moe: MoEConfig, aux_loss: bool = False) -> float:
+    """router.py `TopKRouter.routing` -> moe_utils.py `topk_routing_with_score_function`
+    (no pre-softmax, unfused): softmax keeps the topk indices (int64) and its fp32 output
+    [T, k]; sigmoid keeps its fp32 output [T, E], the gather's indices, and the division's
+    fp32 numerator [T, k] and denominator [T, 1] (no division at k = 1). The aux loss's
+    `compute_routing_scores_for_aux_loss` keeps a fp32 softmax [T, E]; with a capacity
+    factor (not padded) `apply_router_token_dropping` multiplies the probs by a bool mask
+    [T, E], which the product keeps."""
+    t, k, E = tokens, moe.router_topk, moe.num_experts
+    if moe.router_score is RouterScore.SOFTMAX:
+        scores = t * k * (INDEX_BYTES + FP32_BYTES)
+    elif k > 1:
+        scores = t * E * FP32_BYTES + t * k * (INDEX_BYTES + FP32_BYTES) + t * FP32_BYTES
+    else:
+        scores = t * E * FP32_BYTES + t * k * INDEX_BYTES
+    aux = t * E * FP32_BYTES if aux_loss else 0.0
+    mask = t * E * MASK_BYTES if moe.capacity_factor is not None and not moe.pad_to_capacity else 0.0
+    return scores + aux + mask
+
+
+def moe_saved_bytes(
+    rows: RoutedRows,
+    hidden_size: int,
+    moe: MoEConfig,
+    layout: ExpertLayout,
+    gated: bool,
+    element_bytes: int = 2,
+    probs_bytes: int = 2,
+    aux_loss: bool = False,
+    recompute: tuple[RecomputeModule, ...] = (),
+    busiest: bool = True,
+) -> MoESavedBytes:
+    """The table in the module docstring, then the recompute modules: `moe` keeps only the
+    block input (already counted elsewhere), so 0 (moe_layer.py `MoELayer.forward`
+    checkpoints the whole block); `moe_act` drops the activation's output, fc2's input,
+    re-running the activation from the fc1 output and probs it keeps (experts.py
+    `TEGroupedMLP.forward`, `CheckpointWithoutOutput`); `shared_experts` checkpoints the
+    shared MLP on its input (moe_layer.py `shared_experts_compute`)."""
+    if RecomputeModule.MOE in recompute:
+        return MoESavedBytes(0.0, 0.0, 0.0, 0.0)
+    e, h, etp = element_bytes, hidden_size, layout.expert_tp
+    re = rows.busiest_expert if busiest else rows.expert
+    shape = expert_shape(h, moe, gated)
+    f = shape.ffn_hidden_size / etp
+    fc1, act_out = shape.fc1_width / etp, 0 if gated else f  # plain: the probs mul keeps act(x)
+    fc2_in = 0.0 if RecomputeModule.MOE_ACT in recompute else f
+    if RecomputeModule.MOE_ACT in recompute:
+        act_out = 0
+    experts = re * e * (h + fc1 + act_out + fc2_in) + re * probs_bytes
+    shared = 0.0
+    if moe.shared_expert_ffn_hidden_size and RecomputeModule.SHARED_EXPERTS not in recompute:
+        s_shape = shared_expert_shape(h, moe, gated)
+        shared = rows.tokens * e * (s_shape.fc1_width + s_shape.ffn_hidden_size)
+    permute = 2.0 * rows.sent * INDEX_BYTES
+    return MoESavedBytes(router_saved_bytes(rows.tokens, moe, aux_loss), permute, experts, shared)
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertStaticMemory:
+    """Per-rank bytes of the routed experts (sharded over ep·etp; optimizer state over the
+    expert-data-parallel group with the distributed optimizer) and of the block's dense
+    parameters (router and shared experts: the router replicated, shared experts over tp;
+    optimizer over dp·cp like every dense parameter)."""
+
+    experts: StaticMemory
+    dense: StaticMemory
+    expert_params_per_rank: float
+    dense_params_per_rank: float
+
+    @property
+    def total_bytes(self) -> float:
+        return self.experts.total_bytes + self.dense.total_bytes
+
+
+def expert_static_memory(
+    hidden_size: int,
+    moe: MoEConfig,
+    layout: ExpertLayout,
+    gated: bool,
+    distributed_optimizer: bool,
+    expert_bias: bool = False,
+    gradient_bytes_per_param: int = 4,
+) -> ExpertStaticMemory:
+    """Expert parameters per rank: (E/ep)·(h·fc1 + f·h)/etp (fc1 column-, fc2 row-parallel
+    over etp; fc1's bias split, fc2's replicated). 18 bytes each, or 6 + 12/edp with the
+    distributed optimizer (Megatron-core shards expert optimizer state over the
+    expert-data-parallel group, `get_megatron_optimizer` `expt_dp_group`). Dense part:
+    router E·h (+E) on every rank, shared experts / tp, optimizer over dp·cp."""
+    shape = expert_shape(hidden_size, moe, gated, expert_bias)
+    etp, local = layout.expert_tp, moe.num_experts // layout.ep
+    per_expert = (shape.hidden_size * shape.fc1_width + shape.ffn_hidden_size * shape.hidden_size) / etp
+    if expert_bias:
+        per_expert += shape.fc1_width / etp + shape.hidden_size
+    expert_params = local * per_expert
+    shared = shared_expert_shape(hidden_size, moe, gated).weights if moe.shared_expert_ffn_hidden_size else 0
+    router = moe.num_experts * hidden_size + (moe.num_experts if moe.router_bias else 0)
+    dense_params = router + shared / layout.tp
+    return ExpertStaticMemory(
+        experts=static_memory(
+            expert_params, layout.expert_dp, distributed_optimizer, gradient_bytes_per_param
+        ),
+        dense=static_memory(
+            dense_params, layout.dp * layout.cp, distributed_optimizer, gradient_bytes_per_param
+        ),
+        expert_params_per_rank=expert_params,
+        dense_params_per_rank=dense_params,
+    )
+
+
+def expert_gradient_reduce_bytes(
+    hidden_size: int,
+    moe: MoEConfig,
+    layout: ExpertLayout,
+    gated: bool,
+    expert_bias: bool = False,
+    gradient_bytes_per_param: int = 4,
+) -> float:
+    """The buffer each rank reduces over the expert-data-parallel group per step (all-reduce
+    buffer, or the reduce-scatter input with the distributed optimizer): its expert
+    gradients. Dense parameters reduce over dp·cp as in the dense model."""
+    mem = expert_static_memory(hidden_size, moe, layout, gated, False, expert_bias, gradient_bytes_per_param)
+    return mem.expert_params_per_rank * gradient_bytes_per_param
