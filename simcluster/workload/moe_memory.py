@@ -13,7 +13,9 @@ bytes, p the probs' bytes, 8 an int64 index:
     router, sigmoid   T·E·4 + T·k·(8 + 4) + T·4 (k > 1; T·E·4 + T·k·8 at k = 1)
     aux loss          T·E·4                    fp32 softmax over all experts (if enabled)
     capacity mask     T·E                      bool mask the dropped probs are multiplied by
-    permute           R·8·2                    index_select's and the probs gather's indices
+    permute           T·E·8 + R·8              the probs gather's index, a slice of the argsort
+                                               of the [E, T] map (its whole storage stays), and
+                                               index_select's row indices (2·R·8 when padded)
     experts, gated    Re·e·(h + 2f/etp + f/etp) + Re·p    fc1 input, fc1 output, fc2 input, probs
     experts, plain    Re·e·(h + 3f/etp) + Re·p  (+ the activation's output, kept by the probs mul)
     shared experts    T·e·(fc1_s + f_s)         fc1 output and fc2 input, tensor-parallel over tp
@@ -133,8 +135,20 @@ def moe_saved_bytes(
     if moe.shared_expert_ffn_hidden_size and RecomputeModule.SHARED_EXPERTS not in recompute:
         s_shape = shared_expert_shape(h, moe, gated)
         shared = rows.tokens * e * (s_shape.fc1_width + s_shape.ffn_hidden_size)
-    permute = 2.0 * rows.sent * INDEX_BYTES
+    permute = permute_saved_bytes(rows, moe)
     return MoESavedBytes(router_saved_bytes(rows.tokens, moe, aux_loss), permute, experts, shared)
+
+
+def permute_saved_bytes(rows: RoutedRows, moe: MoEConfig) -> float:
+    """moe_utils.py `permute`, argsort path: `flat_sorted` is the first R entries of the
+    argsort of the flattened [E, T] routing map, and `probs.T...[flat_sorted]` keeps that
+    index, a view holding the whole E·T int64 storage; `tokens.index_select(0,
+    sorted_indices)` keeps `sorted_indices = flat_sorted % T`, R int64 (the unpermute's
+    scatter_add keeps a view of the same). Padded to capacity, both indices are new [E, C]
+    tensors, R = C·E each."""
+    if moe.pad_to_capacity:
+        return 2.0 * rows.sent * INDEX_BYTES
+    return (rows.tokens * moe.num_experts + rows.sent) * INDEX_BYTES
 
 
 @dataclass(frozen=True, slots=True)

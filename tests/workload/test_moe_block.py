@@ -191,13 +191,13 @@ def test_router_saved_bytes_by_score():
 
 def test_saved_bytes_by_hand_and_what_recompute_frees():
     """T = 128, R = Re = 256, h = 64, f = 32, shared 16, bf16, SwiGLU:
-    experts 256·2·(64 + 64 + 32) + 256·2; shared 128·2·(32 + 16); permute 256·16."""
+    experts 256·2·(64 + 64 + 32) + 256·2; shared 128·2·(32 + 16); permute (128·8 + 256)·8."""
     lay = ExpertLayout(tp=1, cp=1, dp=4, ep=4)
     rows = routed_rows(128, 1, MOE, lay)
     saved = moe_saved_bytes(rows, 64, MOE, lay, gated=True)
     assert saved.experts == 256 * 2 * 160 + 512
     assert saved.shared == 128 * 2 * 48
-    assert saved.permute == 256 * 16
+    assert saved.permute == (128 * 8 + 256) * 8
     act = moe_saved_bytes(rows, 64, MOE, lay, gated=True, recompute=(RecomputeModule.MOE_ACT,))
     assert saved.total - act.total == 256 * 32 * 2
     shared = moe_saved_bytes(rows, 64, MOE, lay, gated=True, recompute=(RecomputeModule.SHARED_EXPERTS,))

@@ -1,0 +1,190 @@
+"""The MoE MLP block in torch, one rank, as Megatron-core runs it on its unfused path.
+
+Router (gating GEMM, top-k with softmax or sigmoid scores, optional capacity dropping),
+permutation of the routed rows by expert, the experts as grouped matmuls (fc1, weighted
+SwiGLU or activation x probs, fc2), unpermutation, and the shared experts, each step written
+after the Megatron-core function it mirrors (Megatron-LM
+@d98e8a64ddf34856e74b24714e3bedb2f5a39553, megatron/core/transformer/moe/): router.py
+`TopKRouter.routing`, moe_utils.py `topk_routing_with_score_function`,
+`apply_router_token_dropping`, `permute`, `unpermute`, `sort_chunks_by_idxs`,
+token_dispatcher.py `MoEAlltoAllTokenDispatcher` (with ep = etp = 1 the all-to-alls are the
+identity), experts.py `TEGroupedMLP.forward`, fusions/fused_bias_swiglu.py
+`WeightedSwiGLUFunction` / `SwiGLUFunction`, shared_experts.py `SharedExpertMLP`.
+
+Its purpose is the memory check: what autograd keeps here is what
+`workload.moe_memory.moe_saved_bytes` predicts (tests/profiler/test_profiler_moe.py). It
+imports torch and the standard library only (and the torch-free workload config).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from simcluster.config.moe_choices import RouterScore
+from simcluster.workload.moe_config import MoEConfig
+
+
+def _swiglu(y: Tensor) -> Tensor:
+    y1, y2 = torch.chunk(y, 2, -1)
+    return F.silu(y1) * y2
+
+
+def _swiglu_back(g: Tensor, y: Tensor) -> Tensor:
+    """d/dy of silu(y1)·y2 (fused_bias_swiglu.py `swiglu_back`)."""
+    y1, y2 = torch.chunk(y, 2, -1)
+    sig = torch.sigmoid(y1)
+    silu = y1 * sig
+    return torch.cat((g * sig * (1 + y1 * (1 - sig)) * y2, g * silu), -1)
+
+
+class SwiGLUFunction(torch.autograd.Function):
+    """Keeps only its input (`SwiGLUFunction`: the shared experts' fused activation)."""
+
+    @staticmethod
+    def forward(ctx, y: Tensor) -> Tensor:  # type: ignore[override]
+        ctx.save_for_backward(y)
+        return _swiglu(y)
+
+    @staticmethod
+    def backward(ctx, g: Tensor) -> Tensor:  # type: ignore[override]
+        (y,) = ctx.saved_tensors
+        return _swiglu_back(g, y)
+
+
+class WeightedSwiGLUFunction(torch.autograd.Function):
+    """silu(y1)·y2·w, keeping y and w (`WeightedSwiGLUFunction`, the routed experts' fused
+    activation with the routing probability applied)."""
+
+    @staticmethod
+    def forward(ctx, y: Tensor, w: Tensor) -> Tensor:  # type: ignore[override]
+        ctx.save_for_backward(y, w)
+        return (_swiglu(y) * w).to(y.dtype)
+
+    @staticmethod
+    def backward(ctx, g: Tensor) -> tuple[Tensor, Tensor]:  # type: ignore[override]
+        y, w = ctx.saved_tensors
+        grad_y = _swiglu_back(g * w, y).to(y.dtype)
+        grad_w = (_swiglu(y) * g).sum(-1, keepdim=True).to(w.dtype)
+        return grad_y, grad_w
+
+
+def route(logits: Tensor, moe: MoEConfig) -> tuple[Tensor, Tensor]:
+    """`topk_routing_with_score_function` (no pre-softmax, no groups, no expert bias) and
+    `apply_router_token_dropping`: (probs [T, E] zero off the chosen experts, bool map)."""
+    k = moe.router_topk
+    if moe.router_score is RouterScore.SOFTMAX:
+        scores, top = torch.topk(logits, k=k, dim=1)
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
+    else:
+        scores, top = torch.topk(torch.sigmoid(logits.float()), k=k, dim=1)
+        probs = scores / (scores.sum(dim=-1, keepdim=True) + 1e-20) if k > 1 else scores
+    probs = probs.type_as(logits)
+    routing_probs = torch.zeros_like(logits).scatter(1, top, probs)
+    routing_map = torch.zeros_like(logits).int().scatter(1, top, 1).bool()
+    if moe.capacity_factor is None:
+        return routing_probs, routing_map
+    num_tokens, num_experts = logits.shape
+    capacity = math.ceil(num_tokens * k / num_experts * moe.capacity_factor)
+    if capacity > num_tokens:
+        keep = torch.ones_like(routing_map)
+    else:
+        # Megatron takes this top-k of the probs themselves; the graph node it makes dies
+        # with its unused values at once, so it keeps nothing: detached here to match
+        _, kept = torch.topk(routing_probs.detach(), k=capacity, dim=0, sorted=False)
+        keep = torch.zeros_like(routing_probs).scatter(0, kept, 1).bool()
+    if moe.pad_to_capacity:
+        raise NotImplementedError("pad_to_capacity: the padded permutation is not in the torch block")
+    final_map = torch.logical_and(routing_map, keep)
+    return routing_probs * final_map, final_map
+
+
+def permute(
+    tokens: Tensor, routing_map: Tensor, probs: Tensor, num_out: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """moe_utils.py `permute`, the argsort path: rows grouped by expert, and their probs."""
+    num_tokens = tokens.shape[0]
+    flat_sorted = routing_map.bool().T.contiguous().reshape(-1).argsort(descending=True, stable=True)
+    flat_sorted = flat_sorted[:num_out]
+    sorted_indices = flat_sorted % num_tokens
+    permuted_probs = probs.T.contiguous().reshape(-1)[flat_sorted]
+    return tokens.index_select(0, sorted_indices), permuted_probs, sorted_indices
+
+
+def unpermute(rows: Tensor, sorted_indices: Tensor, num_tokens: int) -> Tensor:
+    """moe_utils.py `unpermute` without probs: scatter-add each row back to its token."""
+    hidden = rows.shape[1]
+    out = torch.zeros((num_tokens, hidden), dtype=rows.dtype, device=rows.device)
+    out.scatter_add_(0, sorted_indices.unsqueeze(1).expand(-1, hidden), rows)
+    return out
+
+
+def sort_chunks(rows: Tensor, split_sizes: list[int], order: list[int]) -> Tensor:
+    """moe_utils.py `sort_chunks_by_idxs`, unfused: split and concatenate in `order`."""
+    chunks = torch.split(rows, split_sizes, dim=0)
+    return torch.cat([chunks[i] for i in order], dim=0)
+
+
+class MoEBlock(nn.Module):
+    """Router, routed experts (E, gated by SwiGLU) and shared experts on one rank with
+    ep = etp = tp = 1; x is [T, h]."""
+
+    def __init__(
+        self, hidden_size: int, moe: MoEConfig, dtype: torch.dtype = torch.float32, seed: int = 0
+    ) -> None:
+        super().__init__()
+        gen = torch.Generator().manual_seed(seed)
+        E, h, f, fs = moe.num_experts, hidden_size, moe.ffn_hidden_size, moe.shared_expert_ffn_hidden_size
+
+        def param(*shape: int) -> nn.Parameter:
+            return nn.Parameter((torch.randn(*shape, generator=gen) * 0.1).to(dtype))
+
+        self.moe = moe
+        self.router = param(E, h)
+        self.fc1 = param(E, 2 * f, h)  # TEGroupedMLP: ffn doubled under gated_linear_unit
+        self.fc2 = param(E, h, f)
+        self.shared_fc1 = param(2 * fs, h) if fs else None
+        self.shared_fc2 = param(h, fs) if fs else None
+
+    def experts(self, rows: Tensor, tokens_per_expert: list[int], probs: Tensor) -> Tensor:
+        """TEGroupedMLP: grouped fc1, weighted SwiGLU, grouped fc2 (one GEMM per expert)."""
+        fc1 = torch.cat([F.linear(x, w) for x, w in zip(torch.split(rows, tokens_per_expert), self.fc1)])
+        act = WeightedSwiGLUFunction.apply(fc1, probs.unsqueeze(-1))
+        return torch.cat([F.linear(x, w) for x, w in zip(torch.split(act, tokens_per_expert), self.fc2)])
+
+    def forward(self, x: Tensor) -> Tensor:
+        num_tokens, num_experts = x.shape[0], self.moe.num_experts
+        shared = None
+        if self.shared_fc1 is not None and self.shared_fc2 is not None:
+            shared = F.linear(SwiGLUFunction.apply(F.linear(x, self.shared_fc1)), self.shared_fc2)
+        logits = F.linear(x, self.router)  # router_gating_linear: keeps x
+        probs, routing_map = route(logits, self.moe)
+        tokens_per_expert = routing_map.sum(dim=0).tolist()
+        num_out = (
+            num_tokens * self.moe.router_topk if self.moe.capacity_factor is None else sum(tokens_per_expert)
+        )
+        rows, row_probs, sorted_indices = permute(x, routing_map, probs, num_out)
+        if num_experts > 1:  # dispatch_postprocess sorts by local expert (here: the same order)
+            order = list(range(num_experts))
+            rows = sort_chunks(rows, tokens_per_expert, order)
+            row_probs = sort_chunks(row_probs, tokens_per_expert, order)
+        out_rows = self.experts(rows, tokens_per_expert, row_probs)
+        if num_experts > 1:  # combine_preprocess restores the order
+            out_rows = sort_chunks(out_rows, tokens_per_expert, list(range(num_experts)))
+        out = unpermute(out_rows, sorted_indices, num_tokens)
+        return out + shared if shared is not None else out
+
+    def reference(self, x: Tensor) -> Tensor:
+        """The same function written token by token, for the correctness test."""
+        probs, routing_map = route(F.linear(x, self.router), self.moe)
+        out = torch.zeros_like(x)
+        for t in range(x.shape[0]):
+            for e in torch.nonzero(routing_map[t]).flatten().tolist():
+                hidden = _swiglu(F.linear(x[t], self.fc1[e])) * probs[t, e]
+                out[t] = out[t] + F.linear(hidden, self.fc2[e])
+        if self.shared_fc1 is not None and self.shared_fc2 is not None:
+            out = out + F.linear(_swiglu(F.linear(x, self.shared_fc1)), self.shared_fc2)
+        return out

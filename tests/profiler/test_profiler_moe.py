@@ -1,0 +1,78 @@
+"""The torch MoE block computes the MoE MLP (token-by-token reference) and keeps for backward
+exactly the bytes `workload.moe_memory.moe_saved_bytes` predicts, plus the block input."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from simcluster.profiler.layer.accounting import SavedTensorCounter  # noqa: E402
+from simcluster.profiler.layer.moe import MoEBlock, route  # noqa: E402
+from simcluster.workload.moe import routed_rows  # noqa: E402
+from simcluster.workload.moe_config import ExpertLayout, MoEConfig  # noqa: E402
+from simcluster.workload.moe_memory import moe_saved_bytes  # noqa: E402
+
+H = 16
+CASES = {
+    "softmax top-2, shared": MoEConfig(
+        num_experts=4, router_topk=2, ffn_hidden_size=8, shared_expert_ffn_hidden_size=12
+    ),
+    "sigmoid top-3": MoEConfig(num_experts=8, router_topk=3, ffn_hidden_size=8, router_score="sigmoid"),
+    "sigmoid top-1": MoEConfig(num_experts=4, router_topk=1, ffn_hidden_size=8, router_score="sigmoid"),
+    "one expert": MoEConfig(num_experts=1, router_topk=1, ffn_hidden_size=8),
+    "capacity 1.0": MoEConfig(num_experts=4, router_topk=2, ffn_hidden_size=8, capacity_factor=1.0),
+    "capacity 4.0": MoEConfig(num_experts=4, router_topk=2, ffn_hidden_size=8, capacity_factor=4.0),
+}
+
+
+def measure(
+    moe: MoEConfig, tokens: int, dtype: torch.dtype
+) -> tuple[int, torch.Tensor, MoEBlock, torch.Tensor]:
+    """Bytes autograd keeps for one forward of the block (parameters excluded), its output,
+    the block and its input."""
+    block = MoEBlock(H, moe, dtype=dtype, seed=1)
+    x = (torch.randn(tokens, H, generator=torch.Generator().manual_seed(2)) * 0.5).to(dtype).requires_grad_()
+    with SavedTensorCounter(block) as counter:
+        out = block(x)
+    return counter.result().total_bytes, out, block, x
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_saved_bytes_equal_the_formula(name, dtype):
+    """Measured saved bytes == formula (T = 24 tokens, h = 16) + the input T·h·e. Under a
+    capacity factor the formula takes the rows the router actually kept."""
+    moe = CASES[name]
+    tokens, e = 24, torch.tensor([], dtype=dtype).element_size()
+    measured, out, block, x = measure(moe, tokens, dtype)
+    layout = ExpertLayout(tp=1, cp=1, dp=1)
+    rows = routed_rows(tokens, 1, moe, layout)
+    if moe.capacity_factor is not None:  # the drops depend on the routing: count them
+        _, kept = route(torch.nn.functional.linear(x.detach(), block.router), moe)
+        n = float(kept.sum())
+        rows = type(rows)(rows.tokens, n, n, n, n, n, rows.capacity)
+    formula = moe_saved_bytes(rows, H, moe, layout, gated=True, element_bytes=e, probs_bytes=e, busiest=False)
+    assert measured == formula.total + tokens * H * e
+
+
+@pytest.mark.parametrize("name", ["softmax top-2, shared", "sigmoid top-3", "capacity 1.0"])
+def test_output_and_gradients_match_the_token_by_token_layer(name):
+    moe = CASES[name]
+    block = MoEBlock(H, moe, seed=3)
+    x = torch.randn(24, H, generator=torch.Generator().manual_seed(4), requires_grad=True)
+    out = block(x)
+    ref = block.reference(x)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+    weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(5))
+    grads = torch.autograd.grad((out * weights).sum(), [x, *block.parameters()])
+    ref_grads = torch.autograd.grad((ref * weights).sum(), [x, *block.parameters()])
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_capacity_one_drops_tokens_here():
+    """The capacity case must really drop (else it would test nothing new): C = 12 per expert."""
+    moe = CASES["capacity 1.0"]
+    block = MoEBlock(H, moe, seed=1)
+    x = (torch.randn(24, H, generator=torch.Generator().manual_seed(2)) * 0.5).requires_grad_()
+    _, kept = route(torch.nn.functional.linear(x.detach(), block.router), moe)
+    assert int(kept.sum()) < 24 * 2
