@@ -5,8 +5,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from simcluster.profiler.bench.launch import run_distributed  # noqa: E402
 from simcluster.profiler.layer.accounting import SavedTensorCounter  # noqa: E402
-from simcluster.profiler.layer.moe import MoEBlock, route  # noqa: E402
+from simcluster.profiler.layer.moe import MoEBlock, ep_check, route  # noqa: E402
 from simcluster.workload.moe import routed_rows  # noqa: E402
 from simcluster.workload.moe_config import ExpertLayout, MoEConfig  # noqa: E402
 from simcluster.workload.moe_memory import moe_saved_bytes  # noqa: E402
@@ -76,3 +77,40 @@ def test_capacity_one_drops_tokens_here():
     x = (torch.randn(24, H, generator=torch.Generator().manual_seed(2)) * 0.5).requires_grad_()
     _, kept = route(torch.nn.functional.linear(x.detach(), block.router), moe)
     assert int(kept.sum()) < 24 * 2
+
+
+EP_CASES = [
+    (H, MoEConfig(num_experts=4, router_topk=2, ffn_hidden_size=8, shared_expert_ffn_hidden_size=12), 20),
+    (H, MoEConfig(num_experts=2, router_topk=1, ffn_hidden_size=8, router_score="sigmoid"), 20),
+]
+
+
+@pytest.fixture(scope="module")
+def ep2():
+    """Two gloo ranks, each running every EP case (one spawn: it costs seconds)."""
+    return run_distributed(ep_check, 2, EP_CASES)
+
+
+def test_expert_parallel_equals_serial(ep2):
+    """ep = 2 over gloo all-to-all (2 local experts, then 1): output, input gradient, expert
+    gradients and the summed dense gradients equal the serial block's on all tokens."""
+    for per_rank in ep2:
+        for result in per_rank:
+            for name, value in result.items():
+                if name.endswith("grad") or name == "output":
+                    assert value < 1e-5, (name, value)
+
+
+def test_expert_parallel_saved_bytes_equal_the_formula(ep2):
+    """Each rank keeps the formula's bytes for its T tokens, R sent and Re computed rows."""
+    layout = ExpertLayout(tp=1, cp=1, dp=2, ep=2)
+    for per_rank in ep2:
+        for (hidden, moe, tokens), result in zip(EP_CASES, per_rank):
+            rows = routed_rows(tokens, 1, moe, layout)
+            sent, computed = result["sent"], result["computed"]
+            rows = type(rows)(tokens, sent, computed, computed, computed, computed, None)
+            formula = moe_saved_bytes(rows, hidden, moe, layout, gated=True, element_bytes=4, probs_bytes=4)
+            assert result["saved_bytes"] == formula.total + tokens * hidden * 4
+    # the ranks' experts computed all routed rows between them
+    computed = [result["computed"] for result in (per_rank[0] for per_rank in ep2)]
+    assert sum(computed) == 2 * 20 * 2

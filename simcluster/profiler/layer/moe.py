@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -70,6 +71,24 @@ class WeightedSwiGLUFunction(torch.autograd.Function):
         grad_y = _swiglu_back(g * w, y).to(y.dtype)
         grad_w = (_swiglu(y) * g).sum(-1, keepdim=True).to(w.dtype)
         return grad_y, grad_w
+
+
+class AllToAll(torch.autograd.Function):
+    """Megatron's `all_to_all` (tensor_parallel/mappings.py `_AllToAll`): rows to every rank
+    of the group by `input_splits`, received by `output_splits`; the backward sends the
+    gradients back with the splits swapped. Keeps no tensor."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, output_splits: list[int], input_splits: list[int]) -> Tensor:  # type: ignore[override]
+        ctx.splits = (output_splits, input_splits)
+        out = x.new_empty((sum(output_splits), *x.shape[1:]))
+        dist.all_to_all_single(out, x.contiguous(), output_splits, input_splits)
+        return out
+
+    @staticmethod
+    def backward(ctx, g: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
+        output_splits, input_splits = ctx.splits
+        return AllToAll.apply(g, input_splits, output_splits), None, None
 
 
 def route(logits: Tensor, moe: MoEConfig) -> tuple[Tensor, Tensor]:
@@ -129,25 +148,39 @@ def sort_chunks(rows: Tensor, split_sizes: list[int], order: list[int]) -> Tenso
 
 
 class MoEBlock(nn.Module):
-    """Router, routed experts (E, gated by SwiGLU) and shared experts on one rank with
-    ep = etp = tp = 1; x is [T, h]."""
+    """Router, routed experts (gated by SwiGLU) and shared experts on one rank of an
+    expert-parallel group of `ep_size` (tp = etp = 1; the default torch.distributed group
+    when ep_size > 1); x is the rank's [T, h] tokens."""
 
     def __init__(
-        self, hidden_size: int, moe: MoEConfig, dtype: torch.dtype = torch.float32, seed: int = 0
+        self,
+        hidden_size: int,
+        moe: MoEConfig,
+        dtype: torch.dtype = torch.float32,
+        seed: int = 0,
+        ep_rank: int = 0,
+        ep_size: int = 1,
     ) -> None:
         super().__init__()
         gen = torch.Generator().manual_seed(seed)
         E, h, f, fs = moe.num_experts, hidden_size, moe.ffn_hidden_size, moe.shared_expert_ffn_hidden_size
+        if E % ep_size:
+            raise ValueError(f"num_experts={E} is not divisible by ep={ep_size}")
 
         def param(*shape: int) -> nn.Parameter:
             return nn.Parameter((torch.randn(*shape, generator=gen) * 0.1).to(dtype))
 
-        self.moe = moe
+        self.moe, self.ep_rank, self.ep_size = moe, ep_rank, ep_size
+        self.num_local_experts = E // ep_size
+        local = slice(ep_rank * self.num_local_experts, (ep_rank + 1) * self.num_local_experts)
         self.router = param(E, h)
-        self.fc1 = param(E, 2 * f, h)  # TEGroupedMLP: ffn doubled under gated_linear_unit
-        self.fc2 = param(E, h, f)
+        # every rank draws all experts (the serial block's weights) and keeps its own;
+        # fc1 is 2f wide: TEGroupedMLP doubles the ffn under gated_linear_unit
+        self.fc1 = nn.Parameter(param(E, 2 * f, h).detach()[local].clone())
+        self.fc2 = nn.Parameter(param(E, h, f).detach()[local].clone())
         self.shared_fc1 = param(2 * fs, h) if fs else None
         self.shared_fc2 = param(h, fs) if fs else None
+        self.last_rows: tuple[int, int] = (0, 0)  # (rows sent, rows its experts computed)
 
     def experts(self, rows: Tensor, tokens_per_expert: list[int], probs: Tensor) -> Tensor:
         """TEGroupedMLP: grouped fc1, weighted SwiGLU, grouped fc2 (one GEMM per expert)."""
@@ -156,29 +189,53 @@ class MoEBlock(nn.Module):
         return torch.cat([F.linear(x, w) for x, w in zip(torch.split(act, tokens_per_expert), self.fc2)])
 
     def forward(self, x: Tensor) -> Tensor:
-        num_tokens, num_experts = x.shape[0], self.moe.num_experts
+        num_tokens, num_local = x.shape[0], self.num_local_experts
         shared = None
         if self.shared_fc1 is not None and self.shared_fc2 is not None:
             shared = F.linear(SwiGLUFunction.apply(F.linear(x, self.shared_fc1)), self.shared_fc2)
         logits = F.linear(x, self.router)  # router_gating_linear: keeps x
         probs, routing_map = route(logits, self.moe)
-        tokens_per_expert = routing_map.sum(dim=0).tolist()
+        local_counts = routing_map.sum(dim=0)
         num_out = (
-            num_tokens * self.moe.router_topk if self.moe.capacity_factor is None else sum(tokens_per_expert)
+            num_tokens * self.moe.router_topk if self.moe.capacity_factor is None else int(local_counts.sum())
         )
         rows, row_probs, sorted_indices = permute(x, routing_map, probs, num_out)
-        if num_experts > 1:  # dispatch_postprocess sorts by local expert (here: the same order)
-            order = list(range(num_experts))
-            rows = sort_chunks(rows, tokens_per_expert, order)
-            row_probs = sort_chunks(row_probs, tokens_per_expert, order)
+        counts, send, recv = self._exchange_counts(local_counts)  # counts[source][local expert]
+        if send is not None and recv is not None:  # token_dispatch: tokens and probs over EP
+            rows, row_probs = AllToAll.apply(rows, recv, send), AllToAll.apply(row_probs, recv, send)
+        sources = range(len(counts))
+        tokens_per_expert = [sum(counts[s][j] for s in sources) for j in range(num_local)]
+        if num_local > 1:  # dispatch_postprocess: sort the [source, expert] chunks by expert
+            split = [counts[s][j] for s in sources for j in range(num_local)]
+            order = [s * num_local + j for j in range(num_local) for s in sources]
+            rows, row_probs = sort_chunks(rows, split, order), sort_chunks(row_probs, split, order)
         out_rows = self.experts(rows, tokens_per_expert, row_probs)
-        if num_experts > 1:  # combine_preprocess restores the order
-            out_rows = sort_chunks(out_rows, tokens_per_expert, list(range(num_experts)))
+        if num_local > 1:  # combine_preprocess: back to [source, expert]
+            split = [counts[s][j] for j in range(num_local) for s in sources]
+            order = [j * len(counts) + s for s in sources for j in range(num_local)]
+            out_rows = sort_chunks(out_rows, split, order)
+        if send is not None and recv is not None:  # token_combine
+            out_rows = AllToAll.apply(out_rows, send, recv)
+        self.last_rows = (num_out, sum(tokens_per_expert))
         out = unpermute(out_rows, sorted_indices, num_tokens)
         return out + shared if shared is not None else out
 
+    def _exchange_counts(
+        self, local_counts: Tensor
+    ) -> tuple[list[list[int]], list[int] | None, list[int] | None]:
+        """`MoEAlltoAllTokenDispatcher.preprocess`: every source rank's tokens per local
+        expert (all-gathered over EP), the rows this rank sends to and receives from each."""
+        if self.ep_size == 1:
+            return [local_counts.tolist()], None, None
+        gathered = [torch.zeros_like(local_counts) for _ in range(self.ep_size)]
+        dist.all_gather(gathered, local_counts)
+        lo = self.ep_rank * self.num_local_experts
+        counts = [g[lo : lo + self.num_local_experts].tolist() for g in gathered]
+        send = local_counts.reshape(self.ep_size, self.num_local_experts).sum(dim=1).tolist()
+        return counts, send, [sum(c) for c in counts]
+
     def reference(self, x: Tensor) -> Tensor:
-        """The same function written token by token, for the correctness test."""
+        """The same function written token by token, for the correctness test (ep = 1)."""
         probs, routing_map = route(F.linear(x, self.router), self.moe)
         out = torch.zeros_like(x)
         for t in range(x.shape[0]):
@@ -188,3 +245,55 @@ class MoEBlock(nn.Module):
         if self.shared_fc1 is not None and self.shared_fc2 is not None:
             out = out + F.linear(_swiglu(F.linear(x, self.shared_fc1)), self.shared_fc2)
         return out
+
+
+def ep_check(comm: object, cases: list[tuple[int, MoEConfig, int]]) -> list[dict[str, float]]:
+    """One rank of an expert-parallel group (the default torch.distributed group, e.g.
+    `profiler.bench.launch.run_distributed(ep_check, ep, cases)`): for each (hidden size,
+    dropless MoE, tokens per rank), the EP block against the serial block on all ranks'
+    tokens. Returns the largest differences of output, input gradient, this rank's expert
+    gradients and the summed router / shared-expert gradients, the bytes the EP block kept
+    for backward, and its rows (sent, computed by its experts)."""
+    del comm
+    from simcluster.profiler.layer.accounting import SavedTensorCounter
+
+    rank, ep = dist.get_rank(), dist.get_world_size()
+    results = []
+    for hidden, moe, tokens in cases:
+        gen = torch.Generator().manual_seed(7)
+        inputs = torch.randn(ep * tokens, hidden, generator=gen)
+        weights = torch.randn(ep * tokens, hidden, generator=gen)
+        serial = MoEBlock(hidden, moe, seed=3)
+        x_all = inputs.clone().requires_grad_()
+        y_all = serial(x_all)
+        (y_all * weights).sum().backward()
+        block = MoEBlock(hidden, moe, seed=3, ep_rank=rank, ep_size=ep)
+        mine = slice(rank * tokens, (rank + 1) * tokens)
+        x = inputs[mine].clone().requires_grad_()
+        with SavedTensorCounter(block) as counter:
+            y = block(x)
+        (y * weights[mine]).sum().backward()
+        local = slice(rank * block.num_local_experts, (rank + 1) * block.num_local_experts)
+        errors = {
+            "output": (y - y_all[mine]).abs().max().item(),
+            "input_grad": (_grad(x) - _grad(x_all)[mine]).abs().max().item(),
+            "fc1_grad": (_grad(block.fc1) - _grad(serial.fc1)[local]).abs().max().item(),
+            "fc2_grad": (_grad(block.fc2) - _grad(serial.fc2)[local]).abs().max().item(),
+        }
+        for name in ("router", "shared_fc1", "shared_fc2"):
+            mine_p, all_p = getattr(block, name), getattr(serial, name)
+            if mine_p is not None and all_p is not None:
+                summed = _grad(mine_p).clone()
+                dist.all_reduce(summed)  # the data-parallel gradient reduction of a dense parameter
+                errors[f"{name}_grad"] = (summed - _grad(all_p)).abs().max().item()
+        sent, computed = block.last_rows
+        results.append(
+            errors | {"saved_bytes": counter.result().total_bytes, "sent": sent, "computed": computed}
+        )
+    return results
+
+
+def _grad(t: Tensor) -> Tensor:
+    if t.grad is None:
+        raise RuntimeError("no gradient reached this tensor")
+    return t.grad
