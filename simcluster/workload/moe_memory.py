@@ -11,7 +11,8 @@ bytes, p the probs' bytes, 8 an int64 index:
 
     router, softmax   T·k·(8 + 4)              topk indices; fp32 softmax of the k logits
     router, sigmoid   T·E·4 + T·k·(8 + 4) + T·4 (k > 1; T·E·4 + T·k·8 at k = 1)
-    aux loss          T·E·4                    fp32 softmax over all experts (if enabled)
+    aux loss          T·E·4 + E·8 + 4          fp32 scores over all experts, token counts,
+                                               the loss (+ T·4 sigmoid's normaliser)
     capacity mask     T·E                      bool mask the dropped probs are multiplied by
     permute           T·E·8 + R·8              the probs gather's index, a slice of the argsort
                                                of the [E, T] map (its whole storage stays), and
@@ -86,8 +87,10 @@ def router_saved_bytes(tokens: float, moe: MoEConfig, aux_loss: bool = False) ->
     """router.py `TopKRouter.routing` -> moe_utils.py `topk_routing_with_score_function`
     (no pre-softmax, unfused): softmax keeps the topk indices (int64) and its fp32 output
     [T, k]; sigmoid keeps its fp32 output [T, E], the gather's indices, and the division's
-    fp32 numerator [T, k] and denominator [T, 1] (no division at k = 1). The aux loss's
-    `compute_routing_scores_for_aux_loss` keeps a fp32 softmax [T, E]; with a capacity
+    fp32 numerator [T, k] and denominator [T, 1] (no division at k = 1). The aux loss
+    (`compute_routing_scores_for_aux_loss`, `switch_load_balancing_loss_func`,
+    `MoEAuxLossAutoScaler`) keeps the fp32 scores [T, E] (softmax; or sigmoid and its [T, 1]
+    normaliser), the int64 tokens per expert [E] and the 0-d loss; with a capacity
     factor (not padded) `apply_router_token_dropping` multiplies the probs by a bool mask
     [T, E], which the product keeps."""
     t, k, E = tokens, moe.router_topk, moe.num_experts
@@ -97,7 +100,11 @@ def router_saved_bytes(tokens: float, moe: MoEConfig, aux_loss: bool = False) ->
         scores = t * E * FP32_BYTES + t * k * (INDEX_BYTES + FP32_BYTES) + t * FP32_BYTES
     else:
         scores = t * E * FP32_BYTES + t * k * INDEX_BYTES
-    aux = t * E * FP32_BYTES if aux_loss else 0.0
+    aux = 0.0
+    if aux_loss:  # the scores, the token counts (int64) the loss multiplies, the loss itself
+        aux = t * E * FP32_BYTES + E * INDEX_BYTES + FP32_BYTES
+        if moe.router_score is RouterScore.SIGMOID:
+            aux += t * FP32_BYTES  # the normalising denominator
     mask = t * E * MASK_BYTES if moe.capacity_factor is not None and not moe.pad_to_capacity else 0.0
     return scores + aux + mask
 

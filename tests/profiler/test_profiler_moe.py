@@ -10,7 +10,7 @@ from simcluster.profiler.layer.accounting import SavedTensorCounter  # noqa: E40
 from simcluster.profiler.layer.moe import MoEBlock, ep_check, route  # noqa: E402
 from simcluster.workload.moe import routed_rows  # noqa: E402
 from simcluster.workload.moe_config import ExpertLayout, MoEConfig  # noqa: E402
-from simcluster.workload.moe_memory import moe_saved_bytes  # noqa: E402
+from simcluster.workload.moe_memory import RecomputeModule, moe_saved_bytes  # noqa: E402
 
 H = 16
 CASES = {
@@ -26,47 +26,75 @@ CASES = {
 
 
 def measure(
-    moe: MoEConfig, tokens: int, dtype: torch.dtype
+    moe: MoEConfig, tokens: int, dtype: torch.dtype, **options: object
 ) -> tuple[int, torch.Tensor, MoEBlock, torch.Tensor]:
     """Bytes autograd keeps for one forward of the block (parameters excluded), its output,
     the block and its input."""
-    block = MoEBlock(H, moe, dtype=dtype, seed=1)
+    block = MoEBlock(H, moe, dtype=dtype, seed=1, **options)  # type: ignore[arg-type]
     x = (torch.randn(tokens, H, generator=torch.Generator().manual_seed(2)) * 0.5).to(dtype).requires_grad_()
     with SavedTensorCounter(block) as counter:
         out = block(x)
     return counter.result().total_bytes, out, block, x
 
 
+OPTIONS = {
+    "plain": {},
+    "aux loss": {"aux_loss_coeff": 0.01},
+    "moe_act recompute": {"recompute_moe_act": True},
+}
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_saved_bytes_equal_the_formula(name, dtype):
-    """Measured saved bytes == formula (T = 24 tokens, h = 16) + the input T·h·e. Under a
-    capacity factor the formula takes the rows the router actually kept."""
+@pytest.mark.parametrize("option", sorted(OPTIONS))
+def test_saved_bytes_equal_the_formula(name, dtype, option):
+    """Measured saved bytes == formula (T = 24 tokens, h = 16) + the input T·h·e, with and
+    without the aux loss and moe_act recompute. Under a capacity factor the formula takes
+    the rows the router actually kept."""
     moe = CASES[name]
     tokens, e = 24, torch.tensor([], dtype=dtype).element_size()
-    measured, out, block, x = measure(moe, tokens, dtype)
+    measured, out, block, x = measure(moe, tokens, dtype, **OPTIONS[option])
     layout = ExpertLayout(tp=1, cp=1, dp=1)
     rows = routed_rows(tokens, 1, moe, layout)
     if moe.capacity_factor is not None:  # the drops depend on the routing: count them
         _, kept = route(torch.nn.functional.linear(x.detach(), block.router), moe)
         n = float(kept.sum())
         rows = type(rows)(rows.tokens, n, n, n, n, n, rows.capacity)
-    formula = moe_saved_bytes(rows, H, moe, layout, gated=True, element_bytes=e, probs_bytes=e, busiest=False)
+    recompute = (RecomputeModule.MOE_ACT,) if block.recompute_moe_act else ()
+    formula = moe_saved_bytes(
+        rows,
+        H,
+        moe,
+        layout,
+        gated=True,
+        element_bytes=e,
+        probs_bytes=e,
+        aux_loss=block.aux_loss_coeff > 0,
+        recompute=recompute,
+        busiest=False,
+    )
     assert measured == formula.total + tokens * H * e
 
 
 @pytest.mark.parametrize("name", ["softmax top-2, shared", "sigmoid top-3", "capacity 1.0"])
-def test_output_and_gradients_match_the_token_by_token_layer(name):
+@pytest.mark.parametrize("recompute_moe_act", [False, True])
+def test_output_and_gradients_match_the_token_by_token_layer(name, recompute_moe_act):
+    """Output and every gradient equal the token-by-token MoE, moe_act recomputed or not."""
     moe = CASES[name]
-    block = MoEBlock(H, moe, seed=3)
+    block = MoEBlock(H, moe, seed=3, recompute_moe_act=recompute_moe_act)
     x = torch.randn(24, H, generator=torch.Generator().manual_seed(4), requires_grad=True)
     out = block(x)
     ref = block.reference(x)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
     weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(5))
-    grads = torch.autograd.grad((out * weights).sum(), [x, *block.parameters()])
-    ref_grads = torch.autograd.grad((ref * weights).sum(), [x, *block.parameters()])
-    for got, want in zip(grads, ref_grads):
+    tensors = [x, *block.parameters()]
+    grads = []
+    for result in (out, ref):  # .backward(): torch's reentrant checkpoint refuses autograd.grad
+        for t in tensors:
+            t.grad = None
+        (result * weights).sum().backward()
+        grads.append([t.grad for t in tensors])
+    for got, want in zip(*grads):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
 
 
@@ -114,3 +142,15 @@ def test_expert_parallel_saved_bytes_equal_the_formula(ep2):
     # the ranks' experts computed all routed rows between them
     computed = [result["computed"] for result in (per_rank[0] for per_rank in ep2)]
     assert sum(computed) == 2 * 20 * 2
+
+
+def test_aux_loss_reaches_the_router():
+    """The aux loss is attached to the probs: with it the router's gradient changes."""
+    moe = CASES["softmax top-2, shared"]
+    x = torch.randn(24, H, generator=torch.Generator().manual_seed(4))
+    grads = []
+    for coeff in (0.0, 1.0):
+        block = MoEBlock(H, moe, seed=3, aux_loss_coeff=coeff)
+        block(x).sum().backward()
+        grads.append(block.router.grad)
+    assert not torch.allclose(grads[0], grads[1])

@@ -179,13 +179,14 @@ def test_permute_bytes_by_hand():
 
 
 def test_router_saved_bytes_by_score():
-    """T = 10, k = 2, E = 8: softmax 10·2·12; sigmoid 10·8·4 + 10·2·12 + 10·4; aux + T·E·4;
-    a capacity factor adds the bool mask T·E."""
+    """T = 10, k = 2, E = 8: softmax 10·2·12; sigmoid 10·8·4 + 10·2·12 + 10·4; the aux loss
+    adds T·E·4 + E·8 + 4 (and T·4 with sigmoid); a capacity factor the bool mask T·E."""
     assert router_saved_bytes(10, MOE) == 240
     sigmoid = MoEConfig(8, 2, 32, router_score=RouterScore.SIGMOID)
     assert router_saved_bytes(10, sigmoid) == 320 + 240 + 40
     assert router_saved_bytes(10, MoEConfig(8, 1, 32, router_score="sigmoid")) == 320 + 80
-    assert router_saved_bytes(10, MOE, aux_loss=True) == 240 + 320
+    assert router_saved_bytes(10, MOE, aux_loss=True) == 240 + 320 + 64 + 4
+    assert router_saved_bytes(10, sigmoid, aux_loss=True) == 600 + 320 + 64 + 4 + 40
     assert router_saved_bytes(10, MoEConfig(8, 2, 32, capacity_factor=1.0)) == 240 + 80
 
 

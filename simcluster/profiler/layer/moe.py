@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from simcluster.config.moe_choices import RouterScore
 from simcluster.workload.moe_config import MoEConfig
@@ -91,9 +92,45 @@ class AllToAll(torch.autograd.Function):
         return AllToAll.apply(g, input_splits, output_splits), None, None
 
 
-def route(logits: Tensor, moe: MoEConfig) -> tuple[Tensor, Tensor]:
-    """`topk_routing_with_score_function` (no pre-softmax, no groups, no expert bias) and
-    `apply_router_token_dropping`: (probs [T, E] zero off the chosen experts, bool map)."""
+class AuxLossAutoScaler(torch.autograd.Function):
+    """moe_utils.py `MoEAuxLossAutoScaler`: passes the probs through, keeps the aux loss and
+    gives it gradient 1 in backward."""
+
+    @staticmethod
+    def forward(ctx, probs: Tensor, aux_loss: Tensor) -> Tensor:  # type: ignore[override]
+        ctx.save_for_backward(aux_loss)
+        return probs
+
+    @staticmethod
+    def backward(ctx, g: Tensor) -> tuple[Tensor, Tensor]:  # type: ignore[override]
+        (aux_loss,) = ctx.saved_tensors
+        return g, torch.ones_like(aux_loss)
+
+
+def attach_aux_loss(logits: Tensor, probs: Tensor, moe: MoEConfig, coeff: float) -> Tensor:
+    """router.py `_apply_aux_loss` with tp = cp = 1: `compute_routing_scores_for_aux_loss`
+    (fp32 softmax, or sigmoid normalised to sum 1, over all experts; their top-k for the
+    token counts) and `switch_load_balancing_loss_func`, attached to the probs."""
+    k, num_tokens, num_experts = moe.router_topk, logits.shape[0], moe.num_experts
+    if moe.router_score is RouterScore.SOFTMAX:
+        scores = torch.softmax(logits, dim=-1, dtype=torch.float32)
+    else:
+        sig = torch.sigmoid(logits.float())
+        scores = sig / (sig.sum(dim=-1, keepdim=True) + 1e-20)
+    # Megatron takes this top-k of the scores themselves; the node dies with its unused
+    # values at once, keeping nothing: detached here to match
+    _, top = torch.topk(scores.detach(), k=k, dim=1)
+    tokens_per_expert = torch.zeros_like(logits).int().scatter(1, top, 1).bool().sum(dim=0)
+    loss = torch.sum(scores.sum(dim=0) * tokens_per_expert) * (
+        num_experts * coeff / (k * num_tokens * num_tokens)
+    )
+    return AuxLossAutoScaler.apply(probs, loss)
+
+
+def route(logits: Tensor, moe: MoEConfig, aux_loss_coeff: float = 0.0) -> tuple[Tensor, Tensor]:
+    """`topk_routing_with_score_function` (no pre-softmax, no groups, no expert bias),
+    `apply_router_token_dropping` and, with a coefficient, the aux loss: (probs [T, E] zero
+    off the chosen experts, bool map)."""
     k = moe.router_topk
     if moe.router_score is RouterScore.SOFTMAX:
         scores, top = torch.topk(logits, k=k, dim=1)
@@ -105,7 +142,7 @@ def route(logits: Tensor, moe: MoEConfig) -> tuple[Tensor, Tensor]:
     routing_probs = torch.zeros_like(logits).scatter(1, top, probs)
     routing_map = torch.zeros_like(logits).int().scatter(1, top, 1).bool()
     if moe.capacity_factor is None:
-        return routing_probs, routing_map
+        return _with_aux_loss(logits, routing_probs, moe, aux_loss_coeff), routing_map
     num_tokens, num_experts = logits.shape
     capacity = math.ceil(num_tokens * k / num_experts * moe.capacity_factor)
     if capacity > num_tokens:
@@ -118,7 +155,11 @@ def route(logits: Tensor, moe: MoEConfig) -> tuple[Tensor, Tensor]:
     if moe.pad_to_capacity:
         raise NotImplementedError("pad_to_capacity: the padded permutation is not in the torch block")
     final_map = torch.logical_and(routing_map, keep)
-    return routing_probs * final_map, final_map
+    return _with_aux_loss(logits, routing_probs * final_map, moe, aux_loss_coeff), final_map
+
+
+def _with_aux_loss(logits: Tensor, probs: Tensor, moe: MoEConfig, coeff: float) -> Tensor:
+    return attach_aux_loss(logits, probs, moe, coeff) if coeff > 0 else probs
 
 
 def permute(
@@ -160,6 +201,8 @@ class MoEBlock(nn.Module):
         seed: int = 0,
         ep_rank: int = 0,
         ep_size: int = 1,
+        aux_loss_coeff: float = 0.0,
+        recompute_moe_act: bool = False,
     ) -> None:
         super().__init__()
         gen = torch.Generator().manual_seed(seed)
@@ -171,6 +214,7 @@ class MoEBlock(nn.Module):
             return nn.Parameter((torch.randn(*shape, generator=gen) * 0.1).to(dtype))
 
         self.moe, self.ep_rank, self.ep_size = moe, ep_rank, ep_size
+        self.aux_loss_coeff, self.recompute_moe_act = aux_loss_coeff, recompute_moe_act
         self.num_local_experts = E // ep_size
         local = slice(ep_rank * self.num_local_experts, (ep_rank + 1) * self.num_local_experts)
         self.router = param(E, h)
@@ -183,8 +227,17 @@ class MoEBlock(nn.Module):
         self.last_rows: tuple[int, int] = (0, 0)  # (rows sent, rows its experts computed)
 
     def experts(self, rows: Tensor, tokens_per_expert: list[int], probs: Tensor) -> Tensor:
-        """TEGroupedMLP: grouped fc1, weighted SwiGLU, grouped fc2 (one GEMM per expert)."""
+        """TEGroupedMLP: grouped fc1, weighted SwiGLU, grouped fc2 (one GEMM per expert).
+        With `recompute_moe_act` (`--recompute-modules moe_act`) the activation's output is
+        not kept: only the fc1 output and probs stay, as under Megatron's
+        `CheckpointWithoutOutput` (torch's checkpoint re-runs fc2 too; the bytes are the same)."""
         fc1 = torch.cat([F.linear(x, w) for x, w in zip(torch.split(rows, tokens_per_expert), self.fc1)])
+        if self.recompute_moe_act:
+            out: Tensor = checkpoint(self._act_fc2, fc1, probs, tokens_per_expert, use_reentrant=True)
+            return out
+        return self._act_fc2(fc1, probs, tokens_per_expert)
+
+    def _act_fc2(self, fc1: Tensor, probs: Tensor, tokens_per_expert: list[int]) -> Tensor:
         act = WeightedSwiGLUFunction.apply(fc1, probs.unsqueeze(-1))
         return torch.cat([F.linear(x, w) for x, w in zip(torch.split(act, tokens_per_expert), self.fc2)])
 
@@ -194,7 +247,7 @@ class MoEBlock(nn.Module):
         if self.shared_fc1 is not None and self.shared_fc2 is not None:
             shared = F.linear(SwiGLUFunction.apply(F.linear(x, self.shared_fc1)), self.shared_fc2)
         logits = F.linear(x, self.router)  # router_gating_linear: keeps x
-        probs, routing_map = route(logits, self.moe)
+        probs, routing_map = route(logits, self.moe, self.aux_loss_coeff)
         local_counts = routing_map.sum(dim=0)
         num_out = (
             num_tokens * self.moe.router_topk if self.moe.capacity_factor is None else int(local_counts.sum())
