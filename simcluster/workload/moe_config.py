@@ -107,6 +107,12 @@ class MoEConfig:
                 f"{owner}.router_group_topk={group_topk} is not allowed: it must be <= "
                 f"router_num_groups={groups}"
             )
+        if group_topk > self.router_topk:  # a group is scored by its top router_topk // group_topk
+            raise ValueError(
+                f"{owner}.router_group_topk={group_topk} is not allowed: it must be <= "
+                f"router_topk={self.router_topk} (each group is scored by its top "
+                "router_topk // router_group_topk experts)"
+            )
         if group_topk * (self.num_experts // groups) < self.router_topk:
             raise ValueError(
                 f"{owner}.router_group_topk={group_topk} is not allowed: {group_topk} groups of "

@@ -14,6 +14,7 @@ bytes, p the probs' bytes, 8 an int64 index:
     aux loss          T·E·4 + E·8 + 4          fp32 scores over all experts, token counts,
                                                the loss (+ T·4 sigmoid's normaliser)
     capacity mask     T·E                      bool mask the dropped probs are multiplied by
+    group-limited     T·G·(k/gk)·8 + T·E       per-group top indices, the masked_fill mask
     permute           T·E·8 + R·8              the probs gather's index, a slice of the argsort
                                                of the [E, T] map (its whole storage stays), and
                                                index_select's row indices (2·R·8 when padded)
@@ -92,7 +93,9 @@ def router_saved_bytes(tokens: float, moe: MoEConfig, aux_loss: bool = False) ->
     `MoEAuxLossAutoScaler`) keeps the fp32 scores [T, E] (softmax; or sigmoid and its [T, 1]
     normaliser), the int64 tokens per expert [E] and the 0-d loss; with a capacity
     factor (not padded) `apply_router_token_dropping` multiplies the probs by a bool mask
-    [T, E], which the product keeps."""
+    [T, E], which the product keeps. Group-limited routing (`group_limited_topk`) keeps the
+    indices of each group's top k/group_topk scores [T, G, k/group_topk] (int64) and the bool
+    mask of the experts outside the chosen groups [T, E] (`masked_fill`)."""
     t, k, E = tokens, moe.router_topk, moe.num_experts
     if moe.router_score is RouterScore.SOFTMAX:
         scores = t * k * (INDEX_BYTES + FP32_BYTES)
@@ -106,7 +109,11 @@ def router_saved_bytes(tokens: float, moe: MoEConfig, aux_loss: bool = False) ->
         if moe.router_score is RouterScore.SIGMOID:
             aux += t * FP32_BYTES  # the normalising denominator
     mask = t * E * MASK_BYTES if moe.capacity_factor is not None and not moe.pad_to_capacity else 0.0
-    return scores + aux + mask
+    groups = 0.0
+    if moe.router_num_groups and moe.router_group_topk:  # group_limited_topk
+        per_group = moe.router_topk // moe.router_group_topk
+        groups = t * moe.router_num_groups * per_group * INDEX_BYTES + t * E * MASK_BYTES
+    return scores + aux + mask + groups
 
 
 def moe_saved_bytes(

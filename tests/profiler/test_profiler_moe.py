@@ -20,6 +20,17 @@ CASES = {
     "sigmoid top-3": MoEConfig(num_experts=8, router_topk=3, ffn_hidden_size=8, router_score="sigmoid"),
     "sigmoid top-1": MoEConfig(num_experts=4, router_topk=1, ffn_hidden_size=8, router_score="sigmoid"),
     "one expert": MoEConfig(num_experts=1, router_topk=1, ffn_hidden_size=8),
+    "sigmoid grouped 2 of 4": MoEConfig(
+        num_experts=8,
+        router_topk=4,
+        ffn_hidden_size=8,
+        router_score="sigmoid",
+        router_num_groups=4,
+        router_group_topk=2,
+    ),
+    "softmax grouped 2 of 4": MoEConfig(
+        num_experts=8, router_topk=2, ffn_hidden_size=8, router_num_groups=4, router_group_topk=2
+    ),
     "capacity 1.0": MoEConfig(num_experts=4, router_topk=2, ffn_hidden_size=8, capacity_factor=1.0),
     "capacity 4.0": MoEConfig(num_experts=4, router_topk=2, ffn_hidden_size=8, capacity_factor=4.0),
 }
@@ -76,7 +87,9 @@ def test_saved_bytes_equal_the_formula(name, dtype, option):
     assert measured == formula.total + tokens * H * e
 
 
-@pytest.mark.parametrize("name", ["softmax top-2, shared", "sigmoid top-3", "capacity 1.0"])
+@pytest.mark.parametrize(
+    "name", ["softmax top-2, shared", "sigmoid top-3", "capacity 1.0", "sigmoid grouped 2 of 4"]
+)
 @pytest.mark.parametrize("recompute_moe_act", [False, True])
 def test_output_and_gradients_match_the_token_by_token_layer(name, recompute_moe_act):
     """Output and every gradient equal the token-by-token MoE, moe_act recomputed or not."""
@@ -154,3 +167,13 @@ def test_aux_loss_reaches_the_router():
         block(x).sum().backward()
         grads.append(block.router.grad)
     assert not torch.allclose(grads[0], grads[1])
+
+
+def test_grouped_routing_keeps_to_the_chosen_groups():
+    """Group-limited routing: every token's experts lie in at most group_topk groups."""
+    moe = CASES["sigmoid grouped 2 of 4"]
+    block = MoEBlock(H, moe, seed=1)
+    x = torch.randn(64, H, generator=torch.Generator().manual_seed(6))
+    _, routing_map = route(torch.nn.functional.linear(x, block.router), moe)
+    groups_used = routing_map.view(64, 4, 2).any(dim=-1).sum(dim=-1)
+    assert int(groups_used.max()) <= 2 and int(routing_map.sum()) == 64 * 4

@@ -54,6 +54,8 @@ def test_group_limited_routing_rules():
         MoEConfig(**base, router_num_groups=7, router_group_topk=4)
     with pytest.raises(ValueError, match="router_group_topk=9 .* <= router_num_groups=8"):
         MoEConfig(**base, router_num_groups=8, router_group_topk=9)
+    with pytest.raises(ValueError, match="router_group_topk=4 .* <= router_topk=2"):
+        MoEConfig(num_experts=16, router_topk=2, ffn_hidden_size=64, router_num_groups=8, router_group_topk=4)
     with pytest.raises(ValueError, match="fewer than router_topk=8"):
         MoEConfig(num_experts=16, router_topk=8, ffn_hidden_size=64, router_num_groups=8, router_group_topk=2)
 

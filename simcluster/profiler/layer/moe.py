@@ -127,16 +127,34 @@ def attach_aux_loss(logits: Tensor, probs: Tensor, moe: MoEConfig, coeff: float)
     return AuxLossAutoScaler.apply(probs, loss)
 
 
+def _topk(scores: Tensor, moe: MoEConfig) -> tuple[Tensor, Tensor]:
+    """torch.topk, or moe_utils.py `group_limited_topk`: score each of G groups by the sum of
+    its top k/group_topk scores, keep the best group_topk groups, top-k among their experts."""
+    k, groups, group_topk = moe.router_topk, moe.router_num_groups, moe.router_group_topk
+    if not groups or not group_topk:
+        return torch.topk(scores, k=k, dim=1)
+    num_tokens, num_experts = scores.shape
+    group_scores = scores.view(num_tokens, groups, -1).topk(k // group_topk, dim=-1)[0].sum(dim=-1)
+    # Megatron's top-k here drops its values at once, so its node keeps nothing: detached
+    group_idx = torch.topk(group_scores.detach(), k=group_topk, dim=-1, sorted=False)[1]
+    group_mask = torch.zeros_like(group_scores.detach()).scatter_(1, group_idx, 1)
+    score_mask = (
+        group_mask.unsqueeze(-1).expand(num_tokens, groups, num_experts // groups).reshape(num_tokens, -1)
+    )
+    masked = scores.masked_fill(~score_mask.bool(), float("-inf"))
+    return torch.topk(masked, k=k, dim=-1)
+
+
 def route(logits: Tensor, moe: MoEConfig, aux_loss_coeff: float = 0.0) -> tuple[Tensor, Tensor]:
-    """`topk_routing_with_score_function` (no pre-softmax, no groups, no expert bias),
+    """`topk_routing_with_score_function` (no pre-softmax, no expert bias),
     `apply_router_token_dropping` and, with a coefficient, the aux loss: (probs [T, E] zero
     off the chosen experts, bool map)."""
     k = moe.router_topk
     if moe.router_score is RouterScore.SOFTMAX:
-        scores, top = torch.topk(logits, k=k, dim=1)
+        scores, top = _topk(logits, moe)
         probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
     else:
-        scores, top = torch.topk(torch.sigmoid(logits.float()), k=k, dim=1)
+        scores, top = _topk(torch.sigmoid(logits.float()), moe)
         probs = scores / (scores.sum(dim=-1, keepdim=True) + 1e-20) if k > 1 else scores
     probs = probs.type_as(logits)
     routing_probs = torch.zeros_like(logits).scatter(1, top, probs)
