@@ -1,5 +1,6 @@
 """The torch MoE block computes the MoE MLP (token-by-token reference) and keeps for backward
-exactly the bytes `workload.moe_memory.moe_saved_bytes` predicts, plus the block input."""
+exactly the bytes `workload.moe_memory.moe_saved_bytes` predicts, plus the block input;
+the torch MLA block keeps what `workload.mla.mla_saved_bytes` predicts."""
 
 import pytest
 
@@ -7,9 +8,11 @@ torch = pytest.importorskip("torch")
 
 from simcluster.profiler.bench.launch import run_distributed  # noqa: E402
 from simcluster.profiler.layer.accounting import SavedTensorCounter  # noqa: E402
+from simcluster.profiler.layer.mla import MLABlock  # noqa: E402
 from simcluster.profiler.layer.moe import MoEBlock, ep_check, route  # noqa: E402
+from simcluster.workload.mla import MLAShape, mla_saved_bytes  # noqa: E402
 from simcluster.workload.moe import routed_rows  # noqa: E402
-from simcluster.workload.moe_config import ExpertLayout, MoEConfig  # noqa: E402
+from simcluster.workload.moe_config import ExpertLayout, MLAConfig, MoEConfig  # noqa: E402
 from simcluster.workload.moe_memory import RecomputeModule, moe_saved_bytes  # noqa: E402
 
 H = 16
@@ -177,3 +180,21 @@ def test_grouped_routing_keeps_to_the_chosen_groups():
     _, routing_map = route(torch.nn.functional.linear(x, block.router), moe)
     groups_used = routing_map.view(64, 4, 2).any(dim=-1).sum(dim=-1)
     assert int(groups_used.max()) <= 2 and int(routing_map.sum()) == 64 * 4
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_mla_saved_bytes_equal_the_formula(dtype):
+    """MLA (q_lora 24, kv_lora 20, qk 8 + rope 4 = v 12, 4 heads, h 32, s 16, b 2): measured
+    == mla_saved_bytes + the two latent norms' fp32 rsigma (one per token each)."""
+    mla = MLAConfig(q_lora_rank=24, kv_lora_rank=20, qk_head_dim=8, qk_pos_emb_head_dim=4, v_head_dim=12)
+    s, b, h, n = 16, 2, 32, 4
+    block = MLABlock(h, n, mla, s, dtype, seed=1)
+    x = torch.randn(s, b, h, generator=torch.Generator().manual_seed(2)).to(dtype).requires_grad_()
+    with SavedTensorCounter(block) as counter:
+        out = block(x)
+    assert out.grad_fn is not None
+    e = torch.tensor([], dtype=dtype).element_size()
+    formula = mla_saved_bytes(
+        MLAShape(h, n, mla), tokens=s * b, tp=1, sequence_parallel=False, element_bytes=e
+    )
+    assert counter.result().total_bytes == formula + 2 * s * b * 4
