@@ -38,20 +38,22 @@ class MLABlock(nn.Module):
         if not mla.q_lora_rank:
             raise ValueError("MLABlock: q_lora_rank must be set (the DeepSeek-V3 layout)")
         gen = torch.Generator().manual_seed(seed)
-        n, m, h = num_heads, mla, hidden_size
+        n, m, h, q_lora = num_heads, mla, hidden_size, mla.q_lora_rank
 
         def param(*shape: int) -> nn.Parameter:
             return nn.Parameter((torch.randn(*shape, generator=gen) * 0.1).to(dtype))
 
         self.n, self.mla = n, m
-        self.q_down = param(m.q_lora_rank, h)
-        self.q_norm = nn.Parameter(torch.ones(m.q_lora_rank, dtype=dtype))
-        self.q_up = param(n * m.q_head_dim, m.q_lora_rank)
+        self.q_down = param(q_lora, h)
+        self.q_norm = nn.Parameter(torch.ones(q_lora, dtype=dtype))
+        self.q_up = param(n * m.q_head_dim, q_lora)
         self.kv_down = param(m.kv_lora_rank + m.qk_pos_emb_head_dim, h)
         self.kv_norm = nn.Parameter(torch.ones(m.kv_lora_rank, dtype=dtype))
         self.kv_up = param(n * (m.qk_head_dim + m.v_head_dim), m.kv_lora_rank)
         self.proj = param(h, n * m.v_head_dim)
         cos, sin = rope_tables(torch.arange(seq_length), m.qk_pos_emb_head_dim, 10000.0, dtype)
+        self.cos: Tensor
+        self.sin: Tensor
         self.register_buffer("cos", cos)  # constants, not activations
         self.register_buffer("sin", sin)
 
