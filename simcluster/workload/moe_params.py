@@ -142,3 +142,13 @@ def param_counts(m: MoEModelShape) -> ParamCounts:
         norms=m.num_layers * 2 * h + h,
         mtp=mtp,
     )
+
+
+def mtp_extra_forward_flops(num_tokens: float, hidden_size: int, vocab_size: int) -> float:
+    """Forward FLOPs of one multi-token-prediction layer beyond its decoder layer: eh_proj
+    (2h -> h) and its own logits (h -> V), 2·T·2h·h + 2·T·h·V. Megatron's MFU count
+    (training.py `num_floating_point_operations`: `mtp_num_layers * (3h + 2h²)` and the
+    logits `(mtp_num_layers + 1)` times) has these plus one FLOP per element of its three
+    norms; the decoder layer is counted with the others (a MoE layer when the model's last
+    layer is one)."""
+    return 2.0 * num_tokens * 2 * hidden_size * hidden_size + 2.0 * num_tokens * hidden_size * vocab_size

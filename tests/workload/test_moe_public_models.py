@@ -24,7 +24,7 @@ import dataclasses
 import pytest
 
 from simcluster.workload.moe_config import MLAConfig, MoEConfig
-from simcluster.workload.moe_params import MoEModelShape, param_counts
+from simcluster.workload.moe_params import MoEModelShape, mtp_extra_forward_flops, param_counts
 
 B = 1e9
 
@@ -194,3 +194,10 @@ def test_active_is_total_less_the_idle_experts(model):
         one += 2 * moe.ffn_hidden_size + model.hidden_size
     idle = moe.num_moe_layers(model.num_layers) * (moe.num_experts - moe.router_topk) * one
     assert counts.total - counts.active == idle
+
+
+def test_mtp_flops_are_megatrons_less_the_norms():
+    """training.py per token and MTP layer, forward: 2·(3h + 2h²) + 2·h·V; ours leaves out 2·3h."""
+    tokens, h, v = 4096, 7168, 129280
+    megatron = tokens * (2 * (3 * h + 2 * h * h) + 2 * h * v)
+    assert mtp_extra_forward_flops(tokens, h, v) == megatron - tokens * 2 * 3 * h
