@@ -13,7 +13,7 @@ bytes, p the probs' bytes, 8 an int64 index:
     router, sigmoid   T·E·4 + T·k·(8 + 4) + T·4 (k > 1; T·E·4 + T·k·8 at k = 1)
     aux loss          T·E·4 + E·8 + 4          fp32 scores over all experts, token counts,
                                                the loss (+ T·4 sigmoid's normaliser)
-    capacity mask     T·E                      bool mask the dropped probs are multiplied by
+    capacity mask     T·E                      bool mask the kept probs are multiplied by
     group-limited     T·G·(k/gk)·8 + T·E       per-group top indices, the masked_fill mask
     permute           T·E·8 + R·8              the probs gather's index, a slice of the argsort
                                                of the [E, T] map (its whole storage stays), and
@@ -92,8 +92,8 @@ def router_saved_bytes(tokens: float, moe: MoEConfig, aux_loss: bool = False) ->
     (`compute_routing_scores_for_aux_loss`, `switch_load_balancing_loss_func`,
     `MoEAuxLossAutoScaler`) keeps the fp32 scores [T, E] (softmax; or sigmoid and its [T, 1]
     normaliser), the int64 tokens per expert [E] and the 0-d loss; with a capacity
-    factor (not padded) `apply_router_token_dropping` multiplies the probs by a bool mask
-    [T, E], which the product keeps. Group-limited routing (`group_limited_topk`) keeps the
+    factor `apply_router_token_dropping` multiplies the probs by a bool mask [T, E] (padded
+    or not), which the product keeps. Group-limited routing (`group_limited_topk`) keeps the
     indices of each group's top k/group_topk scores [T, G, k/group_topk] (int64) and the bool
     mask of the experts outside the chosen groups [T, E] (`masked_fill`)."""
     t, k, E = tokens, moe.router_topk, moe.num_experts
@@ -108,7 +108,7 @@ def router_saved_bytes(tokens: float, moe: MoEConfig, aux_loss: bool = False) ->
         aux = t * E * FP32_BYTES + E * INDEX_BYTES + FP32_BYTES
         if moe.router_score is RouterScore.SIGMOID:
             aux += t * FP32_BYTES  # the normalising denominator
-    mask = t * E * MASK_BYTES if moe.capacity_factor is not None and not moe.pad_to_capacity else 0.0
+    mask = t * E * MASK_BYTES if moe.capacity_factor is not None else 0.0
     groups = 0.0
     if moe.router_num_groups and moe.router_group_topk:  # group_limited_topk
         per_group = moe.router_topk // moe.router_group_topk

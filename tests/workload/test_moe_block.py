@@ -188,6 +188,7 @@ def test_router_saved_bytes_by_score():
     assert router_saved_bytes(10, MOE, aux_loss=True) == 240 + 320 + 64 + 4
     assert router_saved_bytes(10, sigmoid, aux_loss=True) == 600 + 320 + 64 + 4 + 40
     assert router_saved_bytes(10, MoEConfig(8, 2, 32, capacity_factor=1.0)) == 240 + 80
+    assert router_saved_bytes(10, MoEConfig(8, 2, 32, capacity_factor=1.0, pad_to_capacity=True)) == 240 + 80
     grouped = MoEConfig(8, 4, 32, router_num_groups=4, router_group_topk=2)  # 4 groups, top 2 scored each
     assert router_saved_bytes(10, grouped) == 10 * 4 * 12 + 10 * 4 * 2 * 8 + 10 * 8
 

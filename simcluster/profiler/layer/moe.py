@@ -170,9 +170,9 @@ def route(logits: Tensor, moe: MoEConfig, aux_loss_coeff: float = 0.0) -> tuple[
         # with its unused values at once, so it keeps nothing: detached here to match
         _, kept = torch.topk(routing_probs.detach(), k=capacity, dim=0, sorted=False)
         keep = torch.zeros_like(routing_probs).scatter(0, kept, 1).bool()
-    if moe.pad_to_capacity:
-        raise NotImplementedError("pad_to_capacity: the padded permutation is not in the torch block")
-    final_map = torch.logical_and(routing_map, keep)
+    # padded: every expert takes its `capacity` best tokens, routed to it or not (their
+    # probs are 0); otherwise the routed tokens within capacity
+    final_map = keep if moe.pad_to_capacity else torch.logical_and(routing_map, keep)
     return _with_aux_loss(logits, routing_probs * final_map, moe, aux_loss_coeff), final_map
 
 
@@ -189,6 +189,21 @@ def permute(
     flat_sorted = flat_sorted[:num_out]
     sorted_indices = flat_sorted % num_tokens
     permuted_probs = probs.T.contiguous().reshape(-1)[flat_sorted]
+    return tokens.index_select(0, sorted_indices), permuted_probs, sorted_indices
+
+
+def permute_padded(
+    tokens: Tensor, routing_map: Tensor, probs: Tensor, capacity: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """moe_utils.py `permute` with drop_and_pad: exactly `capacity` rows per expert."""
+    num_tokens, num_experts = routing_map.shape
+    by_expert = routing_map.to(dtype=torch.int8).T.contiguous()
+    sorted_indices = (
+        by_expert.argsort(dim=-1, descending=True, stable=True)[:, :capacity].contiguous().view(-1)
+    )
+    rows_1d = torch.arange(num_experts, device=probs.device).unsqueeze(-1) * num_tokens
+    indices_1d = (rows_1d + sorted_indices.view(num_experts, capacity)).view(-1)
+    permuted_probs = probs.T.contiguous().view(-1).index_select(0, indices_1d)
     return tokens.index_select(0, sorted_indices), permuted_probs, sorted_indices
 
 
@@ -267,10 +282,15 @@ class MoEBlock(nn.Module):
         logits = F.linear(x, self.router)  # router_gating_linear: keeps x
         probs, routing_map = route(logits, self.moe, self.aux_loss_coeff)
         local_counts = routing_map.sum(dim=0)
-        num_out = (
-            num_tokens * self.moe.router_topk if self.moe.capacity_factor is None else int(local_counts.sum())
-        )
-        rows, row_probs, sorted_indices = permute(x, routing_map, probs, num_out)
+        if self.moe.pad_to_capacity:  # the alltoall dispatcher's drop_and_pad preprocess
+            capacity = int(routing_map.sum(dim=0).max())  # route() kept exactly capacity each
+            local_counts = torch.full_like(local_counts, capacity)
+            rows, row_probs, sorted_indices = permute_padded(x, routing_map, probs, capacity)
+        else:
+            num_out = num_tokens * self.moe.router_topk
+            if self.moe.capacity_factor is not None:
+                num_out = int(local_counts.sum())
+            rows, row_probs, sorted_indices = permute(x, routing_map, probs, num_out)
         counts, send, recv = self._exchange_counts(local_counts)  # counts[source][local expert]
         if send is not None and recv is not None:  # token_dispatch: tokens and probs over EP
             rows, row_probs = AllToAll.apply(rows, recv, send), AllToAll.apply(row_probs, recv, send)
@@ -287,7 +307,7 @@ class MoEBlock(nn.Module):
             out_rows = sort_chunks(out_rows, split, order)
         if send is not None and recv is not None:  # token_combine
             out_rows = AllToAll.apply(out_rows, send, recv)
-        self.last_rows = (num_out, sum(tokens_per_expert))
+        self.last_rows = (int(local_counts.sum()), sum(tokens_per_expert))
         out = unpermute(out_rows, sorted_indices, num_tokens)
         return out + shared if shared is not None else out
 
