@@ -34,8 +34,11 @@ class MoEConfig:
     busiest expert rank's routed tokens over the mean, >= 1), `router_score`
     (`--moe-router-score-function`), group-limited routing (`--moe-router-num-groups`,
     `--moe-router-group-topk`: DeepSeek-V3 picks 4 of 8 groups, then 8 experts in them)
-    and `router_bias` (gpt-oss's router has a bias: Megatron `--add-bias-linear` on the
-    router, router.py `Router.__init__`)."""
+    `router_bias` (gpt-oss's router has a bias: Megatron `--add-bias-linear` on the
+    router, router.py `Router.__init__`) and `router_expert_bias` (DeepSeek-V3's
+    auxiliary-loss-free balancing, `--moe-router-enable-expert-bias`: a per-expert bias added
+    to sigmoid scores for the choice only, moe_utils.py `topk_routing_with_score_function`;
+    the softmax path does not read it)."""
 
     num_experts: int
     router_topk: int
@@ -49,6 +52,7 @@ class MoEConfig:
     router_num_groups: int | None = None
     router_group_topk: int | None = None
     router_bias: bool = False
+    router_expert_bias: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "router_score", RouterScore(self.router_score))

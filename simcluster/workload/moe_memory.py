@@ -95,7 +95,9 @@ def router_saved_bytes(tokens: float, moe: MoEConfig, aux_loss: bool = False) ->
     factor `apply_router_token_dropping` multiplies the probs by a bool mask [T, E] (padded
     or not), which the product keeps. Group-limited routing (`group_limited_topk`) keeps the
     indices of each group's top k/group_topk scores [T, G, k/group_topk] (int64) and the bool
-    mask of the experts outside the chosen groups [T, E] (`masked_fill`)."""
+    mask of the experts outside the chosen groups [T, E] (`masked_fill`), except under
+    sigmoid with the expert bias, where the top-k of scores + bias gives only indices and
+    `torch.gather` takes the scores (same bytes as the plain sigmoid path)."""
     t, k, E = tokens, moe.router_topk, moe.num_experts
     if moe.router_score is RouterScore.SOFTMAX:
         scores = t * k * (INDEX_BYTES + FP32_BYTES)
@@ -110,7 +112,10 @@ def router_saved_bytes(tokens: float, moe: MoEConfig, aux_loss: bool = False) ->
             aux += t * FP32_BYTES  # the normalising denominator
     mask = t * E * MASK_BYTES if moe.capacity_factor is not None else 0.0
     groups = 0.0
-    if moe.router_num_groups and moe.router_group_topk:  # group_limited_topk
+    # with the expert bias, the (group-limited) top-k runs on scores + bias and only its
+    # indices are used, so what it saved dies with it
+    biased = moe.router_expert_bias and moe.router_score is RouterScore.SIGMOID
+    if moe.router_num_groups and moe.router_group_topk and not biased:  # group_limited_topk
         per_group = moe.router_topk // moe.router_group_topk
         groups = t * moe.router_num_groups * per_group * INDEX_BYTES + t * E * MASK_BYTES
     return scores + aux + mask + groups

@@ -31,6 +31,16 @@ CASES = {
         router_num_groups=4,
         router_group_topk=2,
     ),
+    "sigmoid grouped, expert bias": MoEConfig(
+        num_experts=8,
+        router_topk=4,
+        ffn_hidden_size=8,
+        router_score="sigmoid",
+        router_num_groups=4,
+        router_group_topk=2,
+        router_expert_bias=True,
+        shared_expert_ffn_hidden_size=8,
+    ),
     "softmax grouped 2 of 4": MoEConfig(
         num_experts=8, router_topk=2, ffn_hidden_size=8, router_num_groups=4, router_group_topk=2
     ),

@@ -145,8 +145,10 @@ def _topk(scores: Tensor, moe: MoEConfig) -> tuple[Tensor, Tensor]:
     return torch.topk(masked, k=k, dim=-1)
 
 
-def route(logits: Tensor, moe: MoEConfig, aux_loss_coeff: float = 0.0) -> tuple[Tensor, Tensor]:
-    """`topk_routing_with_score_function` (no pre-softmax, no expert bias),
+def route(
+    logits: Tensor, moe: MoEConfig, aux_loss_coeff: float = 0.0, expert_bias: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """`topk_routing_with_score_function` (no pre-softmax; the expert bias under sigmoid),
     `apply_router_token_dropping` and, with a coefficient, the aux loss: (probs [T, E] zero
     off the chosen experts, bool map)."""
     k = moe.router_topk
@@ -154,7 +156,14 @@ def route(logits: Tensor, moe: MoEConfig, aux_loss_coeff: float = 0.0) -> tuple[
         scores, top = _topk(logits, moe)
         probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
     else:
-        scores, top = _topk(torch.sigmoid(logits.float()), moe)
+        sig = torch.sigmoid(logits.float())
+        if expert_bias is not None:
+            # Megatron's top-k of scores + bias only yields indices (its graph dies with the
+            # unused values at once): detached here to match
+            _, top = _topk((sig + expert_bias.float()).detach(), moe)
+            scores = torch.gather(sig, dim=1, index=top)
+        else:
+            scores, top = _topk(sig, moe)
         probs = scores / (scores.sum(dim=-1, keepdim=True) + 1e-20) if k > 1 else scores
     probs = probs.type_as(logits)
     routing_probs = torch.zeros_like(logits).scatter(1, top, probs)
@@ -258,6 +267,10 @@ class MoEBlock(nn.Module):
         self.shared_fc1 = param(2 * fs, h) if fs else None
         self.shared_fc2 = param(h, fs) if fs else None
         self.last_rows: tuple[int, int] = (0, 0)  # (rows sent, rows its experts computed)
+        # router.py: an fp32 buffer, updated outside autograd (None: no expert bias)
+        bias = (torch.randn(E, generator=gen) * 0.1).float() if moe.router_expert_bias else None
+        self.expert_bias: Tensor | None
+        self.register_buffer("expert_bias", bias)
 
     def experts(self, rows: Tensor, tokens_per_expert: list[int], probs: Tensor) -> Tensor:
         """TEGroupedMLP: grouped fc1, weighted SwiGLU, grouped fc2 (one GEMM per expert).
@@ -280,7 +293,7 @@ class MoEBlock(nn.Module):
         if self.shared_fc1 is not None and self.shared_fc2 is not None:
             shared = F.linear(SwiGLUFunction.apply(F.linear(x, self.shared_fc1)), self.shared_fc2)
         logits = F.linear(x, self.router)  # router_gating_linear: keeps x
-        probs, routing_map = route(logits, self.moe, self.aux_loss_coeff)
+        probs, routing_map = route(logits, self.moe, self.aux_loss_coeff, self.expert_bias)
         local_counts = routing_map.sum(dim=0)
         if self.moe.pad_to_capacity:  # the alltoall dispatcher's drop_and_pad preprocess
             capacity = int(routing_map.sum(dim=0).max())  # route() kept exactly capacity each
@@ -327,7 +340,7 @@ class MoEBlock(nn.Module):
 
     def reference(self, x: Tensor) -> Tensor:
         """The same function written token by token, for the correctness test (ep = 1)."""
-        probs, routing_map = route(F.linear(x, self.router), self.moe)
+        probs, routing_map = route(F.linear(x, self.router), self.moe, expert_bias=self.expert_bias)
         out = torch.zeros_like(x)
         for t in range(x.shape[0]):
             for e in torch.nonzero(routing_map[t]).flatten().tolist():
