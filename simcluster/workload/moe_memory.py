@@ -16,6 +16,7 @@ bytes, p the probs' bytes, 8 an int64 index:
     capacity mask     T·E                      bool mask the kept probs are multiplied by
     group-limited     T·G·(k/gk)·8 + T·E       per-group top indices, the masked_fill mask
     permute           T·E·8 + R·8              the probs gather's index, a slice of the argsort
+                      (fused: T·(2E+1)·4 + 2·Re·4, TE's int32 row-id maps)
                                                of the [E, T] map (its whole storage stays), and
                                                index_select's row indices (2·R·8 when padded)
     experts, gated    Re·e·(h + 2f/etp + f/etp) + Re·p    fc1 input, fc1 output, fc2 input, probs
@@ -132,13 +133,15 @@ def moe_saved_bytes(
     aux_loss: bool = False,
     recompute: tuple[RecomputeModule, ...] = (),
     busiest: bool = True,
+    permute_fusion: bool = False,
 ) -> MoESavedBytes:
     """The table in the module docstring, then the recompute modules: `moe` keeps only the
     block input (already counted elsewhere), so 0 (moe_layer.py `MoELayer.forward`
     checkpoints the whole block); `moe_act` drops the activation's output, fc2's input,
     re-running the activation from the fc1 output and probs it keeps (experts.py
     `TEGroupedMLP.forward`, `CheckpointWithoutOutput`); `shared_experts` checkpoints the
-    shared MLP on its input (moe_layer.py `shared_experts_compute`)."""
+    shared MLP on its input (moe_layer.py `shared_experts_compute`). `permute_fusion`:
+    the permutation's int32 maps instead (`permute_saved_bytes`)."""
     if RecomputeModule.MOE in recompute:
         return MoESavedBytes(0.0, 0.0, 0.0, 0.0)
     e, h, etp = element_bytes, hidden_size, layout.expert_tp
@@ -154,17 +157,30 @@ def moe_saved_bytes(
     if moe.shared_expert_ffn_hidden_size and RecomputeModule.SHARED_EXPERTS not in recompute:
         s_shape = shared_expert_shape(h, moe, gated)
         shared = rows.tokens * e * (s_shape.fc1_width + s_shape.ffn_hidden_size)
-    permute = permute_saved_bytes(rows, moe)
+    permute = permute_saved_bytes(rows, moe, layout, permute_fusion, busiest)
     return MoESavedBytes(router_saved_bytes(rows.tokens, moe, aux_loss), permute, experts, shared)
 
 
-def permute_saved_bytes(rows: RoutedRows, moe: MoEConfig) -> float:
+def permute_saved_bytes(
+    rows: RoutedRows, moe: MoEConfig, layout: ExpertLayout, fused: bool = False, busiest: bool = True
+) -> float:
     """moe_utils.py `permute`, argsort path: `flat_sorted` is the first R entries of the
     argsort of the flattened [E, T] routing map, and `probs.T...[flat_sorted]` keeps that
     index, a view holding the whole E·T int64 storage; `tokens.index_select(0,
     sorted_indices)` keeps `sorted_indices = flat_sorted % T`, R int64 (the unpermute's
     scatter_add keeps a view of the same). Padded to capacity, both indices are new [E, C]
-    tensors, R = C·E each."""
+    tensors, R = C·E each.
+
+    `fused` (`--moe-permute-fusion`, dropless or capacity not padded): Transformer Engine's
+    mask-map permute keeps one int32 row_id_map [T, 2E + 1], which the unpermute keeps too,
+    and each fused chunk sort by local expert (dispatch and combine, when a rank holds more
+    than one expert) an int32 map of its Re rows (TE @d0067d0da6cb01811b8072a7d304f0e00344ce2b
+    transformer_engine/pytorch/permutation.py, triton/permutation.py `make_row_id_map`,
+    `make_chunk_sort_map`). Not checked against a run: it needs CUDA."""
+    if fused:
+        expert_rows = rows.busiest_expert if busiest else rows.expert
+        sorts = 2 * expert_rows * 4 if moe.num_experts // layout.ep > 1 else 0.0
+        return rows.tokens * (2 * moe.num_experts + 1) * 4 + sorts
     if moe.pad_to_capacity:
         return 2.0 * rows.sent * INDEX_BYTES
     return (rows.tokens * moe.num_experts + rows.sent) * INDEX_BYTES

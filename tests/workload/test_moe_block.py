@@ -232,3 +232,15 @@ def test_expert_weights_over_ep_etp_ranks_are_all_experts(layout):
     moe = MoEConfig(num_experts=16, router_topk=2, ffn_hidden_size=64)
     mem = expert_static_memory(128, moe, lay, gated=True, distributed_optimizer=False)
     assert mem.expert_params_per_rank * ep * etp == moe_params(128, moe, gated=True).routed
+
+
+def test_fused_permutation_keeps_int32_row_maps():
+    """--moe-permute-fusion: T·(2E + 1)·4 for the mask-map permute (kept by the unpermute too)
+    and Re·4 for each chunk sort when a rank has several experts: T = 128, E = 8, Re = 256."""
+    lay = ExpertLayout(tp=1, cp=1, dp=4, ep=4)
+    rows = routed_rows(128, 1, MOE, lay)
+    fused = moe_saved_bytes(rows, 64, MOE, lay, gated=True, permute_fusion=True)
+    assert fused.permute == 128 * 17 * 4 + 2 * 256 * 4
+    one_each = ExpertLayout(tp=1, cp=1, dp=8, ep=8)
+    rows8 = routed_rows(128, 1, MOE, one_each)
+    assert moe_saved_bytes(rows8, 64, MOE, one_each, gated=True, permute_fusion=True).permute == 128 * 17 * 4
