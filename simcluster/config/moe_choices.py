@@ -30,3 +30,34 @@ class TokenDispatcher(str, enum.Enum):
     ALLTOALL = "alltoall"
     ALLGATHER = "allgather"
     FLEX = "flex"
+
+
+class RecomputeModule(str, enum.Enum):
+    """Megatron-core `--recompute-modules` (transformer_config.py `recompute_modules`, the
+    `allowed_modules` of `__post_init__`), under `--recompute-granularity selective`. The
+    MoE block and MLA read moe_act, moe, shared_experts and mla_up_proj; the others act on
+    the dense layer. Megatron also allows gdn_norm_out, gdp_in_proj, gdp_qkv and mhc, for
+    linear-attention and hyper-connection layers simcluster does not model: refused."""
+
+    CORE_ATTN = "core_attn"
+    MOE_ACT = "moe_act"
+    MOE = "moe"
+    SHARED_EXPERTS = "shared_experts"
+    LAYERNORM = "layernorm"
+    MLA_UP_PROJ = "mla_up_proj"
+    MLP = "mlp"
+
+
+def parse_recompute_modules(names: tuple[str, ...] | list[str]) -> tuple[RecomputeModule, ...]:
+    """The modules named, in order; an unknown name is a clear error."""
+    allowed = ", ".join(m.value for m in RecomputeModule)
+    out = []
+    for name in names:
+        try:
+            out.append(RecomputeModule(name))
+        except ValueError:
+            raise ValueError(
+                f"training.recompute_modules: {name!r} is not a Megatron-core recompute module "
+                f"(allowed: {allowed})"
+            ) from None
+    return tuple(out)

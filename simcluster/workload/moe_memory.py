@@ -30,45 +30,15 @@ experts' fc1) is not counted here: the dense layer's formula already counts the 
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
-from simcluster.config.moe_choices import RouterScore
+from simcluster.config.moe_choices import RecomputeModule, RouterScore
 from simcluster.workload.memory import StaticMemory, static_memory
 from simcluster.workload.moe import INDEX_BYTES, RoutedRows, expert_shape, shared_expert_shape
 from simcluster.workload.moe_config import ExpertLayout, MoEConfig
 
 FP32_BYTES = 4
 MASK_BYTES = 1
-
-
-class RecomputeModule(str, enum.Enum):
-    """Megatron-core `--recompute-modules` (transformer_config.py `recompute_modules`), under
-    `--recompute-granularity selective`. The MoE block and MLA read moe_act, moe,
-    shared_experts and mla_up_proj; the others act on the dense layer."""
-
-    CORE_ATTN = "core_attn"
-    MOE_ACT = "moe_act"
-    MOE = "moe"
-    SHARED_EXPERTS = "shared_experts"
-    LAYERNORM = "layernorm"
-    MLA_UP_PROJ = "mla_up_proj"
-    MLP = "mlp"
-
-
-def parse_recompute_modules(names: tuple[str, ...] | list[str]) -> tuple[RecomputeModule, ...]:
-    """The modules named, in order; an unknown name is a clear error."""
-    allowed = ", ".join(m.value for m in RecomputeModule)
-    out = []
-    for name in names:
-        try:
-            out.append(RecomputeModule(name))
-        except ValueError:
-            raise ValueError(
-                f"training.recompute_modules: {name!r} is not a Megatron-core recompute module "
-                f"(allowed: {allowed})"
-            ) from None
-    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from simcluster.config.moe_choices import RecomputeModule  # noqa: E402
 from simcluster.profiler.bench.launch import run_distributed  # noqa: E402
 from simcluster.profiler.layer.accounting import SavedTensorCounter  # noqa: E402
 from simcluster.profiler.layer.mla import MLABlock  # noqa: E402
@@ -13,7 +14,7 @@ from simcluster.profiler.layer.moe import MoEBlock, ep_check, route  # noqa: E40
 from simcluster.workload.mla import MLAShape, mla_saved_bytes  # noqa: E402
 from simcluster.workload.moe import routed_rows  # noqa: E402
 from simcluster.workload.moe_config import ExpertLayout, MLAConfig, MoEConfig  # noqa: E402
-from simcluster.workload.moe_memory import RecomputeModule, moe_saved_bytes  # noqa: E402
+from simcluster.workload.moe_memory import moe_saved_bytes  # noqa: E402
 
 H = 16
 CASES = {

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from simcluster.config.moe_choices import RouterScore, TokenDispatcher
+from simcluster.config.moe_choices import RecomputeModule, RouterScore, TokenDispatcher
 from simcluster.workload.moe import (
     ExpertGroup,
     MessageKind,
@@ -21,7 +21,6 @@ from simcluster.workload.moe import (
 )
 from simcluster.workload.moe_config import ExpertLayout, MoEConfig
 from simcluster.workload.moe_memory import (
-    RecomputeModule,
     expert_gradient_reduce_bytes,
     expert_static_memory,
     moe_saved_bytes,

@@ -3,7 +3,7 @@ the field, the value and what is allowed; the folding's group sizes are Megatron
 
 import pytest
 
-from simcluster.config.moe_choices import RouterScore
+from simcluster.config.moe_choices import RecomputeModule, RouterScore, parse_recompute_modules
 from simcluster.workload.moe_config import (
     ExpertLayout,
     MLAConfig,
@@ -11,7 +11,6 @@ from simcluster.workload.moe_config import (
     check_mla_attention,
     check_moe_parallel,
 )
-from simcluster.workload.moe_memory import RecomputeModule, parse_recompute_modules
 
 
 def test_topk_above_the_expert_count_is_refused():
