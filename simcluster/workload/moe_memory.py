@@ -16,7 +16,8 @@ bytes, p the probs' bytes, 8 an int64 index:
     capacity mask     T·E                      bool mask the kept probs are multiplied by
     group-limited     T·G·(k/gk)·8 + T·E       per-group top indices, the masked_fill mask
     permute           T·E·8 + R·8              the probs gather's index, a slice of the argsort
-                      (fused: T·(2E+1)·4 + 2·Re·4, TE's int32 row-id maps)
+                      (fused: T·(2E+1)·4 + 2·Re·4, TE's int32 row-id maps;
+                      allgather: Re·8 + (E/ep)·T·etp·ep·(p + 1))
                                                of the [E, T] map (its whole storage stays), and
                                                index_select's row indices (2·R·8 when padded)
     experts, gated    Re·e·(h + 2f/etp + f/etp) + Re·p    fc1 input, fc1 output, fc2 input, probs
@@ -32,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simcluster.config.moe_choices import RecomputeModule, RouterScore
+from simcluster.config.moe_choices import RecomputeModule, RouterScore, TokenDispatcher
 from simcluster.workload.memory import StaticMemory, static_memory
 from simcluster.workload.moe import INDEX_BYTES, RoutedRows, expert_shape, shared_expert_shape
 from simcluster.workload.moe_config import ExpertLayout, MoEConfig
@@ -104,6 +105,7 @@ def moe_saved_bytes(
     recompute: tuple[RecomputeModule, ...] = (),
     busiest: bool = True,
     permute_fusion: bool = False,
+    dispatcher: TokenDispatcher = TokenDispatcher.ALLTOALL,
 ) -> MoESavedBytes:
     """The table in the module docstring, then the recompute modules: `moe` keeps only the
     block input (already counted elsewhere), so 0 (moe_layer.py `MoELayer.forward`
@@ -127,12 +129,18 @@ def moe_saved_bytes(
     if moe.shared_expert_ffn_hidden_size and RecomputeModule.SHARED_EXPERTS not in recompute:
         s_shape = shared_expert_shape(h, moe, gated)
         shared = rows.tokens * e * (s_shape.fc1_width + s_shape.ffn_hidden_size)
-    permute = permute_saved_bytes(rows, moe, layout, permute_fusion, busiest)
+    permute = permute_saved_bytes(rows, moe, layout, permute_fusion, busiest, dispatcher, probs_bytes)
     return MoESavedBytes(router_saved_bytes(rows.tokens, moe, aux_loss), permute, experts, shared)
 
 
 def permute_saved_bytes(
-    rows: RoutedRows, moe: MoEConfig, layout: ExpertLayout, fused: bool = False, busiest: bool = True
+    rows: RoutedRows,
+    moe: MoEConfig,
+    layout: ExpertLayout,
+    fused: bool = False,
+    busiest: bool = True,
+    dispatcher: TokenDispatcher = TokenDispatcher.ALLTOALL,
+    probs_bytes: int = 2,
 ) -> float:
     """moe_utils.py `permute`, argsort path: `flat_sorted` is the first R entries of the
     argsort of the flattened [E, T] routing map, and `probs.T...[flat_sorted]` keeps that
@@ -146,9 +154,18 @@ def permute_saved_bytes(
     and each fused chunk sort by local expert (dispatch and combine, when a rank holds more
     than one expert) an int32 map of its Re rows (TE @d0067d0da6cb01811b8072a7d304f0e00344ce2b
     transformer_engine/pytorch/permutation.py, triton/permutation.py `make_row_id_map`,
-    `make_chunk_sort_map`). Not checked against a run: it needs CUDA."""
+    `make_chunk_sort_map`). Not checked against a run: it needs CUDA.
+
+    allgather (`MoEAllGatherTokenDispatcher.dispatch_postprocess`, unfused): the permute of
+    the gathered T·etp·ep tokens by the local experts' map keeps its Re row indices (no
+    probs are gathered through the index), and the probs are taken by `masked_select`,
+    which keeps its input (the transposed local probs) and its bool mask, both
+    [E/ep, T·etp·ep]."""
+    expert_rows = rows.busiest_expert if busiest else rows.expert
+    if dispatcher is TokenDispatcher.ALLGATHER and not fused:
+        gathered = rows.tokens * layout.expert_tp * layout.ep * (moe.num_experts // layout.ep)
+        return expert_rows * INDEX_BYTES + gathered * (probs_bytes + MASK_BYTES)
     if fused:
-        expert_rows = rows.busiest_expert if busiest else rows.expert
         sorts = 2 * expert_rows * 4 if moe.num_experts // layout.ep > 1 else 0.0
         return rows.tokens * (2 * moe.num_experts + 1) * 4 + sorts
     if moe.pad_to_capacity:

@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from simcluster.config.moe_choices import RecomputeModule  # noqa: E402
+from simcluster.config.moe_choices import RecomputeModule, TokenDispatcher  # noqa: E402
 from simcluster.profiler.bench.launch import run_distributed  # noqa: E402
 from simcluster.profiler.layer.accounting import SavedTensorCounter  # noqa: E402
 from simcluster.profiler.layer.mla import MLABlock  # noqa: E402
@@ -67,6 +67,7 @@ def measure(
 
 OPTIONS = {
     "plain": {},
+    "allgather dispatcher": {"dispatcher": TokenDispatcher.ALLGATHER},
     "aux loss": {"aux_loss_coeff": 0.01},
     "moe_act recompute": {"recompute_moe_act": True},
 }
@@ -100,6 +101,7 @@ def test_saved_bytes_equal_the_formula(name, dtype, option):
         aux_loss=block.aux_loss_coeff > 0,
         recompute=recompute,
         busiest=False,
+        dispatcher=block.dispatcher,
     )
     assert measured == formula.total + tokens * H * e
 
@@ -108,10 +110,12 @@ def test_saved_bytes_equal_the_formula(name, dtype, option):
     "name", ["softmax top-2, shared", "sigmoid top-3", "capacity 1.0", "sigmoid grouped 2 of 4"]
 )
 @pytest.mark.parametrize("recompute_moe_act", [False, True])
-def test_output_and_gradients_match_the_token_by_token_layer(name, recompute_moe_act):
-    """Output and every gradient equal the token-by-token MoE, moe_act recomputed or not."""
+@pytest.mark.parametrize("dispatcher", [TokenDispatcher.ALLTOALL, TokenDispatcher.ALLGATHER], ids=str)
+def test_output_and_gradients_match_the_token_by_token_layer(name, recompute_moe_act, dispatcher):
+    """Output and every gradient equal the token-by-token MoE, moe_act recomputed or not,
+    either dispatcher."""
     moe = CASES[name]
-    block = MoEBlock(H, moe, seed=3, recompute_moe_act=recompute_moe_act)
+    block = MoEBlock(H, moe, seed=3, recompute_moe_act=recompute_moe_act, dispatcher=dispatcher)
     x = torch.randn(24, H, generator=torch.Generator().manual_seed(4), requires_grad=True)
     out = block(x)
     ref = block.reference(x)

@@ -243,3 +243,12 @@ def test_fused_permutation_keeps_int32_row_maps():
     one_each = ExpertLayout(tp=1, cp=1, dp=8, ep=8)
     rows8 = routed_rows(128, 1, MOE, one_each)
     assert moe_saved_bytes(rows8, 64, MOE, one_each, gated=True, permute_fusion=True).permute == 128 * 17 * 4
+
+
+def test_allgather_permutation_keeps_row_indices_and_the_masked_select_pair():
+    """allgather, ep = 4, T = 128, E = 8, Re = 256, bf16 probs: Re·8 row indices, and
+    masked_select's input probs and mask over the 2 local experts x 512 gathered tokens."""
+    lay = ExpertLayout(tp=1, cp=1, dp=4, ep=4)
+    rows = routed_rows(128, 1, MOE, lay)
+    saved = moe_saved_bytes(rows, 64, MOE, lay, gated=True, dispatcher=TokenDispatcher.ALLGATHER)
+    assert saved.permute == 256 * 8 + 2 * 512 * (2 + 1)

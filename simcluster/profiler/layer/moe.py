@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from simcluster.config.moe_choices import RouterScore
+from simcluster.config.moe_choices import RouterScore, TokenDispatcher
 from simcluster.workload.moe_config import MoEConfig
 
 
@@ -245,6 +245,7 @@ class MoEBlock(nn.Module):
         ep_size: int = 1,
         aux_loss_coeff: float = 0.0,
         recompute_moe_act: bool = False,
+        dispatcher: TokenDispatcher = TokenDispatcher.ALLTOALL,
     ) -> None:
         super().__init__()
         gen = torch.Generator().manual_seed(seed)
@@ -257,6 +258,11 @@ class MoEBlock(nn.Module):
 
         self.moe, self.ep_rank, self.ep_size = moe, ep_rank, ep_size
         self.aux_loss_coeff, self.recompute_moe_act = aux_loss_coeff, recompute_moe_act
+        if dispatcher is TokenDispatcher.ALLGATHER and ep_size > 1:
+            raise ValueError("the allgather dispatcher runs here with ep = 1 only")
+        if dispatcher is TokenDispatcher.FLEX:
+            raise ValueError("the flex (DeepEP) dispatcher is not in the torch block")
+        self.dispatcher = dispatcher
         self.num_local_experts = E // ep_size
         local = slice(ep_rank * self.num_local_experts, (ep_rank + 1) * self.num_local_experts)
         self.router = param(E, h)
@@ -294,6 +300,9 @@ class MoEBlock(nn.Module):
             shared = F.linear(SwiGLUFunction.apply(F.linear(x, self.shared_fc1)), self.shared_fc2)
         logits = F.linear(x, self.router)  # router_gating_linear: keeps x
         probs, routing_map = route(logits, self.moe, self.aux_loss_coeff, self.expert_bias)
+        if self.dispatcher is TokenDispatcher.ALLGATHER:
+            out = self._allgather_experts(x, probs, routing_map)
+            return out + shared if shared is not None else out
         local_counts = routing_map.sum(dim=0)
         if self.moe.pad_to_capacity:  # the alltoall dispatcher's drop_and_pad preprocess
             capacity = int(routing_map.sum(dim=0).max())  # route() kept exactly capacity each
@@ -323,6 +332,23 @@ class MoEBlock(nn.Module):
         self.last_rows = (int(local_counts.sum()), sum(tokens_per_expert))
         out = unpermute(out_rows, sorted_indices, num_tokens)
         return out + shared if shared is not None else out
+
+    def _allgather_experts(self, x: Tensor, probs: Tensor, routing_map: Tensor) -> Tensor:
+        """`MoEAllGatherTokenDispatcher` with tp = ep = 1 (nothing to gather): the rows of the
+        local experts permuted by the local map without probs, the probs by `masked_select`,
+        no chunk sort, unpermute. It has no padded permute: padded to capacity, the router's
+        map already holds exactly C tokens per expert."""
+        num_tokens, local = x.shape[0], self.num_local_experts
+        local_map = routing_map[:, :local]
+        local_probs = probs[:, :local].contiguous()
+        tokens_per_expert = local_map.sum(dim=0).tolist()
+        flat_sorted = local_map.bool().T.contiguous().reshape(-1).argsort(descending=True, stable=True)
+        sorted_indices = flat_sorted[: sum(tokens_per_expert)] % num_tokens
+        rows = x.index_select(0, sorted_indices)
+        row_probs = local_probs.T.contiguous().masked_select(local_map.T.contiguous())
+        out_rows = self.experts(rows, tokens_per_expert, row_probs)
+        self.last_rows = (sum(tokens_per_expert), sum(tokens_per_expert))
+        return unpermute(out_rows, sorted_indices, num_tokens)
 
     def _exchange_counts(
         self, local_counts: Tensor
