@@ -356,13 +356,21 @@ def permute_bytes(
     element_bytes: int = 2,
     probs_bytes: int = 2,
     busiest: bool = True,
+    dispatcher: TokenDispatcher = TokenDispatcher.ALLTOALL,
 ) -> PermuteBytes:
-    """permute 2·R·(h·e + pb); sort_chunks 2·Re·(h·e) once each way of the experts (dispatch
-    postprocess and combine preprocess, `sort_chunks_by_idxs`); unpermute (R + T)·h·e.
-    R = sent rows, Re = expert rows at the (busiest) rank."""
+    """alltoall: permute 2·R·(h·e + pb); sort_chunks 2·Re·(h·e) once each way of the experts
+    (dispatch postprocess and combine preprocess, `sort_chunks_by_idxs`); unpermute
+    (R + T)·h·e. R = sent rows, Re = expert rows at the (busiest) rank. allgather (after
+    the gather of n = etp·ep ranks' tokens): permute the local experts' Re rows 2·Re·h·e
+    and `masked_select` their probs from [E/ep, T·n] (read probs and mask, write Re·pb);
+    no chunk sort; unpermute back to the gathered [T·n, h], (Re + T·n)·h·e."""
     h, e = hidden_size, element_bytes
     sent, expert = rows.sent, rows.busiest_expert if busiest else rows.expert
     local_experts = moe.num_experts // layout.ep
+    if dispatcher is TokenDispatcher.ALLGATHER:
+        gathered = rows.tokens * layout.ep * layout.expert_tp
+        select = local_experts * gathered * (probs_bytes + 1) + expert * probs_bytes
+        return PermuteBytes(2.0 * expert * h * e + select, 0.0, (expert + gathered) * h * e)
     sorts = local_experts > 1
     return PermuteBytes(
         permute=2.0 * sent * (h * e + probs_bytes),

@@ -175,6 +175,13 @@ def test_permute_bytes_by_hand():
     assert (pb.permute, pb.sort_chunks, pb.unpermute) == (2 * 256 * 130, 2 * 256 * 128, 384 * 128)
     one_expert_each = ExpertLayout(tp=1, cp=1, dp=8, ep=8)
     assert permute_bytes(routed_rows(128, 1, MOE, one_expert_each), 64, MOE, one_expert_each).sort_chunks == 0
+    # allgather: Re = 256 rows of the 512 gathered tokens, 2 local experts, no sort
+    gathered = permute_bytes(rows, 64, MOE, lay, dispatcher=TokenDispatcher.ALLGATHER)
+    assert (gathered.permute, gathered.sort_chunks, gathered.unpermute) == (
+        2 * 256 * 128 + 2 * 512 * 3 + 256 * 2,
+        0,
+        (256 + 512) * 128,
+    )
 
 
 def test_router_saved_bytes_by_score():
