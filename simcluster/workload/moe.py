@@ -253,8 +253,8 @@ def dispatch_messages(
     if dispatcher is TokenDispatcher.ALLGATHER:
         return _allgather_messages(rows, hidden_size, moe, layout, element_bytes, probs_bytes)
     raise ValueError(
-        f"training.moe_token_dispatcher={dispatcher.value}: message sizes are only modelled "
-        "for alltoall and allgather"
+        f"training.moe_token_dispatcher={dispatcher.value}: this function models alltoall and "
+        "allgather; flex (DeepEP) is workload.moe_flex.flex_messages"
     )
 
 
