@@ -77,10 +77,6 @@ class ElementwiseRecord:
     power_w: float | None = None  # None where not measured (CPU, no NVML, older files)
 
 
-RECORDED_NORMS = frozenset({"ln1", "ln2", "ln"})
-"""Last name components of the norms' ops in measurement files."""
-
-
 def recorded_op_kind(op_name: str) -> str:
     """The kernel kind (`costs.compute.elementwise_kind`) of the op an `ElementwiseRecord`
     names. Measurement files are a format: they key each site by the op's name (`Op.name`,
@@ -92,7 +88,7 @@ def recorded_op_kind(op_name: str) -> str:
     element-wise op the workload builds."""
     backward = op_name.endswith(".bwd")
     last = op_name.removesuffix(".bwd").rsplit(".", 1)[-1]
-    kind = "layernorm" if last in RECORDED_NORMS else last
+    kind = "layernorm" if last in ("ln1", "ln2", "ln") else last  # the norms' ops
     return f"{kind}.bwd" if backward else kind
 
 
