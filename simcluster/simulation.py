@@ -242,8 +242,10 @@ def priced_stages(scenario: Scenario, hw: HardwareProfile, workload: Workload) -
     # Chunks differ only in their layer count (uneven splits) and the extras they carry, and
     # so do their task works; sends only in whether the stages share a node, and gradient
     # reductions in their bytes: each is priced once per layout (the same calls, same values).
-    cost_cache: dict[tuple[int, bool, bool], ChunkCost] = {}
-    works: dict[tuple[tuple[int, bool, bool], ...], tuple[tuple[TaskWork, ...], tuple[TaskWork, ...]]] = {}
+    cost_cache: dict[tuple[tuple[int, ...], bool, bool], ChunkCost] = {}
+    works: dict[
+        tuple[tuple[tuple[int, ...], bool, bool], ...], tuple[tuple[TaskWork, ...], tuple[TaskWork, ...]]
+    ] = {}
     send_s: dict[bool, float] = {}
     reduce_s: dict[float, float] = {}
     dp_group = dp_cp_group(scenario, hw) if par.dp * par.cp > 1 else None
@@ -265,7 +267,9 @@ def priced_stages(scenario: Scenario, hw: HardwareProfile, workload: Workload) -
 
     stages = []
     for stage in workload.stages:
-        keys = tuple((c.num_layers, c.embedding is not None, c.output is not None) for c in stage.chunks)
+        keys = tuple(
+            (_segment_counts(c), c.embedding is not None, c.output is not None) for c in stage.chunks
+        )
         for key, chunk in zip(keys, stage.chunks):
             if key not in cost_cache:
                 cost_cache[key] = _chunk_cost(chunk, hw, tp, dtype, cp, overlap, amax)
@@ -322,8 +326,12 @@ def _chunk_cost(
     """`price_chunk(chunk, …)` from cached layer prices: the same calls, composed the same way."""
     extras = [layer_cost(extra, hw, tp, dtype) for extra in (chunk.embedding, chunk.output) if extra]
     amax_s = fp8_amax_reduction_s(amax, hw) if dtype is Dtype.FP8 and amax is not None else 0.0
-    layer = layer_cost(chunk.layer, hw, tp, dtype, cp, tp_comm_overlap)
-    return compose_chunk(chunk.num_layers, layer, extras, amax_s)
+    layers = [(s.num_layers, layer_cost(s.layer, hw, tp, dtype, cp, tp_comm_overlap)) for s in chunk.segments]
+    return compose_chunk(layers, extras, amax_s)
+
+
+def _segment_counts(chunk: ChunkWork) -> tuple[int, ...]:
+    return tuple(segment.num_layers for segment in chunk.segments)
 
 
 def schedule_plan(
@@ -386,23 +394,26 @@ def time_by_kind(
     overlap, amax = scenario.tp_comm_overlap_active, amax_group(scenario, hw)
     amax_s = fp8_amax_reduction_s(amax, hw) if dtype is Dtype.FP8 and amax is not None else 0.0
     layers: dict[int, Split] = {}
-    chunks: dict[tuple[int, int, bool, bool], Split] = {}  # as priced_stages: chunks differ in these
+    chunks: dict[tuple[object, ...], Split] = {}  # as priced_stages: chunks differ in these
 
     def split_of(chunk: ChunkWork) -> Split:
-        key = (id(chunk.layer), chunk.num_layers, chunk.embedding is not None, chunk.output is not None)
+        segments = tuple((id(s.layer), s.num_layers) for s in chunk.segments)
+        key = (segments, chunk.embedding is not None, chunk.output is not None)
         if key not in chunks:
             chunks[key] = _chunk_split(chunk)
         return chunks[key]
 
     def _chunk_split(chunk: ChunkWork) -> Split:
-        if id(chunk.layer) not in layers:
-            cost = layer_cost(chunk.layer, hw, tp, dtype, cp, overlap)
-            layers[id(chunk.layer)] = layer_split(chunk.layer, cost, hw, tp, dtype, cp)
+        for segment in chunk.segments:
+            if id(segment.layer) not in layers:
+                cost = layer_cost(segment.layer, hw, tp, dtype, cp, overlap)
+                layers[id(segment.layer)] = layer_split(segment.layer, cost, hw, tp, dtype, cp)
         extras = [layer_cost(e, hw, tp, dtype) for e in (chunk.embedding, chunk.output) if e]
         cost = _chunk_cost(chunk, hw, tp, dtype, cp, overlap, amax)
         host_forward_s, host_backward_s = chunk_host_s(chunk, hw, dtype, graph, amax is not None)
         wait_s = host_wait_s(cost.forward_s, host_forward_s) + host_wait_s(cost.backward_s, host_backward_s)
-        return chunk_split(chunk.num_layers, layers[id(chunk.layer)], extras, amax_s, wait_s)
+        segments = [(s.num_layers, layers[id(s.layer)]) for s in chunk.segments]
+        return chunk_split(segments, extras, amax_s, wait_s)
 
     stage_chunks = [[split_of(chunk) for chunk in stage.chunks] for stage in workload.stages]
     busy = [{category.value: s for category, s in stage.busy_s.items()} for stage in engine.stages]

@@ -74,17 +74,20 @@ def chunk_kernels(chunk: ChunkWork, dtype: Dtype, graph: CudaGraphImpl, amax: bo
     of `chunk`, after what CUDA graphs capture."""
     if graph is CudaGraphImpl.FULL_ITERATION:
         return 0, 0
-    layer = chunk.layer
-    if graph is CudaGraphImpl.NONE:
-        forward = kernels_issued(layer.forward, dtype)
-        backward = kernels_issued(layer.backward, dtype) + kernels_issued(layer.recompute, dtype)
-    else:
-        forward = backward = GRAPH_LAUNCHES_PER_LAYER_PASS
+    forward = backward = 0
+    for segment in chunk.segments:
+        layer, n = segment.layer, segment.num_layers
+        if graph is CudaGraphImpl.NONE:
+            forward += n * kernels_issued(layer.forward, dtype)
+            backward += n * (kernels_issued(layer.backward, dtype) + kernels_issued(layer.recompute, dtype))
+        else:
+            forward += n * GRAPH_LAUNCHES_PER_LAYER_PASS
+            backward += n * GRAPH_LAUNCHES_PER_LAYER_PASS
     extras = [extra for extra in (chunk.embedding, chunk.output) if extra is not None]
     per_pass = int(amax)
     return (
-        chunk.num_layers * forward + sum(kernels_issued(e.forward, dtype) for e in extras) + per_pass,
-        chunk.num_layers * backward + sum(kernels_issued(e.backward, dtype) for e in extras) + per_pass,
+        forward + sum(kernels_issued(e.forward, dtype) for e in extras) + per_pass,
+        backward + sum(kernels_issued(e.backward, dtype) for e in extras) + per_pass,
     )
 
 

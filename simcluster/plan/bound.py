@@ -131,10 +131,11 @@ class StagePricer:
     def chunk(self, scenario: Scenario, chunk: ChunkWork) -> ChunkCost:
         """`price_chunk(chunk, …)`, from cached per-layer prices."""
         extras = [self._priced(scenario, extra) for extra in (chunk.embedding, chunk.output) if extra]
-        layer = self._priced(scenario, chunk.layer, scenario.tp_comm_overlap_active)
+        overlap = scenario.tp_comm_overlap_active
+        layers = [(s.num_layers, self._priced(scenario, s.layer, overlap)) for s in chunk.segments]
         group = amax_group(scenario, self.hw)
         amax_s = 0.0 if group is None else fp8_amax_reduction_s(group, self.hw)
-        return compose_chunk(chunk.num_layers, layer, extras, amax_s)
+        return compose_chunk(layers, extras, amax_s)
 
     def _cached(self, key: tuple[object, ...], price: Callable[[], float]) -> float:
         seconds = self._seconds.get(key)

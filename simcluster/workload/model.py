@@ -40,25 +40,40 @@ def optimizer_step_bytes(params: float, grad_bytes: int, optimizer_shards: int) 
 
 
 @dataclass(frozen=True, slots=True)
+class LayerSegment:
+    """`num_layers` consecutive transformer layers of one kind, each running `layer`'s ops.
+    A chunk's layers are a tuple of segments in execution order, so one stage can hold
+    layers of different kinds (a MoE model's dense first layers, MoE layers and MTP
+    layers; Megatron-core builds each layer from its own spec,
+    `transformer_block.py::TransformerBlockSubmodules.layer_specs`). Dense models have one."""
+
+    layer: LayerOps
+    num_layers: int
+
+
+@dataclass(frozen=True, slots=True)
 class ChunkWork:
-    """What one microbatch costs on one (stage, chunk): `num_layers` copies of `layer`,
-    plus the embedding on the first virtual stage and the output layer on the last."""
+    """What one microbatch costs on one (stage, chunk): its layer segments in order, plus
+    the embedding on the first virtual stage and the output layer on the last."""
 
     stage: int
     chunk: int
-    num_layers: int
-    layer: LayerOps
+    segments: tuple[LayerSegment, ...]
     embedding: LayerOps | None
     output: LayerOps | None
 
     @property
+    def num_layers(self) -> int:
+        return sum(segment.num_layers for segment in self.segments)
+
+    @property
     def saved_bytes(self) -> float:
         extras = sum(part.saved_bytes for part in (self.embedding, self.output) if part)
-        return self.num_layers * self.layer.saved_bytes + extras
+        return self.layer_saved_bytes + extras
 
     @property
     def layer_saved_bytes(self) -> float:
-        return self.num_layers * self.layer.saved_bytes
+        return sum(segment.num_layers * segment.layer.saved_bytes for segment in self.segments)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,8 +209,7 @@ def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
             ChunkWork(
                 stage=stage,
                 chunk=chunk,
-                num_layers=split.chunk_layers[stage][chunk],
-                layer=layer,
+                segments=(LayerSegment(layer, split.chunk_layers[stage][chunk]),),
                 embedding=embedding if chunk * par.pp + stage == 0 else None,
                 output=output if chunk * par.pp + stage == last_virtual else None,
             )
@@ -213,7 +227,12 @@ def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
         )
         gather_bytes = BF16_BYTES * params
         if cfg.dtype is Dtype.FP8:
-            te_params = sum(chunk.num_layers for chunk in chunks) * te_linear_weight_params(layer.forward)
+            # integer-valued: a sum of products of shapes, exact in any order
+            te_params = sum(
+                seg.num_layers * te_linear_weight_params(seg.layer.forward)
+                for chunk in chunks
+                for seg in chunk.segments
+            )
             copies = fp8_copies(cfg.fp8_recipe, fp8_weight_copies)
             per_copy = fp8_bytes_per_element(cfg.fp8_recipe)
             fp8_copy = per_copy * te_params
