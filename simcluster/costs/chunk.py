@@ -47,7 +47,6 @@ from simcluster.costs.network import GroupPlacement, collective_time_s
 from simcluster.units import us_to_s
 from simcluster.workload.fp8 import fp8_bytes_per_element, fp8_copies, gathered_input, is_te_linear_gemm
 from simcluster.workload.layer import LayerOps
-from simcluster.workload.model import ChunkWork
 from simcluster.workload.ops import CollectiveKind, Op, OpKind
 
 BF16_READ_BYTES = 2
@@ -336,23 +335,3 @@ def compose_chunk(
         amax = OpsCost(comm_s=per_pass_comm_s)
         forward, backward = forward + amax, backward + amax
     return ChunkCost(forward=forward, backward=backward, recompute=recompute)
-
-
-def price_chunk(
-    chunk: ChunkWork,
-    hw: HardwareProfile,
-    tp: GroupPlacement,
-    dtype: Dtype,
-    cp: GroupPlacement = NO_CONTEXT_PARALLEL,
-    tp_comm_overlap: bool = False,
-    amax_group: GroupPlacement | None = None,
-) -> ChunkCost:
-    """A chunk's layers, plus the embedding on the first virtual stage and the output layer
-    on the last; with FP8, the amax reductions over `amax_group`. TP comm overlap applies to
-    the layers' TE linears only."""
-    extras = [price_layer_ops(extra, hw, tp, dtype) for extra in (chunk.embedding, chunk.output) if extra]
-    amax_s = fp8_amax_reduction_s(amax_group, hw) if dtype is Dtype.FP8 and amax_group is not None else 0.0
-    layers = [
-        (s.num_layers, price_layer_ops(s.layer, hw, tp, dtype, cp, tp_comm_overlap)) for s in chunk.segments
-    ]
-    return compose_chunk(layers, extras, amax_s)

@@ -38,26 +38,9 @@ from simcluster.workload.ops import Op
 GRAPH_LAUNCHES_PER_LAYER_PASS = 1  # one captured graph replayed per layer and direction
 
 
-_COUNTS: dict[tuple[int, Dtype], tuple[tuple[Op, ...], int]] = {}
-_MAX_COUNTS = 4096
-
-
 def kernels_issued(ops: tuple[Op, ...], dtype: Dtype) -> int:
-    """Kernels (and collectives) the host launches for `ops` (module docstring). Cached by
-    the identity of `ops` (the workload's op tuples are cached objects; the entry keeps
-    them alive, so no identity is reused while it exists)."""
-    key = (id(ops), dtype)
-    hit = _COUNTS.get(key)
-    if hit is not None:
-        return hit[1]
-    if len(_COUNTS) >= _MAX_COUNTS:
-        _COUNTS.clear()
-    count = _count(ops, dtype)
-    _COUNTS[key] = (ops, count)
-    return count
-
-
-def _count(ops: tuple[Op, ...], dtype: Dtype) -> int:
+    """Kernels (and collectives) the host launches for `ops` (module docstring). Not cached
+    here: `costs.stage_pricing` caches each chunk's host seconds by value."""
     count = 0
     for op in ops:
         if op.ring is not None:

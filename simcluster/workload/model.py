@@ -40,13 +40,26 @@ def optimizer_step_bytes(params: float, grad_bytes: int, optimizer_shards: int) 
 
 
 @dataclass(frozen=True, slots=True)
+class LayerKind:
+    """What a transformer layer is, as a small value: the layer one rank runs and the
+    context-parallel size that turns its attention into a ring. `build_workload` builds a
+    layer's ops from its kind alone, so equal kinds have equal ops and stage pricing
+    (`costs.stage_pricing`) caches a layer's price by its kind. A MoE layer will add its
+    expert configuration here."""
+
+    config: LayerConfig
+    cp: int
+
+
+@dataclass(frozen=True, slots=True)
 class LayerSegment:
-    """`num_layers` consecutive transformer layers of one kind, each running `layer`'s ops.
-    A chunk's layers are a tuple of segments in execution order, so one stage can hold
-    layers of different kinds (a MoE model's dense first layers, MoE layers and MTP
-    layers; Megatron-core builds each layer from its own spec,
+    """`num_layers` consecutive transformer layers of one `kind`, each running `layer`'s ops
+    (the ops `kind` gives). A chunk's layers are a tuple of segments in execution order, so
+    one stage can hold layers of different kinds (a MoE model's dense first layers, MoE
+    layers and MTP layers; Megatron-core builds each layer from its own spec,
     `transformer_block.py::TransformerBlockSubmodules.layer_specs`). Dense models have one."""
 
+    kind: LayerKind
     layer: LayerOps
     num_layers: int
 
@@ -197,7 +210,8 @@ def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
     `HardwareProfile.fp8_weight_copies`: 2 on Hopper, 1 on Blackwell) counts the FP8 weight
     copies TE caches under `dtype: fp8`; the one hardware fact the workload needs."""
     cfg = layer_config(scenario)
-    layer = context_parallel_layer_ops(layer_ops(cfg), cfg, scenario.parallel.cp)
+    kind = LayerKind(cfg, scenario.parallel.cp)
+    layer = context_parallel_layer_ops(layer_ops(cfg), cfg, kind.cp)
     embedding = embedding_ops(cfg, scenario.model.vocab_size)
     output = output_ops(cfg, scenario.model.vocab_size)
     par = scenario.parallel
@@ -209,7 +223,7 @@ def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
             ChunkWork(
                 stage=stage,
                 chunk=chunk,
-                segments=(LayerSegment(layer, split.chunk_layers[stage][chunk]),),
+                segments=(LayerSegment(kind, layer, split.chunk_layers[stage][chunk]),),
                 embedding=embedding if chunk * par.pp + stage == 0 else None,
                 output=output if chunk * par.pp + stage == last_virtual else None,
             )

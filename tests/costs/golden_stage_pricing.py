@@ -22,9 +22,10 @@ from typing import Any
 
 from simcluster.config.hardware import load_hardware
 from simcluster.config.scenario import Scenario, load_scenario, load_scenario_and_hardware, parse_scenario
+from simcluster.costs.stage_pricing import StagePricing
 from simcluster.headroom import DEFAULT_HEADROOM_FRACTION, memory_limit_bytes
 from simcluster.plan.base import load_plan_scenario
-from simcluster.plan.bound import StagePricer, bound_inputs, lower_bound_s, stage_seconds
+from simcluster.plan.bound import bound_inputs, lower_bound_s, stage_seconds
 from simcluster.plan.search import prepare
 from simcluster.plan.space import search_space
 from simcluster.simulation import run_simulation
@@ -99,7 +100,7 @@ def capture_case(key: str, scenario: Scenario) -> dict[str, Any]:
     """One scenario's numbers: the run's JSON (full and steady-state), the bound's stages."""
     hw = _hardware(key, scenario)
     workload = build_workload(scenario, hw.fp8_weight_copies)
-    pricer = StagePricer(hw)
+    pricer = StagePricing(hw)
     return {
         "run": run_simulation(scenario, hw).result.to_json_dict(),
         "steady_state": run_simulation(scenario, hw, steady_state=True).result.to_json_dict(),
