@@ -49,37 +49,33 @@ class Simulation:
     result: SimulationResult
 
 
-def _host_bound(
+def _with_host_wait(
     gpu_s: float, host_s: float, parts: tuple[tuple[TimeCategory, float], ...]
-) -> tuple[float, tuple[tuple[TimeCategory, float], ...]]:
-    """A task's busy seconds and parts when the host issues its kernels in `host_s`
-    (`costs.host`): the GPU's parts, and a host-bound wait where the host is slower."""
+) -> tuple[tuple[TimeCategory, float], ...]:
+    """A task's busy parts: the GPU's, and a host-bound wait where the host issues its
+    kernels more slowly than the GPU runs them (`costs.host`)."""
     wait_s = host_wait_s(gpu_s, host_s)
-    return (host_s, (*parts, (TimeCategory.HOST_WAIT, wait_s))) if wait_s > 0 else (gpu_s, parts)
+    return (*parts, (TimeCategory.HOST_WAIT, wait_s)) if wait_s > 0 else parts
 
 
 def _task_works(
     priced: tuple[PricedChunk, ...], stage: StageWork, transient: float
 ) -> tuple[tuple[TaskWork, ...], tuple[TaskWork, ...]]:
+    """Per chunk, its forward and backward task: the priced seconds, labelled by part, and
+    the memory the workload says they allocate."""
     forward, backward = [], []
-    for chunk_price, chunk in zip(priced, stage.chunks):
-        cost = chunk_price.cost
-        busy_s, parts = _host_bound(
-            cost.forward_s,
-            chunk_price.host_forward_s,
-            ((TimeCategory.COMPUTE, cost.forward.compute_s), (TimeCategory.TP_COMM, cost.forward.comm_s)),
+    for price, chunk in zip(priced, stage.chunks):
+        cost = price.cost
+        gpu = ((TimeCategory.COMPUTE, cost.forward.compute_s), (TimeCategory.TP_COMM, cost.forward.comm_s))
+        parts = _with_host_wait(cost.forward_s, price.host_forward_s, gpu)
+        forward.append(TaskWork(busy_s=price.forward_busy_s, parts=parts, stored_bytes=chunk.saved_bytes))
+        gpu_backward = (
+            (TimeCategory.COMPUTE, cost.backward.compute_s),
+            (TimeCategory.TP_COMM, cost.backward.comm_s),
+            (TimeCategory.RECOMPUTE, cost.recompute.total_s),
         )
-        forward.append(TaskWork(busy_s=busy_s, parts=parts, stored_bytes=chunk.saved_bytes))
-        busy_s, parts = _host_bound(
-            cost.backward_s,
-            chunk_price.host_backward_s,
-            (
-                (TimeCategory.COMPUTE, cost.backward.compute_s),
-                (TimeCategory.TP_COMM, cost.backward.comm_s),
-                (TimeCategory.RECOMPUTE, cost.recompute.total_s),
-            ),
-        )
-        backward.append(TaskWork(busy_s=busy_s, parts=parts, transient_bytes=transient))
+        parts = _with_host_wait(cost.backward_s, price.host_backward_s, gpu_backward)
+        backward.append(TaskWork(busy_s=price.backward_busy_s, parts=parts, transient_bytes=transient))
     return tuple(forward), tuple(backward)
 
 
