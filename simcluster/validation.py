@@ -16,6 +16,7 @@ import yaml
 from simcluster.config.hardware import HardwareProfile
 from simcluster.config.scenario import Scenario, load_scenario_and_hardware
 from simcluster.config.shipped import shipped_dir
+from simcluster.costs.stage_pricing import StagePricing
 from simcluster.simulation import layer_times, run_simulation
 from simcluster.workload.model import build_workload
 
@@ -57,7 +58,7 @@ def table4_comparisons(hardware: HardwareProfile | None = None) -> list[Comparis
     rows = []
     for entry in load_paper_tables()["table4"]:
         scenario, hw = _load(entry["scenario"], hardware)
-        layer = layer_times(build_workload(scenario), hw, scenario)
+        layer = layer_times(build_workload(scenario), hw, scenario, StagePricing(hw))
         for quantity, predicted_s in (("forward", layer.forward_s), ("backward", layer.backward_s)):
             rows.append(
                 Comparison(
@@ -119,9 +120,10 @@ def fit_table4(hw: HardwareProfile, steps: int = 21, rounds: int = 3) -> Table4F
 
     def squared_error(eff: float, overlap: float) -> float:
         candidate = with_constants(hw, eff, overlap)
+        pricing = StagePricing(candidate)  # one per candidate profile, shared by its ten cases
         total = 0.0
         for scenario, workload, forward_ms, backward_ms in cases:
-            layer = layer_times(workload, candidate, scenario)
+            layer = layer_times(workload, candidate, scenario, pricing)
             total += (1e3 * layer.forward_s / forward_ms - 1) ** 2
             total += (1e3 * layer.backward_s / backward_ms - 1) ** 2
         return total

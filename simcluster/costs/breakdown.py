@@ -106,13 +106,17 @@ def layer_split(
 
 
 def chunk_split(
-    num_layers: int, layer: Split, extras: Sequence[ChunkCost], amax_s: float, host_wait_s: float
+    layers: Sequence[tuple[int, Split]], extras: Sequence[ChunkCost], amax_s: float, host_wait_s: float
 ) -> Split:
     """A chunk's microbatch (forward + backward) as `costs.chunk.compose_chunk` builds it:
-    `num_layers` layers, the embedding / output layer (compute: embedding and loss;
-    their collectives: TP comm), FP8's amax reductions (TP × DP × CP, once per pass: TP
-    comm, as the engine counts them) and the host-bound wait of its two tasks."""
-    split = {kind: num_layers * seconds for kind, seconds in layer.items()}
+    each (count, layer split) of its segments, the embedding / output layer (compute:
+    embedding and loss; their collectives: TP comm), FP8's amax reductions (TP × DP × CP,
+    once per pass: TP comm, as the engine counts them) and the host-bound wait of its two
+    tasks."""
+    split: Split = {}
+    for num_layers, layer in layers:
+        for kind, seconds in layer.items():
+            split[kind] = split.get(kind, 0.0) + num_layers * seconds
     split[TimeKind.EMBEDDING_AND_LOSS] = sum(e.forward.compute_s + e.backward.compute_s for e in extras)
     split[TimeKind.TP_COMM] += sum(e.forward.comm_s + e.backward.comm_s for e in extras) + 2 * amax_s
     split[TimeKind.HOST_WAIT] = host_wait_s

@@ -47,7 +47,6 @@ from simcluster.costs.network import GroupPlacement, collective_time_s
 from simcluster.units import us_to_s
 from simcluster.workload.fp8 import fp8_copies, gathered_input, is_te_linear_gemm, quantized_bytes_per_element
 from simcluster.workload.layer import LayerOps
-from simcluster.workload.model import ChunkWork
 from simcluster.workload.ops import CollectiveKind, Op, OpKind, Pass
 
 BF16_READ_BYTES = 2
@@ -333,33 +332,22 @@ def price_layer_ops(
 
 
 def compose_chunk(
-    num_layers: int, layer: ChunkCost, extras: Sequence[ChunkCost], per_pass_comm_s: float = 0.0
+    layers: Sequence[tuple[int, ChunkCost]], extras: Sequence[ChunkCost], per_pass_comm_s: float = 0.0
 ) -> ChunkCost:
-    """`num_layers` copies of a priced layer, then the forward and backward of the extras
-    (embedding, output layer) in order; recompute is the layers' only. `per_pass_comm_s`
-    (FP8's amax reduction) is added once to the forward and once to the backward."""
-    forward, backward = layer.forward.scaled(num_layers), layer.backward.scaled(num_layers)
+    """Each (count, priced layer) of a chunk's layer segments, `count` copies, in order;
+    then the forward and backward of the extras (embedding, output layer) in order;
+    recompute is the layers' only. `per_pass_comm_s` (FP8's amax reduction) is added once
+    to the forward and once to the backward."""
+    forward = backward = recompute = OpsCost()
+    for num_layers, layer in layers:
+        forward, backward = (
+            forward + layer.forward.scaled(num_layers),
+            backward + layer.backward.scaled(num_layers),
+        )
+        recompute = recompute + layer.recompute.scaled(num_layers)
     for extra in extras:
         forward, backward = forward + extra.forward, backward + extra.backward
     if per_pass_comm_s:
         amax = OpsCost(comm_s=per_pass_comm_s)
         forward, backward = forward + amax, backward + amax
-    return ChunkCost(forward=forward, backward=backward, recompute=layer.recompute.scaled(num_layers))
-
-
-def price_chunk(
-    chunk: ChunkWork,
-    hw: HardwareProfile,
-    tp: GroupPlacement,
-    dtype: Dtype,
-    cp: GroupPlacement = NO_CONTEXT_PARALLEL,
-    tp_comm_overlap: bool = False,
-    amax_group: GroupPlacement | None = None,
-) -> ChunkCost:
-    """A chunk's layers, plus the embedding on the first virtual stage and the output layer
-    on the last; with FP8, the amax reductions over `amax_group`. TP comm overlap applies to
-    the layers' TE linears only."""
-    extras = [price_layer_ops(extra, hw, tp, dtype) for extra in (chunk.embedding, chunk.output) if extra]
-    amax_s = fp8_amax_reduction_s(amax_group, hw) if dtype is Dtype.FP8 and amax_group is not None else 0.0
-    layer = price_layer_ops(chunk.layer, hw, tp, dtype, cp, tp_comm_overlap)
-    return compose_chunk(chunk.num_layers, layer, extras, amax_s)
+    return ChunkCost(forward=forward, backward=backward, recompute=recompute)

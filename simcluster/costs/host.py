@@ -38,26 +38,9 @@ from simcluster.workload.ops import Op, Pass
 GRAPH_LAUNCHES_PER_LAYER_PASS = 1  # one captured graph replayed per layer and direction
 
 
-_COUNTS: dict[tuple[int, Dtype], tuple[tuple[Op, ...], int]] = {}
-_MAX_COUNTS = 4096
-
-
 def kernels_issued(ops: tuple[Op, ...], dtype: Dtype) -> int:
-    """Kernels (and collectives) the host launches for `ops` (module docstring). Cached by
-    the identity of `ops` (the workload's op tuples are cached objects; the entry keeps
-    them alive, so no identity is reused while it exists)."""
-    key = (id(ops), dtype)
-    hit = _COUNTS.get(key)
-    if hit is not None:
-        return hit[1]
-    if len(_COUNTS) >= _MAX_COUNTS:
-        _COUNTS.clear()
-    count = _count(ops, dtype)
-    _COUNTS[key] = (ops, count)
-    return count
-
-
-def _count(ops: tuple[Op, ...], dtype: Dtype) -> int:
+    """Kernels (and collectives) the host launches for `ops` (module docstring). Not cached
+    here: `costs.stage_pricing` caches each chunk's host seconds by value."""
     count = 0
     for op in ops:
         if op.ring is not None:
@@ -74,17 +57,20 @@ def chunk_kernels(chunk: ChunkWork, dtype: Dtype, graph: CudaGraphImpl, amax: bo
     of `chunk`, after what CUDA graphs capture."""
     if graph is CudaGraphImpl.FULL_ITERATION:
         return 0, 0
-    layer = chunk.layer
-    if graph is CudaGraphImpl.NONE:
-        forward = kernels_issued(layer.forward, dtype)
-        backward = kernels_issued(layer.backward, dtype) + kernels_issued(layer.recompute, dtype)
-    else:
-        forward = backward = GRAPH_LAUNCHES_PER_LAYER_PASS
+    forward = backward = 0
+    for segment in chunk.segments:
+        layer, n = segment.layer, segment.num_layers
+        if graph is CudaGraphImpl.NONE:
+            forward += n * kernels_issued(layer.forward, dtype)
+            backward += n * (kernels_issued(layer.backward, dtype) + kernels_issued(layer.recompute, dtype))
+        else:
+            forward += n * GRAPH_LAUNCHES_PER_LAYER_PASS
+            backward += n * GRAPH_LAUNCHES_PER_LAYER_PASS
     extras = [extra for extra in (chunk.embedding, chunk.output) if extra is not None]
     per_pass = int(amax)
     return (
-        chunk.num_layers * forward + sum(kernels_issued(e.forward, dtype) for e in extras) + per_pass,
-        chunk.num_layers * backward + sum(kernels_issued(e.backward, dtype) for e in extras) + per_pass,
+        forward + sum(kernels_issued(e.forward, dtype) for e in extras) + per_pass,
+        backward + sum(kernels_issued(e.backward, dtype) for e in extras) + per_pass,
     )
 
 

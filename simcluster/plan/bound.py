@@ -24,34 +24,23 @@ simulated time (a hypothesis test checks bound ≤ simulated on random small lay
 three schedules start every stage with F(0, chunk 0) and end it with B(x, chunk 0) of one
 microbatch x (1F1B and interleaved: x = m − 1; GPipe: x = 0).
 
-`stage_seconds` prices a layout from its workload with a per-search cache of chunk costs
-(the same `price_chunk` and transfer functions `build_plan` uses); `stage_seconds_from_plan`
-reads the same numbers from an engine plan (a test checks they agree).
+`stage_seconds` prices a layout from its workload with `costs.stage_pricing.StagePricing`
+(one per search: its caches serve every layout), the pricing `build_plan` uses;
+`stage_seconds_from_plan` reads the same numbers from an engine plan (a test checks they
+agree).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from simcluster.config.choices import ScheduleKind
 from simcluster.config.hardware import HardwareProfile
 from simcluster.config.scenario import Scenario
-from simcluster.costs.chunk import ChunkCost, compose_chunk, fp8_amax_reduction_s, price_layer_ops
-from simcluster.costs.compute import OPTIMIZER_KIND, elementwise_time_s
-from simcluster.costs.host import chunk_host_s
-from simcluster.costs.placement import cp_group, tp_group
+from simcluster.costs.stage_pricing import PricedGather, PricedStage, PricedTransfer, StagePricing
 from simcluster.engine.plan import ParamGather, PipelinePlan, Transfer
-from simcluster.simulation import (
-    amax_group,
-    grad_reduce_transfer,
-    p2p_send,
-    param_gather,
-    tied_reduce_transfer,
-)
-from simcluster.workload.layer import LayerOps
-from simcluster.workload.model import ChunkWork, StageWork, Workload
+from simcluster.workload.model import Workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +67,7 @@ class BoundInputs:
     overlap_grad_reduce: bool
 
 
-def _seconds(transfer: Transfer | None) -> float:
+def _seconds(transfer: Transfer | PricedTransfer | None) -> float:
     return 0.0 if transfer is None else transfer.seconds
 
 
@@ -99,104 +88,41 @@ def stage_seconds_from_plan(plan: PipelinePlan) -> tuple[StageSeconds, ...]:
     )
 
 
-def _exposed_gather_s(gather: ParamGather | None) -> float:
+def _exposed_gather_s(gather: ParamGather | PricedGather | None) -> float:
     """The parameter all-gather the engine runs after the step (0 when overlapped: the
     bound credits none of the waits it may cause)."""
     return 0.0 if gather is None or gather.overlapped else gather.total_s
 
 
-class StagePricer:
-    """`price_chunk` and the engine's transfer functions behind caches: the layouts of one
-    search (one model, one profile) share a few hundred distinct chunks and messages. Each
-    key holds exactly the inputs its function reads (a test checks the prices equal
-    `build_plan`'s on random layouts)."""
-
-    def __init__(self, hw: HardwareProfile) -> None:
-        self.hw = hw
-        self._chunks: dict[tuple[object, ...], ChunkCost] = {}
-        self._keep: list[LayerOps] = []
-        self._seconds: dict[tuple[object, ...], float] = {}
-
-    def _priced(self, scenario: Scenario, ops: LayerOps, tp_comm_overlap: bool = False) -> ChunkCost:
-        # layer_ops / embedding_ops / output_ops are cached: one object each; cp places the ring
-        key = ("ops", id(ops), scenario.parallel.cp, tp_comm_overlap)
-        cost = self._chunks.get(key)
-        if cost is None:
-            self._keep.append(ops)  # keeps id(ops) unique while the key lives
-            tp, cp = tp_group(scenario, self.hw), cp_group(scenario, self.hw)
-            dtype = scenario.training.dtype
-            cost = self._chunks[key] = price_layer_ops(ops, self.hw, tp, dtype, cp, tp_comm_overlap)
-        return cost
-
-    def chunk(self, scenario: Scenario, chunk: ChunkWork) -> ChunkCost:
-        """`price_chunk(chunk, …)`, from cached per-layer prices."""
-        extras = [self._priced(scenario, extra) for extra in (chunk.embedding, chunk.output) if extra]
-        layer = self._priced(scenario, chunk.layer, scenario.tp_comm_overlap_active)
-        group = amax_group(scenario, self.hw)
-        amax_s = 0.0 if group is None else fp8_amax_reduction_s(group, self.hw)
-        return compose_chunk(chunk.num_layers, layer, extras, amax_s)
-
-    def _cached(self, key: tuple[object, ...], price: Callable[[], float]) -> float:
-        seconds = self._seconds.get(key)
-        if seconds is None:
-            seconds = self._seconds[key] = price()
-        return seconds
-
-    def stage(self, scenario: Scenario, workload: Workload, stage: StageWork) -> StageSeconds:
-        hw, par, r, p = self.hw, scenario.parallel, stage.stage, scenario.parallel.pp
-        costs = [self.chunk(scenario, chunk) for chunk in stage.chunks]
-        # each task waits for the host where it issues its kernels more slowly (costs.host)
-        amax = amax_group(scenario, hw) is not None
-        graph, dtype = scenario.training.cuda_graph_impl, scenario.training.dtype
-        hosts = [chunk_host_s(chunk, hw, dtype, graph, amax) for chunk in stage.chunks]
-        layout = (par.tp, par.cp, par.dp, par.pp, par.sequence_parallel)
-
-        def send_s(dst: int) -> float:
-            if p == 1:
-                return 0.0
-            key = ("p2p", *layout, r, dst, workload.p2p_bytes)
-            return self._cached(key, lambda: p2p_send(scenario, hw, r, dst, workload.p2p_bytes).seconds)
-
-        distributed = scenario.training.use_distributed_optimizer
-        reduce_key = ("dp", *layout, distributed, stage.dp_gradient_bytes)
-        tied_key = ("tied", *layout, stage.embedding_grad_bytes)
-        tr = scenario.training
-        dp_flags = (tr.use_distributed_optimizer, tr.overlap_grad_reduce, tr.overlap_param_gather, par.cp)
-        gather_key = ("gather", *layout, *dp_flags, r == 0, stage.param_gather_bytes, len(stage.chunks))
-        return StageSeconds(
-            forward_s=tuple(max(cost.forward_s, host[0]) for cost, host in zip(costs, hosts)),
-            backward_s=tuple(max(cost.backward_s, host[1]) for cost, host in zip(costs, hosts)),
-            send_forward_s=send_s((r + 1) % p),
-            send_backward_s=send_s((r - 1) % p),
-            grad_reduce_s=self._cached(
-                reduce_key, lambda: _seconds(grad_reduce_transfer(scenario, hw, stage))
-            ),
-            tied_reduce_s=self._cached(tied_key, lambda: _seconds(tied_reduce_transfer(scenario, hw, stage))),
-            optimizer_s=self._cached(
-                ("optimizer", stage.optimizer_step_bytes),
-                lambda: elementwise_time_s(stage.optimizer_step_bytes, hw, OPTIMIZER_KIND),
-            ),
-            param_gather_s=self._cached(
-                gather_key,
-                lambda: _exposed_gather_s(param_gather(scenario, hw, stage)),
-            ),
-        )
+def _stage_seconds(priced: PricedStage) -> StageSeconds:
+    """A priced stage's durations, as `simulation.priced_stages` hands them to the engine."""
+    return StageSeconds(
+        forward_s=tuple(chunk.forward_busy_s for chunk in priced.chunks),
+        backward_s=tuple(chunk.backward_busy_s for chunk in priced.chunks),
+        send_forward_s=_seconds(priced.send_forward),
+        send_backward_s=_seconds(priced.send_backward),
+        grad_reduce_s=_seconds(priced.grad_reduce),
+        tied_reduce_s=_seconds(priced.tied_grad_reduce),
+        optimizer_s=priced.optimizer_s,
+        param_gather_s=_exposed_gather_s(priced.param_gather),
+    )
 
 
 def stage_seconds(
-    scenario: Scenario, hw: HardwareProfile, workload: Workload, pricer: StagePricer | None = None
+    scenario: Scenario, hw: HardwareProfile, workload: Workload, pricing: StagePricing | None = None
 ) -> tuple[StageSeconds, ...]:
-    """Each stage's durations, priced exactly as `simulation.build_plan` prices them."""
-    pricer = pricer or StagePricer(hw)
-    return tuple(pricer.stage(scenario, workload, stage) for stage in workload.stages)
+    """Each stage's durations, priced by the same `StagePricing` as `simulation.build_plan`
+    (pass one `pricing` of `hw` to share its caches over a search's layouts)."""
+    pricing = pricing or StagePricing(hw)
+    return tuple(_stage_seconds(priced) for priced in pricing.stages(scenario, workload))
 
 
 def bound_inputs(
-    scenario: Scenario, hw: HardwareProfile, workload: Workload, pricer: StagePricer | None = None
+    scenario: Scenario, hw: HardwareProfile, workload: Workload, pricing: StagePricing | None = None
 ) -> BoundInputs:
     par, training = scenario.parallel, scenario.training
     return BoundInputs(
-        stages=stage_seconds(scenario, hw, workload, pricer),
+        stages=stage_seconds(scenario, hw, workload, pricing),
         num_microbatches=scenario.num_microbatches,
         paired_sends=training.schedule is ScheduleKind.ONE_F_ONE_B and par.vpp > 1,
         overlap_grad_reduce=training.overlap_grad_reduce,

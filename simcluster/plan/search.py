@@ -35,6 +35,7 @@ from simcluster import memory_plan, units
 from simcluster.config.hardware import HardwareProfile
 from simcluster.config.megatron_args import to_megatron_args
 from simcluster.config.scenario import Scenario
+from simcluster.costs.stage_pricing import StagePricing
 from simcluster.engine.gc_tuning import GC_THRESHOLDS
 from simcluster.headroom import (
     DEFAULT_HEADROOM_FRACTION,
@@ -42,7 +43,7 @@ from simcluster.headroom import (
     headroom_problem,
     memory_limit_bytes,
 )
-from simcluster.plan.bound import StagePricer, bound_inputs, lower_bound_s
+from simcluster.plan.bound import bound_inputs, lower_bound_s
 from simcluster.plan.space import (
     PLAN_AXES,
     PlanError,
@@ -148,10 +149,12 @@ def check_headroom(headroom_fraction: float) -> None:
         raise PlanError(problem)
 
 
-def prepare(space: SearchSpace, limit_bytes: float, progress: bool = False) -> list[Candidate]:
+def prepare(
+    space: SearchSpace, limit_bytes: float, progress: bool = False, pricing: StagePricing | None = None
+) -> list[Candidate]:
     """Every layout with its static memory and, when that fits under `limit_bytes`, its
     time bound (infinite otherwise: it is pruned without one), in enumeration order."""
-    pricer = StagePricer(space.hardware)
+    pricing = pricing or StagePricing(space.hardware)
     prepared = []
     layouts = list(candidates(space))
     with StderrProgress("plan: bounds") as bar:
@@ -162,31 +165,34 @@ def prepare(space: SearchSpace, limit_bytes: float, progress: bool = False) -> l
             static = max(stage.static.total_bytes for stage in workload.stages)
             bound = math.inf
             if static <= limit_bytes:
-                bound = lower_bound_s(bound_inputs(scenario, space.hardware, workload, pricer))
+                bound = lower_bound_s(bound_inputs(scenario, space.hardware, workload, pricing))
             prepared.append(Candidate(index, scenario, bound, static))
             if progress:
                 bar.step("")
     return prepared
 
 
-def evaluate_candidate(candidate: Candidate, hw: HardwareProfile, limit_bytes: float) -> Evaluation:
-    """Exact peak memory without the engine; the simulation only if it fits."""
+def evaluate_candidate(
+    candidate: Candidate, hw: HardwareProfile, limit_bytes: float, pricing: StagePricing | None = None
+) -> Evaluation:
+    """Exact peak memory without the engine; the simulation only if it fits (priced by
+    `pricing`, of `hw`, when the caller shares one)."""
     scenario = candidate.scenario
     workload = build_workload(scenario, hw.fp8_weight_copies)
     peaks = [stage.peak_memory_bytes for stage in memory_plan.stage_memory_estimate(scenario, hw, workload)]
     fullest = max(range(len(peaks)), key=peaks.__getitem__)
     if peaks[fullest] > limit_bytes:
         return Evaluation(candidate.index, peaks[fullest], fullest, fits=False)
-    result = run_simulation(scenario, hw, workload=workload).result
+    result = run_simulation(scenario, hw, workload=workload, pricing=pricing).result
     return Evaluation(candidate.index, peaks[fullest], fullest, True, result.iteration_time_s, result.mfu)
 
 
-_WORKER: tuple[HardwareProfile, float] | None = None
+_WORKER: tuple[HardwareProfile, float, StagePricing] | None = None
 
 
 def _init_worker(hw: HardwareProfile, limit_bytes: float) -> None:
     global _WORKER
-    _WORKER = (hw, limit_bytes)
+    _WORKER = (hw, limit_bytes, StagePricing(hw))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     gc.set_threshold(*GC_THRESHOLDS)
 
@@ -371,13 +377,14 @@ def plan_layouts(
         raise PlanError(f"--gpus {num_gpus} / --top {top}: both must be positive integers")
     space = search_space(base, hardware, num_gpus)
     limit = memory_limit_bytes(hardware, headroom_fraction)
-    prepared = prepare(space, limit, progress)
+    pricing = StagePricing(hardware)  # the bounds' prices serve the simulations too
+    prepared = prepare(space, limit, progress, pricing)
     if not prepared:
         raise PlanError(explain_no_layout(space))
     order = sorted((c for c in prepared if c.static_bytes <= limit), key=lambda c: (c.bound_s, c.index))
     tally = _Tally(best=[], top=top, pruned_memory=len(prepared) - len(order))
-    executor = _InlineExecutor(lambda c: evaluate_candidate(c, hardware, limit)) if workers <= 1 else (
-        _PoolExecutor(hardware, limit, workers))  # fmt: skip
+    inline = _InlineExecutor(lambda c: evaluate_candidate(c, hardware, limit, pricing))
+    executor = inline if workers <= 1 else _PoolExecutor(hardware, limit, workers)
     try:
         with StderrProgress("plan: simulate") as bar:
             if progress:

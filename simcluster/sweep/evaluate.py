@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from simcluster import memory_plan, simulation, units
 from simcluster.config.hardware import HardwareProfile
+from simcluster.costs.stage_pricing import StagePricing
 from simcluster.headroom import DEFAULT_HEADROOM_FRACTION, capacity_bytes, memory_limit_bytes
 from simcluster.results import StageMemory
 from simcluster.sweep.expand import SweepConfig
@@ -91,9 +92,11 @@ def evaluate(
     hw: HardwareProfile,
     headroom_fraction: float = DEFAULT_HEADROOM_FRACTION,
     steady_state: bool = True,
+    pricing: StagePricing | None = None,
 ) -> Row:
     """The row for one configuration: status ok (simulated), oom (pruned: its fullest stage
-    does not leave `headroom_fraction` of `hw`'s usable memory free) or error."""
+    does not leave `headroom_fraction` of `hw`'s usable memory free) or error. `pricing`
+    (of `hw`) shares its cached prices with the batch's other configurations."""
     row = _empty_row(config, hw, headroom_fraction)
     try:
         workload = build_workload(config.scenario, hw.fp8_weight_copies)
@@ -109,7 +112,7 @@ def evaluate(
             )
             return row
         result = simulation.run_simulation(
-            config.scenario, hw, workload=workload, steady_state=steady_state
+            config.scenario, hw, workload=workload, steady_state=steady_state, pricing=pricing
         ).result
     except Exception as error:  # noqa: BLE001 - a failing configuration must not stop the sweep
         row["status"], row["message"] = "error", _describe(error)
@@ -121,8 +124,12 @@ def evaluate(
 
 
 def evaluate_batch(configs: list[SweepConfig], inputs: SweepInputs) -> list[Row]:
-    """A worker's unit of work: several configurations per message keeps IPC off the profile."""
-    return [
-        evaluate(config, inputs.profile(config), inputs.headroom_fraction, inputs.steady_state)
-        for config in configs
-    ]
+    """A worker's unit of work: several configurations per message keeps IPC off the profile.
+    One `StagePricing` per profile serves the batch."""
+    pricings: dict[str, StagePricing] = {}
+    rows = []
+    for config in configs:
+        hw = inputs.profile(config)
+        pricing = pricings.setdefault(config.scenario.hardware, StagePricing(hw))
+        rows.append(evaluate(config, hw, inputs.headroom_fraction, inputs.steady_state, pricing))
+    return rows

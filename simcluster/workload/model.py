@@ -40,25 +40,53 @@ def optimizer_step_bytes(params: float, grad_bytes: int, optimizer_shards: int) 
 
 
 @dataclass(frozen=True, slots=True)
+class LayerKind:
+    """What a transformer layer is, as a small value: the layer one rank runs and the
+    context-parallel size that turns its attention into a ring. `build_workload` builds a
+    layer's ops from its kind alone, so equal kinds have equal ops and stage pricing
+    (`costs.stage_pricing`) caches a layer's price by its kind. A MoE layer will add its
+    expert configuration here."""
+
+    config: LayerConfig
+    cp: int
+
+
+@dataclass(frozen=True, slots=True)
+class LayerSegment:
+    """`num_layers` consecutive transformer layers of one `kind`, each running `layer`'s ops
+    (the ops `kind` gives). A chunk's layers are a tuple of segments in execution order, so
+    one stage can hold layers of different kinds (a MoE model's dense first layers, MoE
+    layers and MTP layers; Megatron-core builds each layer from its own spec,
+    `transformer_block.py::TransformerBlockSubmodules.layer_specs`). Dense models have one."""
+
+    kind: LayerKind
+    layer: LayerOps
+    num_layers: int
+
+
+@dataclass(frozen=True, slots=True)
 class ChunkWork:
-    """What one microbatch costs on one (stage, chunk): `num_layers` copies of `layer`,
-    plus the embedding on the first virtual stage and the output layer on the last."""
+    """What one microbatch costs on one (stage, chunk): its layer segments in order, plus
+    the embedding on the first virtual stage and the output layer on the last."""
 
     stage: int
     chunk: int
-    num_layers: int
-    layer: LayerOps
+    segments: tuple[LayerSegment, ...]
     embedding: LayerOps | None
     output: LayerOps | None
 
     @property
+    def num_layers(self) -> int:
+        return sum(segment.num_layers for segment in self.segments)
+
+    @property
     def saved_bytes(self) -> float:
         extras = sum(part.saved_bytes for part in (self.embedding, self.output) if part)
-        return self.num_layers * self.layer.saved_bytes + extras
+        return self.layer_saved_bytes + extras
 
     @property
     def layer_saved_bytes(self) -> float:
-        return self.num_layers * self.layer.saved_bytes
+        return sum(segment.num_layers * segment.layer.saved_bytes for segment in self.segments)
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +210,8 @@ def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
     `HardwareProfile.fp8_weight_copies`: 2 on Hopper, 1 on Blackwell) counts the FP8 weight
     copies TE caches under `dtype: fp8`; the one hardware fact the workload needs."""
     cfg = layer_config(scenario)
-    layer = context_parallel_layer_ops(layer_ops(cfg), cfg, scenario.parallel.cp)
+    kind = LayerKind(cfg, scenario.parallel.cp)
+    layer = context_parallel_layer_ops(layer_ops(cfg), cfg, kind.cp)
     embedding = embedding_ops(cfg, scenario.model.vocab_size)
     output = output_ops(cfg, scenario.model.vocab_size)
     par = scenario.parallel
@@ -194,8 +223,7 @@ def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
             ChunkWork(
                 stage=stage,
                 chunk=chunk,
-                num_layers=split.chunk_layers[stage][chunk],
-                layer=layer,
+                segments=(LayerSegment(kind, layer, split.chunk_layers[stage][chunk]),),
                 embedding=embedding if chunk * par.pp + stage == 0 else None,
                 output=output if chunk * par.pp + stage == last_virtual else None,
             )
@@ -213,7 +241,12 @@ def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
         )
         gather_bytes = BF16_BYTES * params
         if cfg.dtype.quantized:
-            te_params = sum(chunk.num_layers for chunk in chunks) * te_linear_weight_params(layer.forward)
+            # integer-valued: a sum of products of shapes, exact in any order
+            te_params = sum(
+                seg.num_layers * te_linear_weight_params(seg.layer.forward)
+                for chunk in chunks
+                for seg in chunk.segments
+            )
             copies = fp8_copies(cfg.fp8_recipe, fp8_weight_copies, cfg.dtype)
             per_copy = quantized_weight_bytes_per_element(cfg.dtype, cfg.fp8_recipe)
             fp8_copy = per_copy * te_params

@@ -7,8 +7,7 @@ import yaml
 from simcluster.config import ConfigError, Scenario, load_hardware, parse_scenario
 from simcluster.costs.network import GroupPlacement, collective_time_s
 from simcluster.costs.placement import cp_group, dp_cp_group, dp_group, global_rank, stages_share_node
-from simcluster.engine.links import LinkKind
-from simcluster.simulation import grad_reduce_transfer
+from simcluster.costs.stage_pricing import LinkKind, StagePricing
 from simcluster.workload.model import build_workload, layer_config
 from simcluster.workload.ops import CollectiveKind, OpKind
 
@@ -85,7 +84,7 @@ def test_gradients_reduce_over_dp_times_cp_even_with_dp_1():
     s = _scenario(dp=1)
     work = build_workload(s)
     stage = work.stages[0]
-    transfer = grad_reduce_transfer(s, H100, stage)
+    transfer = StagePricing(H100).stage(s, work, stage).grad_reduce
     assert transfer is not None
     expected = collective_time_s(
         CollectiveKind.ALL_REDUCE,
@@ -94,8 +93,9 @@ def test_gradients_reduce_over_dp_times_cp_even_with_dp_1():
         H100,
     )
     assert transfer.seconds == pytest.approx(expected)
-    assert transfer.link.kind is LinkKind.NIC
-    assert grad_reduce_transfer(_scenario(dp=1, cp=1), H100, stage) is None
+    assert transfer.link is LinkKind.NIC
+    alone = _scenario(dp=1, cp=1)
+    assert StagePricing(H100).stage(alone, build_workload(alone), stage).grad_reduce is None
 
 
 def test_distributed_optimizer_shards_over_dp_times_cp():

@@ -10,7 +10,8 @@ from simcluster.config.scenario import require_hardware_fits
 from simcluster.costs.chunk import fp8_cast_bytes_per_element, op_time_s, price_layer_ops
 from simcluster.costs.compute import elementwise_time_s, fp8_gemm_time_s
 from simcluster.costs.network import GroupPlacement
-from simcluster.simulation import amax_group, run_simulation
+from simcluster.costs.stage_transfers import amax_group
+from simcluster.simulation import run_simulation
 from simcluster.workload.fp8 import is_te_linear_gemm
 from simcluster.workload.layer import layer_ops
 from simcluster.workload.layer_config import LayerConfig

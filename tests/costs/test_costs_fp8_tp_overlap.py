@@ -261,18 +261,19 @@ def test_fp8_saved_bytes_follow_modern_md_section_4():
 
 
 def test_amax_reduction_is_paid_once_per_chunk_pass():
-    """price_chunk adds one amax all-reduce to the chunk's forward and one to its backward,
+    """A chunk's price adds one amax all-reduce to its forward and one to its backward,
     whatever its number of layers; BF16 adds none."""
-    from simcluster.costs.chunk import price_chunk
-    from simcluster.costs.placement import tp_group
-    from simcluster.simulation import amax_group
+    from dataclasses import replace
+
+    from simcluster.costs.stage_pricing import StagePricing, pricing_layout
+    from simcluster.costs.stage_transfers import amax_group
 
     scenario = _gpt3(dtype="fp8")
     chunk = build_workload(scenario).stages[3].chunks[0]
-    tp, group = tp_group(scenario, H100), amax_group(scenario, H100)
-    assert group is not None and group.num_ranks == 16
-    with_amax = price_chunk(chunk, H100, tp, Dtype.FP8, amax_group=group)
-    without = price_chunk(chunk, H100, tp, Dtype.FP8)
+    layout, group = pricing_layout(scenario, H100), amax_group(scenario, H100)
+    assert group is not None and group.num_ranks == 16 and layout.amax == group
+    with_amax = StagePricing(H100).chunk(chunk, layout).cost
+    without = StagePricing(H100).chunk(chunk, replace(layout, amax=None)).cost
     amax_s = fp8_amax_reduction_s(group, H100)
     assert with_amax.forward.comm_s - without.forward.comm_s == pytest.approx(amax_s)
     assert with_amax.backward.comm_s - without.backward.comm_s == pytest.approx(amax_s)

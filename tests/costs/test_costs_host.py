@@ -78,7 +78,8 @@ def test_kernel_counts():
     a captured layer is one graph launch per pass, the embedding and output layer stay eager."""
     scenario = parse_scenario(SMALL, "s.yaml")
     chunk = build_workload(scenario, 2).stages[0].chunks[0]
-    layer = chunk.layer
+    (segment,) = chunk.segments
+    layer = segment.layer
     assert kernels_issued(layer.forward, Dtype.BF16) == len(layer.forward)
     te_fprop = [op for op in layer.forward if op.name in ("attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2")]
     assert kernels_issued(layer.forward, Dtype.FP8) == len(layer.forward) + len(te_fprop)

@@ -8,9 +8,10 @@ import pytest
 
 from simcluster.config import parse_scenario
 from simcluster.config.hardware import load_hardware
+from simcluster.costs.stage_transfers import dp_bucket_counts, dp_bucket_params
 from simcluster.engine.plan import ParamGather, TimeCategory
 from simcluster.engine.simulator import simulate
-from simcluster.simulation import build_plan, dp_bucket_counts, dp_bucket_params, run_simulation
+from simcluster.simulation import build_plan, run_simulation
 from simcluster.workload.model import build_workload
 from tests.engine.test_engine_pipeline import uniform_plan
 

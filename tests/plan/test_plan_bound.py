@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from simcluster.config.errors import ConfigError
 from simcluster.config.hardware import load_hardware
 from simcluster.config.scenario import parse_scenario
+from simcluster.costs.stage_pricing import StagePricing
 from simcluster.plan.bound import (
-    StagePricer,
     bound_inputs,
     lower_bound_s,
     stage_seconds,
@@ -75,7 +75,7 @@ def test_bound_never_exceeds_simulated_time(scenario):
         return
     hw = _hw(scenario)
     workload = build_workload(scenario)
-    bound = lower_bound_s(bound_inputs(scenario, hw, workload, StagePricer(hw)))
+    bound = lower_bound_s(bound_inputs(scenario, hw, workload, StagePricing(hw)))
     simulated = run_simulation(scenario, hw, workload=workload).result.iteration_time_s
     assert 0 < bound <= simulated * (1 + 1e-12)
 
@@ -88,7 +88,7 @@ def test_cached_prices_equal_the_engine_plan(scenario):
         return
     hw = _hw(scenario)
     workload = build_workload(scenario)
-    pricer = StagePricer(hw)
+    pricer = StagePricing(hw)
     stage_seconds(scenario, hw, build_workload(scenario.model_copy(update={"name": "warm"})), pricer)
     assert stage_seconds(scenario, hw, workload, pricer) == stage_seconds_from_plan(
         build_plan(scenario, hw, workload)

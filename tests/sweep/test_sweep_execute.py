@@ -22,10 +22,10 @@ def simulated(monkeypatch) -> list[str]:
     calls: list[str] = []
     real = simulation.run_simulation
 
-    def spy(scenario, hw, record=False, workload=None, steady_state=False):
+    def spy(scenario, hw, record=False, workload=None, steady_state=False, pricing=None):
         p, t = scenario.parallel, scenario.training
         calls.append(f"{p.tp},{p.pp},{p.vpp},{p.sequence_parallel},{t.recompute.value}")
-        return real(scenario, hw, record, workload, steady_state)
+        return real(scenario, hw, record, workload, steady_state, pricing)
 
     monkeypatch.setattr(simulation, "run_simulation", spy)
     return calls
@@ -99,10 +99,10 @@ def test_a_configuration_that_raises_is_an_error_row(write_sweep, tmp_path, monk
     """The simulator raising for one configuration leaves one error row; the rest run."""
     real = simulation.run_simulation
 
-    def flaky(scenario, hw, record=False, workload=None, steady_state=False):
+    def flaky(scenario, hw, record=False, workload=None, steady_state=False, pricing=None):
         if scenario.parallel.vpp == 2 and scenario.parallel.sequence_parallel:
             raise RuntimeError("engine deadlock (injected)")
-        return real(scenario, hw, record, workload, steady_state)
+        return real(scenario, hw, record, workload, steady_state, pricing)
 
     monkeypatch.setattr(simulation, "run_simulation", flaky)
     table = run_sweep(write_sweep(), tmp_path / "out.parquet", workers=1, progress=False)

@@ -180,14 +180,17 @@ def test_tp_comm_overlap_at_tp_1_changes_nothing_and_is_not_exported():
 def test_parameter_all_gather_moves_bf16_parameters_whatever_the_grad_dtype():
     """The distributed optimizer all-gathers the updated bf16 parameters, 2 bytes each, with
     fp32 or bf16 main grads alike (it once took half the grad bytes, so bf16 grads halved it)."""
-    from simcluster.simulation import param_gather
+    from simcluster.costs.stage_pricing import StagePricing
 
     hw = load_hardware("h100-sxm5-80gb")
     fp32 = _training(use_distributed_optimizer=True)
     bf16 = _training(use_distributed_optimizer=True, grad_reduce_in_bf16=True)
     stages = [build_workload(s).stages[0] for s in (fp32, bf16)]
     assert [s.param_gather_bytes for s in stages] == [2 * stages[0].num_params] * 2
-    gathers = [param_gather(s, hw, stage) for s, stage in zip((fp32, bf16), stages)]
+    gathers = [
+        StagePricing(hw).stage(s, build_workload(s), stage).param_gather
+        for s, stage in zip((fp32, bf16), stages)
+    ]
     assert gathers[0].buckets == gathers[1].buckets
 
 

@@ -48,7 +48,8 @@ def test_explicit_first_stage_sizes_every_stage():
     assert work.stages[2].num_params == pytest.approx(4 * per_layer)
     embedding = work.stages[0].num_params - 2 * per_layer
     assert embedding == pytest.approx(32000 * 1024 / 2 + 512 * 1024)  # word (vocab already /128·t) + position
-    layer = work.stages[1].chunks[0].layer
+    (segment,) = work.stages[1].chunks[0].segments
+    layer = segment.layer
     assert work.stages[1].chunks[0].saved_bytes == 4 * layer.saved_bytes
     assert work.stages[0].chunks[0].layer_saved_bytes == 2 * layer.saved_bytes
 

@@ -1,0 +1,312 @@
+"""Stage pricing: a scenario's workload -> priced stages, the one place that prices them.
+
+`StagePricing` is built once per hardware profile and serves every layout priced on it
+(a run, the `plan` search's bounds and simulations, `validate`'s tables). It prices
+
+* each layer kind (`workload.model.LayerKind`) with `costs.chunk.price_layer_ops`, and the
+  embedding and output layer the same way (no context-parallel ring, no TE userbuffers);
+* each chunk as its layer segments, extras and FP8 amax reductions
+  (`costs.chunk.compose_chunk`), with the host's issue seconds (`costs.host`);
+* each stage's messages (`costs.stage_transfers`): pipeline sends, the DP gradient
+  reduction and its buckets, the distributed optimizer's parameter all-gather, the
+  tied-embedding all-reduce, and the optimizer step (`costs.compute.elementwise_time_s`).
+
+Its caches are keyed by value (frozen dataclasses: a layer kind or the extra's ops, the
+`PricingLayout`, message bytes and group placements): two layouts that share a layer kind
+or a message share its price, whatever objects carry them. A `PricedStage` holds seconds
+and link kinds only; the caller (`simulation`) turns it into the engine's plan.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from simcluster.config.choices import CudaGraphImpl, Dtype
+from simcluster.config.hardware import HardwareProfile
+from simcluster.config.scenario import Scenario
+from simcluster.costs.breakdown import Split, chunk_split, layer_split
+from simcluster.costs.chunk import (
+    NO_CONTEXT_PARALLEL,
+    ChunkCost,
+    compose_chunk,
+    fp8_amax_reduction_s,
+    price_layer_ops,
+)
+from simcluster.costs.compute import OPTIMIZER_KIND, elementwise_time_s
+from simcluster.costs.host import chunk_host_s, host_wait_s
+from simcluster.costs.network import GroupPlacement
+from simcluster.costs.placement import cp_group, dp_cp_group, stages_share_node, tp_group
+from simcluster.costs.stage_transfers import (
+    amax_group,
+    bucket_seconds,
+    dp_bucket_counts,
+    grad_reduce_seconds,
+    p2p_seconds,
+    tied_reduce_seconds,
+)
+from simcluster.workload.layer import LayerOps
+from simcluster.workload.model import ChunkWork, LayerKind, LayerSegment, StageWork, Workload
+from simcluster.workload.ops import CollectiveKind
+
+
+class LinkKind(str, enum.Enum):
+    """Where a stage's message travels: NVLink inside its NVLink domain, the NIC beyond it,
+    or the data-parallel communicator's own stream (the overlapped parameter all-gather)."""
+
+    NVLINK = "nvlink"
+    NIC = "nic"
+    DP = "dp"
+
+
+@dataclass(frozen=True, slots=True)
+class PricingLayout:
+    """What a chunk's price reads of the scenario's layout: the TP and CP groups, the dtype,
+    TE userbuffers, FP8's amax group and CUDA graphs (`pricing_layout`)."""
+
+    tp: GroupPlacement
+    cp: GroupPlacement
+    dtype: Dtype
+    tp_comm_overlap: bool
+    amax: GroupPlacement | None
+    cuda_graph: CudaGraphImpl
+
+
+def pricing_layout(scenario: Scenario, hw: HardwareProfile) -> PricingLayout:
+    return PricingLayout(
+        tp=tp_group(scenario, hw),
+        cp=cp_group(scenario, hw),
+        dtype=scenario.training.dtype,
+        tp_comm_overlap=scenario.tp_comm_overlap_active,
+        amax=amax_group(scenario, hw),
+        cuda_graph=scenario.training.cuda_graph_impl,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PricedChunk:
+    """One chunk's microbatch: the GPU's seconds and the host's seconds to issue the
+    kernels of its forward and its backward (with recompute)."""
+
+    cost: ChunkCost
+    host_forward_s: float
+    host_backward_s: float
+
+    @property
+    def forward_busy_s(self) -> float:
+        """The forward task's seconds: max(GPU, host) (`costs.host`)."""
+        return _busy_s(self.cost.forward_s, self.host_forward_s)
+
+    @property
+    def backward_busy_s(self) -> float:
+        return _busy_s(self.cost.backward_s, self.host_backward_s)
+
+
+def _busy_s(gpu_s: float, host_s: float) -> float:
+    return host_s if host_wait_s(gpu_s, host_s) > 0 else gpu_s
+
+
+@dataclass(frozen=True, slots=True)
+class PricedTransfer:
+    """A message or collective of `seconds` on the stage's link of kind `link`."""
+
+    link: LinkKind
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class PricedGather:
+    """The distributed optimizer's parameter all-gather: per chunk, each bucket's seconds;
+    `overlapped` with the next iteration's forwards (--overlap-param-gather) or not."""
+
+    buckets: tuple[tuple[float, ...], ...]
+    overlapped: bool
+
+    @property
+    def total_s(self) -> float:
+        return sum(sum(chunk) for chunk in self.buckets)
+
+
+@dataclass(frozen=True, slots=True)
+class PricedStage:
+    """Everything a stage's plan needs priced, independent of the microbatch count."""
+
+    stage: int
+    chunks: tuple[PricedChunk, ...]
+    send_forward: PricedTransfer | None  # to the next virtual stage (None without a pipeline)
+    send_backward: PricedTransfer | None
+    grad_reduce: PricedTransfer | None  # DP × CP reduction (None when d·c = 1)
+    tied_grad_reduce: PricedTransfer | None  # first <-> last stage embedding grads
+    optimizer_s: float
+    grad_buckets: tuple[tuple[float, ...], ...] | None  # overlapped reduce-scatter, per chunk
+    param_gather: PricedGather | None
+
+
+class StagePricing:
+    """Prices workloads on one hardware profile (module docstring); build once per profile
+    and reuse it across layouts."""
+
+    def __init__(self, hw: HardwareProfile) -> None:
+        self.hw = hw
+        self._layers: dict[tuple[object, ...], ChunkCost] = {}
+        self._chunks: dict[tuple[object, ...], PricedChunk] = {}
+        self._seconds: dict[tuple[object, ...], float] = {}
+        self._splits: dict[tuple[object, ...], Split] = {}
+        self._buckets: dict[tuple[object, ...], tuple[tuple[float, ...], ...]] = {}
+
+    def layer(
+        self, key: LayerKind | LayerOps, ops: LayerOps, tp: GroupPlacement, dtype: Dtype,
+        cp: GroupPlacement = NO_CONTEXT_PARALLEL, tp_comm_overlap: bool = False,
+    ) -> ChunkCost:  # fmt: skip
+        """`price_layer_ops(ops, …)`, cached by `key`: the layer's kind, or (for the
+        embedding, the output layer or a layer without a kind) the ops themselves."""
+        cache_key = (key, tp, dtype, cp, tp_comm_overlap)
+        cost = self._layers.get(cache_key)
+        if cost is None:
+            cost = self._layers[cache_key] = price_layer_ops(ops, self.hw, tp, dtype, cp, tp_comm_overlap)
+        return cost
+
+    def segment(self, segment: LayerSegment, layout: PricingLayout) -> ChunkCost:
+        """One layer of `segment`'s kind, with the layout's ring and userbuffers."""
+        return self.layer(
+            segment.kind, segment.layer, layout.tp, layout.dtype, layout.cp, layout.tp_comm_overlap
+        )
+
+    def extra(self, ops: LayerOps, layout: PricingLayout) -> ChunkCost:
+        """The embedding or the output layer (plain NCCL pricing, no ring)."""
+        return self.layer(ops, ops, layout.tp, layout.dtype)
+
+    def amax_s(self, layout: PricingLayout) -> float:
+        """FP8 delayed scaling's amax all-reduce, once per pass (0 otherwise)."""
+        if layout.dtype is not Dtype.FP8 or layout.amax is None:
+            return 0.0
+        return fp8_amax_reduction_s(layout.amax, self.hw)
+
+    def chunk(self, chunk: ChunkWork, layout: PricingLayout) -> PricedChunk:
+        """The chunk's segments, then its embedding / output layer, then FP8's amax
+        reductions (`compose_chunk`), and the host's issue seconds."""
+        shape = tuple((segment.kind, segment.num_layers) for segment in chunk.segments)
+        key = (shape, chunk.embedding, chunk.output, layout)
+        priced = self._chunks.get(key)
+        if priced is None:
+            extras = [self.extra(extra, layout) for extra in (chunk.embedding, chunk.output) if extra]
+            layers = [(segment.num_layers, self.segment(segment, layout)) for segment in chunk.segments]
+            cost = compose_chunk(layers, extras, self.amax_s(layout))
+            host = chunk_host_s(chunk, self.hw, layout.dtype, layout.cuda_graph, layout.amax is not None)
+            priced = self._chunks[key] = PricedChunk(cost, *host)
+        return priced
+
+    def layer_of(self, workload: Workload, layout: PricingLayout) -> ChunkCost:
+        """The workload's representative layer (`Workload.layer`), as its chunks run it."""
+        ops = workload.layer
+        return self.layer(ops, ops, layout.tp, layout.dtype, layout.cp, layout.tp_comm_overlap)
+
+    def layer_split(self, key: LayerKind | LayerOps, ops: LayerOps, layout: PricingLayout) -> Split:
+        """One layer's price split by kind of work (`costs.breakdown.layer_split`), cached by
+        `key` as `layer` is. The caller must not change the returned mapping."""
+        cache_key = (key, layout)
+        split = self._splits.get(cache_key)
+        if split is None:
+            cost = self.layer(key, ops, layout.tp, layout.dtype, layout.cp, layout.tp_comm_overlap)
+            split = self._splits[cache_key] = layer_split(
+                ops, cost, self.hw, layout.tp, layout.dtype, layout.cp
+            )
+        return split
+
+    def chunk_split(self, chunk: ChunkWork, layout: PricingLayout) -> Split:
+        """The chunk's microbatch split by kind (`costs.breakdown.chunk_split`): its
+        segments' layer splits, extras, amax reductions and host-bound waits."""
+        priced = self.chunk(chunk, layout)
+        layers = [(s.num_layers, self.layer_split(s.kind, s.layer, layout)) for s in chunk.segments]
+        extras = [self.extra(extra, layout) for extra in (chunk.embedding, chunk.output) if extra]
+        cost = priced.cost
+        wait_s = host_wait_s(cost.forward_s, priced.host_forward_s) + host_wait_s(
+            cost.backward_s, priced.host_backward_s
+        )
+        return chunk_split(layers, extras, self.amax_s(layout), wait_s)
+
+    def _cached(self, key: tuple[object, ...], price: Callable[[], float]) -> float:
+        seconds = self._seconds.get(key)
+        if seconds is None:
+            seconds = self._seconds[key] = price()
+        return seconds
+
+    def stages(self, scenario: Scenario, workload: Workload) -> tuple[PricedStage, ...]:
+        layout = pricing_layout(scenario, self.hw)
+        return tuple(self.stage(scenario, workload, stage, layout) for stage in workload.stages)
+
+    def stage(
+        self, scenario: Scenario, workload: Workload, stage: StageWork, layout: PricingLayout | None = None
+    ) -> PricedStage:
+        """One stage's chunks and messages (`PricedStage`)."""
+        hw, par, r = self.hw, scenario.parallel, stage.stage
+        layout = layout or pricing_layout(scenario, hw)
+        tr = scenario.training
+        dp_group = dp_cp_group(scenario, hw) if par.dp * par.cp > 1 else None
+        optimizer_s = self._cached(
+            ("optimizer", stage.optimizer_step_bytes),
+            lambda: elementwise_time_s(stage.optimizer_step_bytes, hw, OPTIMIZER_KIND),
+        )
+        grad_reduce = buckets = gather = None
+        if dp_group is not None:
+            grad_reduce = self._grad_reduce(dp_group, stage.dp_gradient_bytes, tr.use_distributed_optimizer)
+            if tr.use_distributed_optimizer:
+                counts = dp_bucket_counts(scenario, stage)
+                chunks = len(stage.chunks)
+                if tr.overlap_grad_reduce:
+                    buckets = self._bucket_seconds(
+                        CollectiveKind.REDUCE_SCATTER, stage.dp_gradient_bytes / chunks, counts, dp_group
+                    )
+                gather_buckets = self._bucket_seconds(
+                    CollectiveKind.ALL_GATHER, stage.param_gather_bytes / chunks, counts, dp_group
+                )
+                gather = PricedGather(gather_buckets, tr.overlap_param_gather)
+        return PricedStage(
+            stage=r,
+            chunks=tuple(self.chunk(chunk, layout) for chunk in stage.chunks),
+            send_forward=self._send(scenario, workload, r, (r + 1) % par.pp, layout),
+            send_backward=self._send(scenario, workload, r, (r - 1) % par.pp, layout),
+            grad_reduce=grad_reduce,
+            tied_grad_reduce=self._tied(scenario, stage),
+            optimizer_s=optimizer_s,
+            grad_buckets=buckets,
+            param_gather=gather,
+        )
+
+    def _send(
+        self, scenario: Scenario, workload: Workload, src: int, dst: int, layout: PricingLayout
+    ) -> PricedTransfer | None:
+        par = scenario.parallel
+        if par.pp == 1:
+            return None
+        same = stages_share_node(scenario, self.hw, src, dst)
+        gather = par.tp > 1 and not par.sequence_parallel
+        key = ("p2p", same, workload.p2p_bytes, layout.tp, gather)
+        seconds = self._cached(key, lambda: p2p_seconds(self.hw, same, workload.p2p_bytes, layout.tp, gather))
+        return PricedTransfer(LinkKind.NVLINK if same else LinkKind.NIC, seconds)
+
+    def _grad_reduce(self, group: GroupPlacement, gradient_bytes: float, distributed: bool) -> PricedTransfer:
+        key = ("reduce", group, gradient_bytes, distributed)
+        seconds = self._cached(key, lambda: grad_reduce_seconds(self.hw, group, gradient_bytes, distributed))
+        link = LinkKind.NIC if group.crosses_nodes else LinkKind.NVLINK
+        return PricedTransfer(link, seconds)
+
+    def _bucket_seconds(
+        self, kind: CollectiveKind, chunk_bytes: float, counts: tuple[int, ...], group: GroupPlacement
+    ) -> tuple[tuple[float, ...], ...]:
+        key = (kind, chunk_bytes, counts, group)
+        buckets = self._buckets.get(key)
+        if buckets is None:
+            buckets = self._buckets[key] = bucket_seconds(self.hw, kind, chunk_bytes, counts, group)
+        return buckets
+
+    def _tied(self, scenario: Scenario, stage: StageWork) -> PricedTransfer | None:
+        grad_bytes = stage.embedding_grad_bytes
+        if grad_bytes == 0:
+            return None
+        same = stages_share_node(scenario, self.hw, 0, scenario.parallel.pp - 1)
+        seconds = self._cached(
+            ("tied", same, grad_bytes), lambda: tied_reduce_seconds(self.hw, same, grad_bytes)
+        )
+        return PricedTransfer(LinkKind.NVLINK if same else LinkKind.NIC, seconds)
