@@ -36,8 +36,16 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from itertools import accumulate
 
-from simcluster.engine.plan import PipelinePlan, StagePlan
-from simcluster.engine.simulator import EngineResult, Key, StageShape, Wiring, stage_shape
+from simcluster.engine.plan import Collective, Issue, PipelinePlan, StagePlan
+from simcluster.engine.simulator import (
+    EngineResult,
+    Key,
+    StageShape,
+    Wiring,
+    stage_hooks,
+    stage_shape,
+    task_positions,
+)
 
 RELATIVE_TOLERANCE = 1e-9
 """Equal shifts are compared to this fraction of the iteration time: far above the float
@@ -48,18 +56,33 @@ Frontier = tuple[tuple[int, ...], tuple[int, ...]]
 Needs = tuple[dict[int, list[int]], ...]  # per stage: producer stage -> running max (see _needs)
 
 
-def _signatures(stage: StagePlan, shape: StageShape, gated: frozenset[int]) -> tuple[Signature, ...]:
+def _signatures(
+    stage: StagePlan, shape: StageShape, gated: frozenset[int], collectives: tuple[Collective, ...]
+) -> tuple[Signature, ...]:
     """Per position what the engine does there, comm points relative to the position
-    (whether a chunk's last backward issues its gradient reduction, in buckets or not, and
-    whether a chunk's first forward is gated by the parameter all-gather)."""
+    (whether a chunk's last backward issues its gradient reduction, in buckets or not,
+    whether a chunk's first forward is gated by the parameter all-gather, and which of the
+    stage's collectives run inside the task or are issued by it)."""
     last = shape.last_backward
     n = len(stage.tasks)
     after = stage.send_after if stage.send_after is not None else range(n)
     extra = stage.extra_waits if stage.extra_waits is not None else ((),) * n
+    issued: dict[int, list[int]] = {}
+    for number, collective in enumerate(collectives):
+        if collective.issue in (Issue.INSIDE, Issue.SPREAD, Issue.AFTER):
+            assert collective.task is not None
+            for at in task_positions(collective.task, shape):
+                issued.setdefault(at, []).append(number)
     return tuple(
-        (task.phase, task.microbatch, task.chunk, a - i, tuple(j - i for j in e), i in last, i in gated)
+        (task.phase, task.microbatch, task.chunk, a - i, tuple(j - i for j in e), i in last, i in gated,
+         tuple(issued.get(i, ())))
         for i, (task, a, e) in enumerate(zip(stage.tasks, after, extra))
-    )
+    )  # fmt: skip
+
+
+def _issue_points(collectives: tuple[Collective, ...]) -> tuple[object, ...]:
+    """What of a stage's collectives the certificate's signatures depend on."""
+    return tuple((collective.issue, collective.task) for collective in collectives)
 
 
 def _shifted(signatures: tuple[Signature, ...], shift: int) -> list[Signature]:
@@ -100,7 +123,8 @@ class PlanShape:
             for _route, key, _task in out
         }
         signatures = tuple(
-            _signatures(stage, shape, g) for stage, shape, g in zip(plan.stages, shapes, gated, strict=True)
+            _signatures(stage, shape, g, c)
+            for stage, shape, g, c in zip(plan.stages, shapes, gated, plan.collectives, strict=True)
         )
         return cls(shapes, gated, signatures, _num_microbatches(plan), producer, _needs(shapes, producer))
 
@@ -124,11 +148,11 @@ def _needs(shapes: tuple[StageShape, ...], producer: dict[Key, tuple[int, int]])
     return tuple(out)
 
 
-def _gated(stage: StagePlan, shape: StageShape) -> frozenset[int]:
-    """Positions whose start waits for the overlapped parameter all-gather, issued at the
-    iteration start: the gate compares absolute times, not shifted by the period."""
-    gather = stage.param_gather
-    return shape.first_forward if gather is not None and gather.overlapped else frozenset()
+def _gated(collectives: tuple[Collective, ...], shape: StageShape) -> frozenset[int]:
+    """Positions whose start waits for a collective issued at the iteration start (the
+    overlapped parameter all-gather): the gate compares absolute times, not shifted by the
+    period."""
+    return frozenset(at for _, positions in stage_hooks(collectives, shape).start for at in positions)
 
 
 _PLAN_SHAPES: dict[tuple[object, ...], PlanShape] = {}
@@ -140,8 +164,8 @@ def plan_shape(plan: PipelinePlan) -> PlanShape:
     """`PlanShape.of(plan)`, cached by the identity of its stages' shapes (which the entry
     keeps alive, so no identity is reused while the entry exists) and the gated positions."""
     shapes = tuple(stage_shape(plan, index) for index in range(plan.num_stages))
-    gated = tuple(_gated(stage, shape) for stage, shape in zip(plan.stages, shapes))
-    key = (*map(id, shapes), *(bool(g) for g in gated))
+    gated = tuple(_gated(collectives, shape) for collectives, shape in zip(plan.collectives, shapes))
+    key = (*map(id, shapes), *(bool(g) for g in gated), *map(_issue_points, plan.collectives))
     cached = _PLAN_SHAPES.get(key)
     if cached is None:
         if len(_PLAN_SHAPES) >= _MAX_CACHED:
@@ -235,7 +259,7 @@ def _crossing(shape: PlanShape, frontier: tuple[int, ...]) -> list[tuple[Key, in
     (key, consumer stage)."""
     out = []
     for r, stage in enumerate(shape.stages):
-        for keys in stage.waits[frontier[r]:]:
+        for keys in stage.waits[frontier[r] :]:
             for key in keys:
                 src, after = shape.producer[key]
                 if after < frontier[src]:

@@ -23,16 +23,24 @@ class ScheduleKind(str, enum.Enum):
 
 class Dtype(str, enum.Enum):
     """Activation / weight precision of the run. FP8 is Transformer Engine's recipe: FP8
-    GEMMs, bf16 everywhere else (activations, norms, attention), so its element is 2 bytes."""
+    GEMMs, bf16 everywhere else (activations, norms, attention), so its element is 2 bytes.
+    FP4 likewise: NVFP4 GEMMs in the TE linears (Megatron-core `--fp4-format e2m1`), bf16
+    everywhere else."""
 
     BF16 = "bf16"
     FP16 = "fp16"
     FP32 = "fp32"
     FP8 = "fp8"
+    FP4 = "fp4"
 
     @property
     def num_bytes(self) -> int:
         return 4 if self is Dtype.FP32 else 2
+
+    @property
+    def quantized(self) -> bool:
+        """Transformer Engine quantizes the TE linears' GEMM operands (FP8 or FP4)."""
+        return self in (Dtype.FP8, Dtype.FP4)
 
 
 class Activation(str, enum.Enum):
@@ -87,12 +95,24 @@ class Fp8Recipe(str, enum.Enum):
     """How Transformer Engine scales FP8 tensors (Megatron `--fp8-recipe`, `fp8_utils.py::get_fp8_recipe`):
     delayed (Megatron's default: the scale from earlier steps' amax history, one amax
     all-reduce per autocast pass), tensorwise (current scaling: one scale per tensor from
-    the tensor itself, so an amax pass before each cast) or mxfp8 (one E8M0 scale per 32
-    elements, computed in the cast; Blackwell tensor cores only)."""
+    the tensor itself, so an amax pass before each cast), mxfp8 (one E8M0 scale per 32
+    elements, computed in the cast; Blackwell tensor cores only) or blockwise (TE
+    `Float8BlockScaling`, DeepSeek-V3-style: one FP32 scale per 1×128 tile of activations and
+    gradients and per 128×128 block of weights, computed in the cast; cuBLAS block-scaled
+    GEMMs on Hopper, emulated with MXFP8 on Blackwell)."""
 
     DELAYED = "delayed"
     TENSORWISE = "tensorwise"
     MXFP8 = "mxfp8"
+    BLOCKWISE = "blockwise"
+
+
+class Fp4Recipe(str, enum.Enum):
+    """How Transformer Engine scales FP4 tensors (Megatron-core `--fp4-recipe`,
+    `fp4_utils.py::get_fp4_recipe`): nvfp4 is TE's `NVFP4BlockScaling` (E2M1 elements, one
+    E4M3 scale per 16 elements plus one FP32 scale per tensor; Blackwell tensor cores only)."""
+
+    NVFP4 = "nvfp4"
 
 
 class LayerMode(str, enum.Enum):

@@ -165,6 +165,9 @@ class GpuSpec(_Section):
     peak_fp8_tflop_per_s: float | None = Field(
         default=None, gt=0, description="dense FP8 tensor-core peak; absent = no FP8 tensor cores"
     )
+    peak_fp4_tflop_per_s: float | None = Field(
+        default=None, gt=0, description="dense NVFP4 tensor-core peak; absent = no FP4 tensor cores"
+    )
     memory_capacity_mib: float | None = Field(
         default=None, gt=0, description="device memory as the driver reports it (nvidia-smi memory.total)"
     )
@@ -227,6 +230,27 @@ class ComputeModel(HostIssueModel):
         le=2,
         description="an MXFP8 GEMM's rate over the per-tensor FP8 GEMM's at the same shape "
         "(kernel only, operands already quantized); absent = the same rate",
+    )
+    fp8_block_scaling: bool = Field(
+        default=False,
+        description="Transformer Engine runs FP8 block-scaled GEMMs here (cuBLAS, compute capability "
+        ">= 9.0 and CUDA >= 12.9; emulated with MXFP8 on Blackwell), so training.fp8_recipe blockwise "
+        "can run",
+    )
+    fp8_block_gemm_rate_ratio: float | None = Field(
+        default=None,
+        gt=0,
+        le=2,
+        description="a block-scaled FP8 GEMM's rate over the per-tensor FP8 GEMM's at the same shape "
+        "(kernel only); absent = the same rate",
+    )
+    nvfp4_gemm_rate_ratio: float | None = Field(
+        default=None,
+        gt=0,
+        le=8,
+        description="an NVFP4 GEMM's rate over the per-tensor FP8 GEMM's at the same shape (kernel "
+        "only, operands already quantized); needs gpu.peak_fp4_tflop_per_s; absent = the ratio of "
+        "the two peaks",
     )
     memory_bound_efficiency: float = Field(gt=0, le=1)
     kernel_launch_us: float = Field(ge=0)
@@ -412,6 +436,13 @@ class HardwareProfile(StrictModel):
                 "compute.fp8_gemm_points needs compute.fp8_gemm_max_efficiency (the ceiling that caps "
                 "the rates interpolated between the points)"
             )
+        if self.gpu.peak_fp4_tflop_per_s is not None and self.compute.fp8_gemm_max_efficiency is None:
+            raise ValueError(
+                "gpu.peak_fp4_tflop_per_s needs compute.fp8_gemm_max_efficiency (NVFP4 GEMMs are priced "
+                "from the FP8 GEMM rate times compute.nvfp4_gemm_rate_ratio)"
+            )
+        if self.compute.nvfp4_gemm_rate_ratio is not None and self.gpu.peak_fp4_tflop_per_s is None:
+            raise ValueError("compute.nvfp4_gemm_rate_ratio needs gpu.peak_fp4_tflop_per_s")
         return self
 
     # SI views, converted once here.
@@ -435,6 +466,12 @@ class HardwareProfile(StrictModel):
     def peak_fp8_flop_per_s(self) -> float | None:
         """Dense FP8 tensor-core peak; None on a GPU without FP8 tensor cores (A100)."""
         tflop = self.gpu.peak_fp8_tflop_per_s
+        return None if tflop is None else units.tflop_per_s_to_flop_per_s(tflop)
+
+    @property
+    def peak_fp4_flop_per_s(self) -> float | None:
+        """Dense NVFP4 tensor-core peak; None on a GPU without FP4 tensor cores (before Blackwell)."""
+        tflop = self.gpu.peak_fp4_tflop_per_s
         return None if tflop is None else units.tflop_per_s_to_flop_per_s(tflop)
 
     @property

@@ -110,6 +110,9 @@ def _training_flags(scenario: Scenario) -> list[str]:
         flags += ["--bf16", "--fp8-format", "hybrid"]  # TE: E4M3 forward, E5M2 gradients
         if tr.fp8_recipe is not Fp8Recipe.DELAYED:
             flags += ["--fp8-recipe", tr.fp8_recipe.value]
+    elif tr.dtype is Dtype.FP4:
+        # Megatron-core: --fp4-format e2m1 with --fp4-recipe (TE NVFP4BlockScaling), bf16 elsewhere
+        flags += ["--bf16", "--fp4-format", "e2m1", "--fp4-recipe", tr.fp4_recipe.value]
     elif tr.dtype is not Dtype.FP32:
         flags.append(f"--{tr.dtype.value}")
     # Always explicit: Megatron-core's default (auto) is a fused kernel, the scenario's unfused.
@@ -125,6 +128,7 @@ def _training_flags(scenario: Scenario) -> list[str]:
         ("--tp-comm-overlap", scenario.tp_comm_overlap_active),
         ("--grad-reduce-in-bf16", tr.grad_reduce_in_bf16),
         ("--fp8-param-gather", tr.fp8_param_gather),
+        ("--fp4-param-gather", tr.fp4_param_gather),
     ):
         if on:
             flags.append(flag)

@@ -22,12 +22,16 @@ _POSITION = {"learned_absolute": "learned", "rope": "rope"}
 # Megatron-core's AttnBackend: flash, fused and auto run one fused kernel per direction.
 _ATTENTION = {"flash": "flash", "fused": "flash", "auto": "flash", "unfused": "unfused", "local": "unfused"}
 _FP8_FORMATS = ("e4m3", "hybrid")
-# megatron/core/transformer/transformer_config.py fp8_recipe (and fp8_utils.py::get_fp8_recipe); the last two
-# have no model here and are simulated as delayed scaling
+# megatron/core/transformer/transformer_config.py fp8_recipe (and fp8_utils.py::get_fp8_recipe); custom
+# (a user's quantizer factory) has no model here and is simulated as delayed scaling
 _FP8_RECIPES = {
     "delayed": "delayed", "tensorwise": "tensorwise", "mxfp8": "mxfp8",
-    "blockwise": "delayed", "custom": "delayed",
+    "blockwise": "blockwise", "custom": "delayed",
 }  # fmt: skip
+# transformer_config.py: fp4 (`--fp4-format`) Literal['e2m1'], fp4_recipe Literal['nvfp4', 'custom'];
+# custom is simulated as nvfp4
+_FP4_FORMATS = ("e2m1",)
+_FP4_RECIPES = {"nvfp4": "nvfp4", "custom": "nvfp4"}
 
 
 def _world_size(read: FlagReader, num_gpus: int | None, notes: list[str]) -> int | None:
@@ -135,9 +139,17 @@ def _recompute(read: FlagReader, notes: list[str], demoted: dict[str, str]) -> R
 
 def _dtype(read: FlagReader, notes: list[str]) -> Dtype:
     bf16, fp16 = read.switch("bf16"), read.switch("fp16")
-    fp8 = read.text("fp8-format")
+    fp8, fp4 = read.text("fp8-format"), read.text("fp4-format")
     if bf16 and fp16:
         read.problems.append("--bf16 and --fp16: choose one")
+    if fp4 is not None:
+        # megatron/training/arguments.py: "--fp4-format and --fp8-format cannot be used
+        # simultaneously. Please choose one."
+        if fp8 is not None:
+            read.problems.append("--fp4-format and --fp8-format: choose one (Megatron refuses both)")
+        if fp4 not in _FP4_FORMATS:
+            read.problems.append(f"--fp4-format: value {fp4!r}: allowed: {', '.join(_FP4_FORMATS)}")
+        return Dtype.FP4  # Transformer Engine NVFP4BlockScaling: FP4 GEMMs, bf16 elsewhere
     if fp8 is not None:
         if fp8 not in _FP8_FORMATS:
             read.problems.append(f"--fp8-format: value {fp8!r}: allowed: {', '.join(_FP8_FORMATS)}")
@@ -263,11 +275,14 @@ def read_training(read: FlagReader, dp: int, notes: list[str], demoted: dict[str
     }
     if (backend := _attention_backend(read, notes)) != "unfused":
         training["attention_backend"] = backend
-    for flag in ("overlap-param-gather", "tp-comm-overlap", "grad-reduce-in-bf16", "fp8-param-gather"):
+    switches = ("overlap-param-gather", "tp-comm-overlap", "grad-reduce-in-bf16", "fp8-param-gather")
+    for flag in (*switches, "fp4-param-gather"):
         if read.switch(flag):
             training[flag.replace("-", "_")] = True
     if (recipe := _fp8_recipe(read, training["dtype"], notes, demoted)) != "delayed":
         training["fp8_recipe"] = recipe
+    if (fp4_recipe := _fp4_recipe(read, training["dtype"], notes, demoted)) != "nvfp4":
+        training["fp4_recipe"] = fp4_recipe
     if (graph := _cuda_graph_impl(read, notes, demoted)) != "none":
         training["cuda_graph_impl"] = graph
     return training
@@ -309,9 +324,22 @@ def _fp8_recipe(read: FlagReader, dtype: str, notes: list[str], demoted: dict[st
     if dtype != Dtype.FP8.value:
         notes.append("--fp8-recipe without --fp8-format has no effect (Megatron trains without FP8)")
         return "delayed"
-    given = read.text("fp8-recipe")
-    if given in ("blockwise", "custom"):
-        demoted["fp8-recipe"] = f"the {given} FP8 recipe (simulated as delayed scaling)"
+    if read.text("fp8-recipe") == "custom":
+        demoted["fp8-recipe"] = "the custom FP8 recipe (simulated as delayed scaling)"
+    return recipe
+
+
+def _fp4_recipe(read: FlagReader, dtype: str, notes: list[str], demoted: dict[str, str]) -> str:
+    """Megatron-core `--fp4-recipe` (fp4_utils.py::get_fp4_recipe): nvfp4 is TE's
+    NVFP4BlockScaling; custom (a quantizer factory) is simulated as nvfp4."""
+    recipe = read.choice("fp4-recipe", _FP4_RECIPES)
+    if recipe is None:
+        return "nvfp4"
+    if dtype != Dtype.FP4.value:
+        notes.append("--fp4-recipe without --fp4-format has no effect (Megatron trains without FP4)")
+        return "nvfp4"
+    if read.text("fp4-recipe") == "custom":
+        demoted["fp4-recipe"] = "the custom FP4 recipe (simulated as nvfp4)"
     return recipe
 
 

@@ -48,15 +48,20 @@ KEY_FLAGS: dict[str, tuple[str, ...]] = {
     "parallel.account_for_loss_in_pipeline_split": ("account-for-loss-in-pipeline-split",),
     "parallel.first_pipeline_num_layers": ("decoder-first-pipeline-num-layers",),
     "parallel.last_pipeline_num_layers": ("decoder-last-pipeline-num-layers",),
-    "training.dtype": ("fp8-format",),
+    "training.dtype": ("fp8-format", "fp4-format"),
     "training.attention_backend": ("attention-backend", "use-flash-attn"),
     "training.overlap_param_gather": ("overlap-param-gather",),
     "training.tp_comm_overlap": ("tp-comm-overlap",),
     "training.grad_reduce_in_bf16": ("grad-reduce-in-bf16",),
     "training.fp8_param_gather": ("fp8-param-gather",),
     "training.fp8_recipe": ("fp8-recipe",),
+    "training.fp4_recipe": ("fp4-recipe",),
+    "training.fp4_param_gather": ("fp4-param-gather",),
     "training.cuda_graph_impl": (
-        "cuda-graph-impl", "enable-cuda-graph", "external-cuda-graph", "cuda-graph-modules",
+        "cuda-graph-impl",
+        "enable-cuda-graph",
+        "external-cuda-graph",
+        "cuda-graph-modules",
         "cuda-graph-scope",
     ),
 }
@@ -109,6 +114,11 @@ NOT_MODELLED = {
     "pipeline-model-parallel-split-rank": "encoder-decoder pipelines",
     "pipeline-model-parallel-layout": "a free-form pipeline layout (the four uneven-split flags are read)",
     "cp-comm-type": "the context-parallel communication kind",
+    # megatron/core/fp4_utils.py::get_fp4_context and fp8_utils.py: layers kept in BF16 under
+    # --fp4-format / --fp8-format; the scenario quantizes every layer's TE linears
+    "first-last-layers-bf16": "the first and last layers kept in BF16 under FP8 / FP4",
+    "num-layers-at-start-in-bf16": "the first and last layers kept in BF16 under FP8 / FP4",
+    "num-layers-at-end-in-bf16": "the first and last layers kept in BF16 under FP8 / FP4",
     # megatron/core/fusions/fused_cross_entropy.py (the `native` impl): the same fp32 softmax
     # is saved as the unfused _VocabParallelCrossEntropy's, so memory is unchanged; its fused
     # kernels and one merged all-reduce are priced as the unfused loss's

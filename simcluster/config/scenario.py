@@ -20,6 +20,7 @@ from simcluster.config.choices import (
     AttentionKernel,
     CudaGraphImpl,
     Dtype,
+    Fp4Recipe,
     Fp8Recipe,
     Normalization,
     PositionEmbedding,
@@ -59,12 +60,16 @@ class ModelSpec(StrictModel):
         default=False, description="separate output-layer weights (no tied-embedding all-reduce)"
     )
     hidden_dropout: float = Field(
-        default=0.1, ge=0, lt=1,
+        default=0.1,
+        ge=0,
+        lt=1,
         description="Megatron --hidden-dropout (default 0.1, Table 2's masks); 0 keeps no mask "
         "(Llama recipes)",
     )
     attention_dropout: float = Field(
-        default=0.1, ge=0, lt=1,
+        default=0.1,
+        ge=0,
+        lt=1,
         description="Megatron --attention-dropout (default 0.1); 0 keeps no s² mask in the unfused core",
     )
 
@@ -133,7 +138,18 @@ class TrainingSpec(StrictModel):
     fp8_recipe: Fp8Recipe = Field(
         default=Fp8Recipe.DELAYED,
         description="Megatron --fp8-recipe with dtype fp8: delayed (default) | tensorwise (current "
-        "scaling) | mxfp8 (Blackwell)",
+        "scaling) | mxfp8 (Blackwell) | blockwise (1x128 activation tiles, 128x128 weight blocks; "
+        "Hopper and Blackwell)",
+    )
+    fp4_param_gather: bool = Field(
+        default=False,
+        description="Megatron-core --fp4-param-gather (with dtype fp4 and the distributed optimizer): the "
+        "TE linears' parameters are kept in NVFP4 (no bf16 copy) and all-gathered in NVFP4",
+    )
+    fp4_recipe: Fp4Recipe = Field(
+        default=Fp4Recipe.NVFP4,
+        description="Megatron-core --fp4-recipe with dtype fp4 (--fp4-format e2m1): nvfp4 (default; "
+        "Transformer Engine NVFP4BlockScaling, Blackwell)",
     )
     attention_kernel: AttentionKernel = Field(
         default=AttentionKernel.AUTO,
@@ -373,6 +389,17 @@ def modern_layout_problems(scenario: Scenario, refuse_unpriced: bool = True) -> 
             f"training.fp8_recipe: value {tr.fp8_recipe.value}: needs training.dtype fp8 "
             f"(got {tr.dtype.value}); Megatron reads --fp8-recipe only with --fp8-format"
         )
+    if tr.fp4_param_gather and tr.dtype is not Dtype.FP4:
+        # megatron/training/arguments.py: "--fp4-param-gather must be used together with --fp4-format."
+        problems.append(
+            f"training.fp4_param_gather: value True: needs training.dtype fp4 (got {tr.dtype.value})"
+        )
+    if tr.fp4_param_gather and not tr.use_distributed_optimizer:
+        # the parameter shards are gathered by the distributed optimizer (or FSDP, which the
+        # contract does not have), as for --fp8-param-gather
+        problems.append(
+            "training.fp4_param_gather: value True: needs training.use_distributed_optimizer (Megatron)"
+        )
     if tr.fp8_param_gather and not tr.use_distributed_optimizer:
         # megatron/training/arguments.py: --fp8-param-gather needs the distributed optimizer
         # (or FSDP, which the contract does not have)
@@ -470,6 +497,7 @@ def hardware_problems(scenario: Scenario, hw: HardwareProfile) -> list[str]:
             f"profiles with them: {', '.join(with_rates) or 'none found'}; or use attention_kernel: auto"
         )
     fp8_ready = hw.peak_fp8_flop_per_s is not None and hw.compute.fp8_gemm_max_efficiency is not None
+    problems += quantized_recipe_problems(scenario, hw)
     if scenario.training.dtype is Dtype.FP8 and not fp8_ready:
         problems.append(
             f"training.dtype: value fp8: hardware profile {hw.name!r} has no FP8 tensor cores "
@@ -484,6 +512,35 @@ def hardware_problems(scenario: Scenario, hw: HardwareProfile) -> list[str]:
             f"training.fp8_recipe: value mxfp8: hardware profile {hw.name!r} has no MXFP8 "
             "block-scaled tensor cores (compute.mxfp8_block_scaling; Transformer Engine needs "
             "compute capability 10.0, Blackwell); allowed here: delayed, tensorwise"
+            + (", blockwise" if hw.compute.fp8_block_scaling else "")
+        )
+    return problems
+
+
+def fp4_profiles() -> list[str]:
+    """The profiles on the search path that can price NVFP4 GEMMs (an FP4 tensor-core peak)."""
+    return profiles_with(lambda profile: profile.peak_fp4_flop_per_s is not None)
+
+
+def quantized_recipe_problems(scenario: Scenario, hw: HardwareProfile) -> list[str]:
+    """dtype fp4 and fp8_recipe blockwise on a profile that cannot run them. Transformer Engine
+    `quantization.py`: `_compute_nvfp4_support` ("Device compute capability 10.0 or higher
+    required for NVFP4 execution") and `_compute_fp8_block_scaling_support` ("FP8 block scaled
+    GEMM requires compute capability 9.0 or higher and CUDA >= 12.9"); the profiles' capability
+    fields say which GPUs pass."""
+    tr, problems = scenario.training, []
+    if tr.dtype is Dtype.FP4 and hw.peak_fp4_flop_per_s is None:
+        problems.append(
+            f"training.dtype: value fp4: hardware profile {hw.name!r} has no FP4 tensor cores "
+            "(gpu.peak_fp4_tflop_per_s; Transformer Engine's NVFP4 needs compute capability 10.0, "
+            f"Blackwell); profiles with FP4: {', '.join(fp4_profiles()) or 'none found'}"
+        )
+    if tr.dtype is Dtype.FP8 and tr.fp8_recipe is Fp8Recipe.BLOCKWISE and not hw.compute.fp8_block_scaling:
+        with_blocks = profiles_with(lambda profile: profile.compute.fp8_block_scaling)
+        problems.append(
+            f"training.fp8_recipe: value blockwise: hardware profile {hw.name!r} has no FP8 "
+            "block-scaled GEMM kernels (compute.fp8_block_scaling; Transformer Engine needs compute "
+            f"capability 9.0 and CUDA 12.9); profiles with them: {', '.join(with_blocks) or 'none found'}"
         )
     return problems
 

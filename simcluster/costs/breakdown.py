@@ -78,8 +78,8 @@ def ops_split(
             continue
         kind = op_kind(op)
         if kind is OpKind.GEMM:
-            if dtype is Dtype.FP8 and is_te_linear_gemm(op):
-                parts[TimeKind.FP8_CAST] += fp8_cast_s(ops, index, hw, tp, recipe)
+            if dtype.quantized and is_te_linear_gemm(op):
+                parts[TimeKind.FP8_CAST] += fp8_cast_s(ops, index, hw, tp, recipe, dtype)
             continue
         if kind is not OpKind.COMMUNICATION:
             target = {OpKind.ATTENTION: TimeKind.ATTENTION, OpKind.FP8_CAST: TimeKind.FP8_CAST}

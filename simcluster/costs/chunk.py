@@ -39,13 +39,13 @@ from simcluster.costs.compute import (
     attention_time_s,
     elementwise_kind,
     elementwise_time_s,
-    fp8_gemm_time_s,
     gemm_time_s,
+    quantized_gemm_time_s,
 )
 from simcluster.costs.context_parallel import ring_attention_cost_s
 from simcluster.costs.network import GroupPlacement, collective_time_s
 from simcluster.units import us_to_s
-from simcluster.workload.fp8 import fp8_bytes_per_element, fp8_copies, gathered_input, is_te_linear_gemm
+from simcluster.workload.fp8 import fp8_copies, gathered_input, is_te_linear_gemm, quantized_bytes_per_element
 from simcluster.workload.layer import LayerOps
 from simcluster.workload.ops import CollectiveKind, Op, OpKind
 
@@ -99,8 +99,8 @@ def op_time_s(
 ) -> float:
     if op.kind is OpKind.GEMM:
         assert op.gemm is not None
-        if dtype is Dtype.FP8 and is_te_linear_gemm(op):
-            return fp8_gemm_time_s(op.gemm, hw, recipe)
+        if dtype.quantized and is_te_linear_gemm(op):
+            return quantized_gemm_time_s(op.gemm, hw, dtype, recipe)
         return gemm_time_s(op.gemm, hw, dtype)
     if op.kind is OpKind.ELEMENTWISE:
         return elementwise_time_s(op.bytes_moved, hw, elementwise_kind(op.name))
@@ -115,20 +115,29 @@ def _feeds_te_gemm(ops: tuple[Op, ...], index: int) -> bool:
     return index + 1 < len(ops) and is_te_linear_gemm(ops[index + 1])
 
 
-def fp8_cast_bytes_per_element(hw: HardwareProfile, recipe: Fp8Recipe = Fp8Recipe.DELAYED) -> float:
+def fp8_cast_bytes_per_element(
+    hw: HardwareProfile, recipe: Fp8Recipe = Fp8Recipe.DELAYED, dtype: Dtype = Dtype.FP8
+) -> float:
     """HBM bytes per element of TE's quantization of an activation or gradient: read bf16,
     write the row-wise FP8 copy and, where one is needed, the column-wise (transposed) copy
     the wgrad GEMM reads. Per-tensor recipes write it only on GPUs whose FP8 GEMMs take the
     TN layout alone (TE pytorch/csrc/quantizer.cpp: create_transpose = columnwise_usage &&
     !non_tn_fp8_gemm_supported(); the profile's `fp8_weight_transpose_copy`): 4 bytes on
     Hopper, 3 on Blackwell. MXFP8 always writes both, since its scales run along the
-    reduction axis of each GEMM, plus one scale byte per 32 elements per copy."""
-    return BF16_READ_BYTES + fp8_copies(recipe, hw.fp8_weight_copies) * fp8_bytes_per_element(recipe)
+    reduction axis of each GEMM, plus one scale byte per 32 elements per copy; block scaling
+    likewise, with 4 bytes per 128. NVFP4 (`dtype` fp4) writes both copies too, 1/2 + 1/16
+    byte per element each: the row-wise one for fprop / dgrad and the column-wise one, through
+    the random Hadamard transform (inputs and grad-outputs) and stochastic rounding
+    (grad-outputs), for wgrad. TE fuses the 16×16 transform into the cast where the shape
+    allows (`row_cast_col_hadamard_transform_cast_fusion.cu`), so it adds no HBM traffic here;
+    its 32 FLOP per element on the tensor cores are not priced."""
+    copies = fp8_copies(recipe, hw.fp8_weight_copies, dtype)
+    return BF16_READ_BYTES + copies * quantized_bytes_per_element(dtype, recipe)
 
 
 def fp8_cast_s(
     ops: tuple[Op, ...], index: int, hw: HardwareProfile, tp: GroupPlacement,
-    recipe: Fp8Recipe = Fp8Recipe.DELAYED,
+    recipe: Fp8Recipe = Fp8Recipe.DELAYED, dtype: Dtype = Dtype.FP8,
 ) -> float:  # fmt: skip
     """The cast of a TE fprop input or dgrad grad-output before the FP8 GEMM at `index` (0
     for a wgrad, which reuses both casts): the GEMM's A operand [m, k], on the local shard
@@ -140,7 +149,7 @@ def fp8_cast_s(
     elements = float(op.gemm.batch * op.gemm.m * op.gemm.k)
     if gathered_input(ops, index):
         elements /= tp.num_ranks
-    return elementwise_time_s(fp8_cast_bytes_per_element(hw, recipe) * elements, hw)
+    return elementwise_time_s(fp8_cast_bytes_per_element(hw, recipe, dtype) * elements, hw)
 
 
 def _op_seconds(
@@ -150,14 +159,21 @@ def _op_seconds(
     """`op_time_s` with FP8's changes: an all-gather feeding a TE GEMM moves 1-byte
     elements, and a TE fprop / dgrad GEMM includes its input's cast."""
     op = ops[index]
-    if dtype is not Dtype.FP8:
+    if not dtype.quantized:
         return op_time_s(op, hw, tp, dtype)
     if op.collective is CollectiveKind.ALL_GATHER and _feeds_te_gemm(ops, index):
-        return collective_time_s(op.collective, op.message_bytes / dtype.num_bytes, tp, hw)
+        elements = op.message_bytes / dtype.num_bytes
+        return collective_time_s(op.collective, elements * gathered_bytes_per_element(dtype), tp, hw)
     seconds = op_time_s(op, hw, tp, dtype, recipe)
     if is_te_linear_gemm(op):
-        seconds += fp8_cast_s(ops, index, hw, tp, recipe)
+        seconds += fp8_cast_s(ops, index, hw, tp, recipe, dtype)
     return seconds
+
+
+def gathered_bytes_per_element(dtype: Dtype) -> float:
+    """Bytes per element of the quantized shard TE all-gathers before a TE GEMM: 1 under FP8
+    (scales not counted), the packed E2M1 element and its E4M3 scale under NVFP4."""
+    return quantized_bytes_per_element(dtype, Fp8Recipe.DELAYED) if dtype is Dtype.FP4 else 1.0
 
 
 def price_ops(

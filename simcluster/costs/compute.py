@@ -50,7 +50,7 @@ import numpy as np
 from simcluster import units
 from simcluster.config.choices import AttentionKernel, Dtype, Fp8Recipe
 from simcluster.config.hardware import GemmPoint, HardwareProfile
-from simcluster.workload.fp8 import fp8_bytes_per_element
+from simcluster.workload.fp8 import fp8_bytes_per_element, quantized_bytes_per_element
 from simcluster.workload.ops import AttentionShape, GemmShape
 
 NEAREST_GEMM_POINTS = 4  # measured shapes blended per prediction
@@ -159,28 +159,66 @@ def fp8_gemm_time_s(shape: GemmShape, hw: HardwareProfile, recipe: Fp8Recipe = F
     the BF16 ceiling (a declared assumption: no FP8 GEMM is measured there yet).
 
     Under MXFP8 (`recipe`) the block-scaled kernel runs at `compute.mxfp8_gemm_rate_ratio`
-    of that rate (absent: the same rate) and reads one E8M0 scale per 32 operand elements."""
+    of that rate (absent: the same rate) and reads one E8M0 scale per 32 operand elements;
+    under block scaling at `compute.fp8_block_gemm_rate_ratio` (cuBLAS's block-scaled kernel
+    on Hopper, MXFP8 on Blackwell), reading one FP32 scale per 128 elements."""
+    if recipe is Fp8Recipe.MXFP8:
+        relative = hw.compute.mxfp8_gemm_rate_ratio or 1.0
+    elif recipe is Fp8Recipe.BLOCKWISE:
+        relative = hw.compute.fp8_block_gemm_rate_ratio or 1.0
+    else:
+        relative = 1.0
+    return _quantized_gemm_time_s(shape, hw, fp8_bytes_per_element(recipe), relative, cap_flop_per_s=None)
+
+
+def fp4_gemm_time_s(shape: GemmShape, hw: HardwareProfile) -> float:
+    """A Transformer Engine NVFP4 GEMM (`training.dtype: fp4`): the per-tensor FP8 GEMM's rate
+    at the same shape (`fp8_gemm_time_s`) times `compute.nvfp4_gemm_rate_ratio`, the kernel-only
+    NVFP4 / FP8 ratio measured on the device (absent: the ratio of the two peaks), at most the
+    FP4 peak times the FP8 ceiling; operands of 1/2 byte plus one E4M3 scale per 16 elements,
+    a bf16 output. Where the FP8 rate comes from measured points, so does this one."""
+    peak_fp4, peak_fp8 = hw.peak_fp4_flop_per_s, hw.peak_fp8_flop_per_s
+    ceiling = hw.compute.fp8_gemm_max_efficiency
+    if peak_fp4 is None or peak_fp8 is None or ceiling is None:
+        raise ValueError(f"hardware {hw.name!r} has no FP4 tensor-core peak (gpu.peak_fp4_tflop_per_s)")
+    relative = hw.compute.nvfp4_gemm_rate_ratio or peak_fp4 / peak_fp8
+    operand_bytes = quantized_bytes_per_element(Dtype.FP4, Fp8Recipe.DELAYED)
+    return _quantized_gemm_time_s(shape, hw, operand_bytes, relative, cap_flop_per_s=peak_fp4 * ceiling)
+
+
+def quantized_gemm_time_s(shape: GemmShape, hw: HardwareProfile, dtype: Dtype, recipe: Fp8Recipe) -> float:
+    """A TE linear's GEMM under `dtype` fp8 (`fp8_gemm_time_s` with `recipe`) or fp4
+    (`fp4_gemm_time_s`)."""
+    if dtype is Dtype.FP4:
+        return fp4_gemm_time_s(shape, hw)
+    return fp8_gemm_time_s(shape, hw, recipe)
+
+
+def _quantized_gemm_time_s(
+    shape: GemmShape, hw: HardwareProfile, operand_bytes: float, relative: float, cap_flop_per_s: float | None
+) -> float:
+    """The FP8 GEMM roofline of `fp8_gemm_time_s` with its rate times `relative` (at most
+    `cap_flop_per_s` where given) and `operand_bytes` per operand element."""
     peak, ceiling = hw.peak_fp8_flop_per_s, hw.compute.fp8_gemm_max_efficiency
     if peak is None or ceiling is None:
         raise ValueError(f"hardware {hw.name!r} has no FP8 tensor-core peak and FP8 GEMM ceiling")
-    block_scaled = recipe is Fp8Recipe.MXFP8
-    relative = (hw.compute.mxfp8_gemm_rate_ratio or 1.0) if block_scaled else 1.0
     output_bytes = 8 if shape.accumulate_fp32 else FP8_GEMM_OUTPUT_BYTES
-    operands = fp8_bytes_per_element(recipe) * (shape.m * shape.k + shape.k * shape.n)
+    operands = operand_bytes * (shape.m * shape.k + shape.k * shape.n)
     moved = float(shape.batch * (operands + output_bytes * shape.m * shape.n))
     memory_s = moved / achieved_bandwidth_bytes_per_s(moved, hw)
+    cap = math.inf if cap_flop_per_s is None else cap_flop_per_s
     if hw.compute.fp8_gemm_points:
         # Measured FP8 GEMMs: the rate at this shape, interpolated between them as
         # `measured_gemm_flop_per_s` does, capped at the ceiling; the memory roofline stays
         # for shapes far from the (compute-bound) points.
         rate = interpolated_flop_per_s(shape, hw.compute.fp8_gemm_points, hw, cap_flop_per_s=peak * ceiling)
-        return hw.kernel_launch_s + max(shape.flops / (rate * relative), memory_s)
+        return hw.kernel_launch_s + max(shape.flops / min(rate * relative, cap), memory_s)
     if hw.compute.gemm_points:
         bf16_ceiling = hw.peak_flop_per_s(Dtype.BF16) * hw.compute.gemm_max_efficiency
         rate = measured_gemm_flop_per_s(shape, hw) * peak * ceiling / bf16_ceiling
-        return hw.kernel_launch_s + shape.flops / (rate * relative)
+        return hw.kernel_launch_s + shape.flops / min(rate * relative, cap)
     wave = wave_efficiency(shape, hw.gpu.num_sms, hw.compute.gemm_tiles)
-    compute_s = shape.flops / (peak * ceiling * wave * relative)
+    compute_s = shape.flops / min(peak * ceiling * wave * relative, cap)
     return hw.kernel_launch_s + max(compute_s, memory_s)
 
 

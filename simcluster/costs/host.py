@@ -45,7 +45,7 @@ def kernels_issued(ops: tuple[Op, ...], dtype: Dtype) -> int:
     for op in ops:
         if op.ring is not None:
             count += 3 * op.ring.cp_size - 2
-        elif dtype is Dtype.FP8 and is_te_linear_gemm(op) and not op.name.endswith(".wgrad"):
+        elif dtype.quantized and is_te_linear_gemm(op) and not op.name.endswith(".wgrad"):
             count += 2
         else:
             count += 1

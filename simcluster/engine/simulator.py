@@ -9,20 +9,24 @@ Life cycle of a task on stage r (virtual stage vs = chunk·p + r):
      synchronous, so by default the sender waits until the message is delivered. A plan
      may defer a send and add waits (`send_after`, `extra_waits`) to mirror Megatron's
      combined p2p calls (see `simcluster.schedule.comm`).
-After its last task a stage reduces its gradients over data parallelism (on its link,
-after the last backward, or overlapped with the backwards of the last microbatch: in
-buckets issued as the chunk's last backward makes their gradients final, where the plan
-gives buckets), the first and last stages all-reduce the tied embedding gradient, and every
-stage steps its optimizer after the slowest stage is ready (the gradient-norm all-reduce
-joins them). With the distributed optimizer the updated parameters are all-gathered: after
-the step, exposed, or (overlapped) from the iteration's start, bucket by bucket, gating each
-chunk's first forward (Megatron's forward pre-hooks, `finish_param_sync`); the iteration
-seen is the steady state, where these are the gathers of the previous step's update.
+A stage's collectives (`plan.Collective`, each on a typed link, FIFO with the link's other
+traffic) enter its life where their `Issue` says: at the iteration start, gating a task's
+slices (the distributed optimizer's overlapped parameter all-gather); inside a task,
+blocking between its slices; spread through or at the end of a task, the stage's end
+waiting for them (overlapped gradient reduction, in buckets or not); when its last task
+ends (gradient reduction without overlap); joined with the other stages of a group link
+once all are ready (the tied-embedding all-reduce); after the optimizer step (the
+parameter all-gather without overlap). Every stage steps its optimizer after the slowest
+stage is ready (the gradient-norm all-reduce joins them); the iteration seen is the steady
+state, where the gathers issued at its start are those of the previous step's update. The
+engine has no code for any one collective: Megatron's data-parallel ones are compiled from
+the plan's declarations (`plan.data_parallel_collectives`), any other is plan data.
 
 How it runs (issue 9): each stage is a coroutine that keeps its clock as a float. A task
 starts at max(clock, the arrival times of its messages) and ends at one SimPy event, which
 the stage schedules and whose callback resumes it: SimPy's queue runs every stage's task
-ends in time order, one event per task (the earlier engine took ~2.2: a timeout per task,
+ends in time order, one event per task, plus one per piece of a collective inside a task
+(the earlier engine took ~2.2 per task: a timeout per task,
 per message and per blocked send). A message is its arrival time, posted when the sender's
 task ends (its link is reserved then, so the time is final): a receiver that reaches the
 task later reads it; one that reached it first is waiting for it and is resumed by the post
@@ -42,9 +46,17 @@ import simpy
 from simpy.events import NORMAL
 
 from simcluster.engine.gc_tuning import simulation_gc
-from simcluster.engine.links import Link
+from simcluster.engine.links import Link, LinkQueue
 from simcluster.engine.memory import MemoryTracker
-from simcluster.engine.plan import PipelinePlan, StagePlan, TimeCategory, Transfer
+from simcluster.engine.plan import (
+    Collective,
+    Issue,
+    Occurrence,
+    PipelinePlan,
+    StagePlan,
+    TaskRef,
+    TimeCategory,
+)
 from simcluster.schedule.tasks import Phase, Task
 
 PP_COMM, DP_COMM, OPTIMIZER = TimeCategory.PP_COMM, TimeCategory.DP_COMM, TimeCategory.OPTIMIZER
@@ -107,12 +119,63 @@ class StageShape:
     sends: tuple[tuple[Send, ...], ...]
     last_backward: frozenset[int]
     first_forward: frozenset[int]
+    runs: dict[tuple[bool, int], tuple[int, ...]]  # (is forward, chunk) -> its positions, in order
     # per position what the engine's loop unpacks: task, keys awaited, is forward, chunk, sends
     program: tuple[tuple[Task, tuple[Key, ...], bool, int, tuple[Send, ...]], ...]
 
     @property
     def wiring(self) -> Wiring:
         return self.waits, self.sends
+
+
+_Parts = tuple[tuple[int, float], ...]
+_Forward = tuple[float, float, _Parts]
+_Backward = tuple[float, float, float, _Parts]
+
+
+class _Busy:
+    """A stage's busy seconds per category, in a list by slot, and the slots in the order
+    they first get time (the outcome's dict keeps that order, as the earlier engine's did:
+    sums over it follow it). PP_COMM and DP_COMM take slots 0 and 1, then the categories of
+    the stage's works and collectives."""
+
+    __slots__ = ("categories", "order", "seconds", "slot")
+
+    def __init__(self, stage: StagePlan, collectives: tuple[Collective, ...]) -> None:
+        self.categories: list[TimeCategory] = [PP_COMM, DP_COMM]
+        self.slot: dict[TimeCategory, int] = {PP_COMM: 0, DP_COMM: 1}
+        for category in (
+            *(c for work in (*stage.forward, *stage.backward) for c, _ in work.parts),
+            *(collective.category for collective in collectives),
+        ):
+            if category not in self.slot:
+                self.slot[category] = len(self.categories)
+                self.categories.append(category)
+        self.seconds = [0.0] * len(self.categories)
+        self.order: dict[int, None] = {}  # an ordered set
+
+    def works(self, stage: StagePlan) -> tuple[list[_Forward], list[_Backward]]:
+        """Per chunk what the engine's loop unpacks: a forward's busy seconds, stored bytes
+        and parts by slot; a backward's busy seconds, transient bytes, the bytes it frees
+        (its forward's stored bytes) and parts by slot."""
+        slot = self.slot
+        forwards = [
+            (work.busy_s, work.stored_bytes, tuple((slot[c], x) for c, x in work.parts))
+            for work in stage.forward
+        ]
+        backwards = [
+            (work.busy_s, work.transient_bytes, stage.forward[c].stored_bytes,
+             tuple((slot[c], x) for c, x in work.parts))
+            for c, work in enumerate(stage.backward)
+        ]  # fmt: skip
+        return forwards, backwards
+
+    def add(self, i: int, seconds: float) -> None:
+        self.order.setdefault(i)
+        self.seconds[i] += seconds
+
+    def as_dict(self) -> defaultdict[TimeCategory, float]:
+        return defaultdict(float, {self.categories[i]: self.seconds[i] for i in self.order})
 
 
 class _Run:
@@ -134,21 +197,14 @@ class _Run:
         self.arrival_s: dict[Key, float] = {}
         self.waiting: dict[Key, Callable[[object], None]] = {}
         self.resumers: list[Callable[[object], None]] = []
-        self.links: dict[str, Link] = {}
+        self.links: dict[str, LinkQueue] = {}
         self.spans: list[Span] = []
         self.outcomes = tuple(StageOutcome(memory=MemoryTracker(stage.static_bytes)) for stage in plan.stages)
 
-    def link(self, name: str) -> Link:
+    def link(self, name: str) -> LinkQueue:
         if name not in self.links:
-            self.links[name] = Link(name, record=self.record)
+            self.links[name] = LinkQueue(name, record=self.record)
         return self.links[name]
-
-    def transfer_at(self, transfer: Transfer, issue_s: float, label: object) -> float:
-        """Issue a transfer at `issue_s` (not later than now, and after everything already
-        issued on its link); return when it is delivered."""
-        link = self.links.get(transfer.link) or self.link(transfer.link)
-        _, end = link.reserve(issue_s, transfer.seconds, str(label) if self.record else "")
-        return end
 
     def _schedule(self, event: simpy.Event, time_s: float) -> simpy.Event:
         """Trigger `event` at the absolute time `time_s` (not before now). SimPy's
@@ -159,27 +215,20 @@ class _Run:
         heappush(self.env._queue, (time_s, NORMAL, next(self.env._eid), event))
         return event
 
-    def _issue_param_gather(self, stage: StagePlan) -> list[list[float]] | None:
-        """Overlapped parameter all-gather: every bucket issued at the iteration start, in
-        forward order; returns when each bucket of each chunk has arrived."""
-        gather = stage.param_gather
-        if gather is None or not gather.overlapped:
-            return None
-        return [
-            [
-                self.transfer_at(Transfer(gather.link, seconds), self.env.now, f"param gather chunk {c}.{j}")
-                for j, seconds in enumerate(chunk)
-            ]
-            for c, chunk in enumerate(gather.buckets)
-        ]
+    def reserve(self, link: Link, issue_s: float, seconds: float, label: str) -> float:
+        """Queue `seconds` on `link`, issued at `issue_s` (not later than now, and after
+        everything already issued on it); return when it is delivered."""
+        queue = self.links.get(link.name) or self.link(link.name)
+        _, end = queue.reserve(issue_s, seconds, label if self.record else "")
+        return end
 
     def stage_process(self, index: int, stage: StagePlan) -> Generator[None, object, None]:
-        """The stage's task list (see the module docstring for how time advances). Every
-        yield waits to be resumed: by its event's callback, or by the post it waits for. The
-        running sums — busy time per category, stored and transient bytes and their peaks —
-        are kept in locals and written to the stage's outcome at probes and at the end, in
-        the order and with the operations of `MemoryTracker`, `Link.reserve` and a
-        per-category dict."""
+        """The stage's task list and collectives (see the module docstring for how time
+        advances). Every yield waits to be resumed: by its event's callback, or by the post
+        it waits for. The running sums — busy time per category, stored and transient bytes
+        and their peaks — are kept in locals and written to the stage's outcome at probes and
+        at the end, in the order and with the operations of `MemoryTracker`,
+        `LinkQueue.reserve` and a per-category dict."""
         env, plan, outcome, record = self.env, self.plan, self.outcomes[index], self.record
         memory = outcome.memory
         assert memory is not None
@@ -196,43 +245,26 @@ class _Run:
         armed = [resume]
         blocking = plan.blocking_p2p
         probe_at = set(self.probe[index]) if self.probe is not None else set()
-        # busy seconds per category in a list by slot, and the slots in the order they first
-        # get time (the outcome's dict keeps that order, as the earlier engine's did: sums
-        # over it follow it); a work's parts are entered the first time it runs
-        categories: list[TimeCategory] = [PP_COMM, DP_COMM]
-        slot: dict[TimeCategory, int] = {PP_COMM: 0, DP_COMM: 1}
-        for work in (*stage.forward, *stage.backward):
-            for category, _ in work.parts:
-                if category not in slot:
-                    slot[category] = len(categories)
-                    categories.append(category)
-        busy = [0.0] * len(categories)
-        order: dict[int, None] = {}  # an ordered set
+        hooks = stage_hooks(plan.collectives[index], shape)
+        tally = _Busy(stage, plan.collectives[index])
+        slot, busy, order = tally.slot, tally.seconds, tally.order
         # works (is forward, chunk) not run yet
         unseen = {(phase, c) for phase in (True, False) for c in range(len(stage.forward))}
         pp_seen = False
-        forwards = [
-            (work.busy_s, work.stored_bytes, tuple((slot[c], x) for c, x in work.parts))
-            for work in stage.forward
-        ]
-        backwards = [
-            (work.busy_s, work.transient_bytes, stage.forward[c].stored_bytes,
-             tuple((slot[c], x) for c, x in work.parts))
-            for c, work in enumerate(stage.backward)
-        ]  # fmt: skip
-        routes = [(route.link, route.seconds) if route is not None else ("", 0.0)
+        forwards, backwards = tally.works(stage)
+        routes = [(route.link.name, route.seconds) if route is not None else ("", 0.0)
                   for route in (stage.send_forward, stage.send_backward)]  # fmt: skip
-        route_links: list[Link | None] = [None, None]  # made on first use, as `link` does
+        route_links: list[LinkQueue | None] = [None, None]  # made on first use, as `link` does
         static, stored, transient = memory.static_bytes, memory.stored_bytes, memory.transient_bytes
         peak_stored, peak_total = memory.peak_stored_bytes, memory.peak_total_bytes
-        overlap = plan.overlap_grad_reduce and stage.grad_reduce is not None
-        reduce_at = shape.last_backward if overlap else frozenset()
-        gathered = self._issue_param_gather(stage)
-        gate_at = shape.first_forward if gathered is not None else frozenset()
-        special = probe_at | gate_at | reduce_at  # positions with more to do than the usual
+        gates = self._issue_at_start(hooks, slot)
+        inside = {pos: (c, slot[c.category]) for pos, c in hooks.inside.items()}
+        after = {pos: [(c, slot[c.category]) for c in cs] for pos, cs in hooks.after.items()}
+        special = probe_at | gates.keys() | inside.keys() | after.keys()  # more to do than the usual
+        ready_slot = 1  # the category of the wait for the stage's last-issued collective
 
         def write_back() -> None:
-            outcome.busy_s = defaultdict(float, {categories[i]: busy[i] for i in order})
+            outcome.busy_s = tally.as_dict()
             memory.stored_bytes, memory.transient_bytes = stored, transient
             memory.peak_stored_bytes, memory.peak_total_bytes = peak_stored, peak_total
 
@@ -242,7 +274,7 @@ class _Run:
             is_special = position in special
             if is_special and position in probe_at:
                 write_back()
-                self._take_probe(index, stage, clock)
+                self._take_probe(index, clock)
             start = clock
             for key in waits:
                 arrived = arrival_of(key)
@@ -254,23 +286,11 @@ class _Run:
                     start = arrived
             if forward:
                 duration_s, stored_bytes, parts = forwards[chunk]
-                if is_special and position in gate_at:
-                    # a chunk's first forward runs its bucket-sized slices as the buckets arrive
-                    assert gathered is not None
-                    buckets_s = gathered[chunk]
-                    if buckets_s and buckets_s[0] > start:  # the first bucket is exposed
-                        waited_from = start
-                        start = start + (buckets_s[0] - start)  # as a timeout of the difference
-                        order.setdefault(1)
-                        busy[1] += start - waited_from
-                        if record:
-                            self.spans.append(
-                                (index, "param gather wait", DP_COMM.value, waited_from, start - waited_from)
-                            )
-                    busy_s = duration_s
-                    duration_s = _gated_duration_s(start, busy_s, buckets_s)
-                    order.setdefault(1)
-                    busy[1] += duration_s - busy_s
+            else:
+                duration_s, held, freed, parts = backwards[chunk]
+            if is_special and position in gates:
+                start, duration_s = self._gated(index, gates[position], start, duration_s, tally)
+            if forward:
                 stored += stored_bytes  # MemoryTracker.store
                 if stored > peak_stored:
                     peak_stored = stored
@@ -278,12 +298,15 @@ class _Run:
                 if total > peak_total:
                     peak_total = total
             else:
-                duration_s, held, freed, parts = backwards[chunk]
                 transient += held  # MemoryTracker.hold (stored has not grown since the last store)
                 total = static + stored + transient
                 if total > peak_total:
                     peak_total = total
-            now = start + duration_s
+            if is_special and position in inside:
+                now = yield from self._inside(index, task, inside[position], start, duration_s, tally, event)
+                duration_s = now - start
+            else:
+                now = start + duration_s
             event.callbacks = armed
             heappush(queue, (now, NORMAL, next(event_ids), event))
             yield  # the task's end
@@ -302,7 +325,7 @@ class _Run:
                 self.spans.append((index, str(task), "forward" if forward else "backward", start, duration_s))
             clock = now
             for route, key, producer in sends:
-                # Link.reserve: FIFO on the sender's own link, issued now
+                # LinkQueue.reserve: FIFO on the sender's own link, issued now
                 link = route_links[route]
                 if link is None:
                     name = routes[route][0]
@@ -321,22 +344,8 @@ class _Run:
                     receiver(None)  # it starts the task it waited for, at its clock or the arrival
                 if blocking and arrives > clock:
                     clock = arrives  # Megatron's p2p returns when the message is delivered
-            if is_special and position in reduce_at:
-                assert stage.grad_reduce is not None
-                if stage.grad_buckets is not None:
-                    # each bucket as its gradients become final (uniform progress through
-                    # the backward; Megatron's backward hooks, start_grad_sync)
-                    buckets, name = stage.grad_buckets[chunk], stage.grad_reduce.link
-                    n = len(buckets)
-                    for j, seconds in enumerate(buckets):
-                        issue_s = now if j == n - 1 else start + duration_s * (j + 1) / n
-                        label = f"dp grads chunk {chunk}.{j}"
-                        outcome.grads_ready_s = self.transfer_at(Transfer(name, seconds), issue_s, label)
-                else:
-                    # the chunk's gradients are final: reduce them while later work runs
-                    share = Transfer(stage.grad_reduce.link, stage.grad_reduce.seconds / plan.num_chunks)
-                    end = self.transfer_at(share, now, f"dp grads chunk {chunk}")
-                    outcome.grads_ready_s = now + (end - now)
+            if is_special and position in after:
+                ready_slot = self._issue_after(outcome, after[position], start, duration_s, now)
             if clock > now:
                 if not pp_seen:
                     order.setdefault(0)
@@ -346,36 +355,123 @@ class _Run:
                     self.spans.append((index, f"send after {task}", PP_COMM.value, now, clock - now))
         if position + 1 in probe_at:
             write_back()
-            self._take_probe(index, stage, clock)
+            self._take_probe(index, clock)
         outcome.pipeline_end_s = clock
         if clock > env.now:
             event.callbacks = armed
             schedule(event, clock)
-            yield  # the reduction below is issued then (a link may be shared)
-        if not plan.overlap_grad_reduce and stage.grad_reduce is not None:
-            end = self.transfer_at(stage.grad_reduce, clock, "dp grads")
-            done = clock + (end - clock)  # as a timeout of the difference
-            order.setdefault(1)
-            busy[1] += done - clock
-            if record:
-                self.spans.append((index, "dp all-reduce", DP_COMM.value, clock, done - clock))
-            clock = done
-        if plan.overlap_grad_reduce and outcome.grads_ready_s > clock:
-            order.setdefault(1)
-            busy[1] += outcome.grads_ready_s - clock  # not hidden by backwards
+            yield  # the collectives below are issued then (a link may be shared)
+        clock = self._issue_tasks_done(index, hooks.tasks_done, clock, tally)
+        if outcome.grads_ready_s > clock:
+            tally.add(ready_slot, outcome.grads_ready_s - clock)  # not hidden by the tasks
         outcome.grads_ready_s = max(outcome.grads_ready_s, clock)
         write_back()
         outcome.finished = True
         yield  # parked for good: nothing resumes a finished stage (so its send never raises)
 
-    def _take_probe(self, index: int, stage: StagePlan, now: float) -> None:
+    def _issue_at_start(
+        self, hooks: StageHooks, slot: dict[TimeCategory, int]
+    ) -> dict[int, tuple[Collective, int, list[float]]]:
+        """Issue the collectives of the iteration start, piece by piece in plan order; per
+        position they gate: the collective, its category's slot, when each piece arrives."""
+        gates: dict[int, tuple[Collective, int, list[float]]] = {}
+        for collective, positions in hooks.start:
+            arrivals = [
+                self.reserve(collective.link, self.env.now, seconds, _piece_label(collective, j))
+                for j, seconds in enumerate(collective.pieces_s)
+            ]
+            for gated_at in positions:
+                gates[gated_at] = (collective, slot[collective.category], arrivals)
+        return gates
+
+    def _gated(
+        self, index: int, gate: tuple[Collective, int, list[float]], start: float, busy_s: float, tally: _Busy
+    ) -> tuple[float, float]:
+        """A task gated by pieces issued at the start runs one equal slice per piece, each
+        once its piece has arrived; returns its start and duration (waits included)."""
+        collective, i, arrived_s = gate
+        if arrived_s and arrived_s[0] > start:  # the first piece is exposed
+            waited_from = start
+            start = start + (arrived_s[0] - start)  # as a timeout of the difference
+            tally.add(i, start - waited_from)
+            if self.record:
+                label, category = collective.wait_span, collective.category.value
+                self.spans.append((index, label, category, waited_from, start - waited_from))
+        duration_s = _gated_duration_s(start, busy_s, arrived_s)
+        tally.add(i, duration_s - busy_s)
+        return start, duration_s
+
+    def _inside(
+        self, index: int, task: Task, inside: tuple[Collective, int], start: float, busy_s: float,
+        tally: _Busy, event: simpy.Event,
+    ) -> Generator[None, object, float]:  # fmt: skip
+        """Blocking pieces inside a task: its work in n + 1 equal slices, piece j issued when
+        slice j ends (on its link, at that time: the stage's event is scheduled then), slice
+        j + 1 once it has arrived; returns the task's end (without scheduling it)."""
+        collective, i = inside
+        slice_s = busy_s / (len(collective.pieces_s) + 1)
+        armed = [self.resumers[index]]  # the stage resumes at each slice end
+        at = start
+        for j, seconds in enumerate(collective.pieces_s):
+            at = at + slice_s
+            event.callbacks = armed
+            self._schedule(event, at)
+            yield  # the slice's end
+            end = self.reserve(collective.link, at, seconds, f"{_piece_label(collective, j)} {task}")
+            if end > at:
+                tally.add(i, end - at)
+                if self.record:
+                    self.spans.append((index, collective.wait_span, collective.category.value, at, end - at))
+                at = end
+        return at + slice_s
+
+    def _issue_after(
+        self, outcome: StageOutcome, issued: list[tuple[Collective, int]], start: float, duration_s: float,
+        now: float,
+    ) -> int:  # fmt: skip
+        """Issue the collectives a task's end (AFTER) or progress (SPREAD) issues; the
+        stage's end waits for the last one issued: returns its category's slot."""
+        ready_slot = 1
+        for collective, i in issued:
+            ready_slot = i
+            pieces = collective.pieces_s
+            n = len(pieces)
+            for j, seconds in enumerate(pieces):
+                label = _piece_label(collective, j)
+                if collective.issue is Issue.SPREAD:
+                    # piece j once the task has done (j + 1)/n of its work (uniform progress;
+                    # Megatron's backward hooks, start_grad_sync)
+                    issue_s = now if j == n - 1 else start + duration_s * (j + 1) / n
+                    outcome.grads_ready_s = self.reserve(collective.link, issue_s, seconds, label)
+                else:
+                    end = self.reserve(collective.link, now, seconds, label)
+                    outcome.grads_ready_s = now + (end - now)  # as a timeout of the difference
+        return ready_slot
+
+    def _issue_tasks_done(
+        self, index: int, collectives: tuple[Collective, ...], clock: float, tally: _Busy
+    ) -> float:
+        """Collectives issued when the stage's last task ends: the stage waits for each;
+        returns its clock after them."""
+        for collective in collectives:
+            end = clock
+            for j, seconds in enumerate(collective.pieces_s):
+                end = self.reserve(collective.link, clock, seconds, _piece_label(collective, j))
+            done = clock + (end - clock)  # as a timeout of the difference
+            tally.add(tally.slot[collective.category], done - clock)
+            if self.record:
+                label, category = collective.wait_span, collective.category.value
+                self.spans.append((index, label, category, clock, done - clock))
+            clock = done
+        return clock
+
+    def _take_probe(self, index: int, now: float) -> None:
+        """The stage's state: its clock, when its gradients are ready, and when each link
+        its later work issues on is free (those of the iteration-start collectives last)."""
         outcome = self.outcomes[index]
         assert outcome.memory is not None
-        routes = (stage.send_forward, stage.send_backward, stage.grad_reduce)
-        names = sorted({route.link for route in routes if route is not None})
-        if stage.param_gather is not None and stage.param_gather.overlapped:
-            names.append(stage.param_gather.link)  # its own "dp:" link, busy from the start
-        links = [max(now, self.links[name].free_at_s) if name in self.links else now for name in names]
+        links = [max(now, self.links[name].free_at_s) if name in self.links else now
+                 for name in probed_links(self.plan, index)]  # fmt: skip
         times = (now, max(now, outcome.grads_ready_s), *links)
         self.probes[index].append(ProbeState(times, dict(outcome.busy_s), outcome.memory.stored_bytes))
 
@@ -405,36 +501,45 @@ class _Run:
             raise RuntimeError(f"engine deadlock: stages {stuck} never finished their task lists")
 
     def _finish_iteration(self) -> float:
-        """Tied-embedding all-reduce between first and last stage, then the optimizer step
-        of every stage after the slowest stage is ready (gradient-norm all-reduce)."""
+        """The collectives joined across stages once each is ready (the tied-embedding
+        all-reduce of the first and last stages: it starts when every stage of its group
+        link is ready), then the optimizer step of every stage after the slowest stage is
+        ready (the gradient-norm all-reduce joins them), then what follows the step."""
         ready = [o.grads_ready_s for o in self.outcomes]
-        tied = [i for i, s in enumerate(self.plan.stages) if s.tied_grad_reduce is not None]
-        if tied:
-            start = max(ready[i] for i in tied)
-            for i in tied:
-                seconds = self.plan.stages[i].tied_grad_reduce.seconds  # type: ignore[union-attr]
-                self.outcomes[i].busy_s[DP_COMM] += seconds
-                ready[i] = start + seconds
-                if self.record:
-                    self.spans.append((i, "embedding all-reduce", DP_COMM.value, start, seconds))
+        groups: dict[str, dict[int, list[Collective]]] = {}
+        for i, collectives in enumerate(self.plan.collectives):
+            for collective in collectives:
+                if collective.issue is Issue.READY:
+                    groups.setdefault(collective.link.name, {}).setdefault(i, []).append(collective)
+        for members in groups.values():
+            start = max(ready[i] for i in members)
+            for i, joined in members.items():
+                at = start
+                for collective in joined:
+                    seconds = collective.total_s
+                    self.outcomes[i].busy_s[collective.category] += seconds
+                    if self.record:
+                        self.spans.append((i, collective.wait_span, collective.category.value, at, seconds))
+                    at = at + seconds
+                ready[i] = at
         step_start = max(ready)
         ends = []
         for i, stage in enumerate(self.plan.stages):
             self.outcomes[i].busy_s[OPTIMIZER] += stage.optimizer_s
             if self.record:
                 self.spans.append((i, "optimizer step", OPTIMIZER.value, step_start, stage.optimizer_s))
-            gather = stage.param_gather
-            if gather is not None and not gather.overlapped:
-                # distributed optimizer without --overlap-param-gather: the updated
-                # parameters are all-gathered after the step, exposed
-                self.outcomes[i].busy_s[DP_COMM] += gather.total_s
-                if self.record:
-                    self.spans.append(
-                        (i, "param all-gather", DP_COMM.value, step_start + stage.optimizer_s, gather.total_s)
-                    )
-                ends.append(stage.optimizer_s + gather.total_s)
-            else:
-                ends.append(stage.optimizer_s)
+            end = stage.optimizer_s
+            for collective in self.plan.collectives[i]:
+                if collective.issue is Issue.STEP:
+                    # after the step, exposed (the distributed optimizer's parameter
+                    # all-gather without --overlap-param-gather)
+                    seconds = collective.total_s
+                    self.outcomes[i].busy_s[collective.category] += seconds
+                    if self.record:
+                        span = (i, collective.wait_span, collective.category.value, step_start + end, seconds)
+                        self.spans.append(span)
+                    end = end + seconds
+            ends.append(end)
         return step_start + max(ends)
 
 
@@ -503,13 +608,90 @@ def _build_shape(plan: PipelinePlan, index: int) -> StageShape:
         (task, keys, task.phase is Phase.FORWARD, task.chunk, out)
         for task, keys, out in zip(stage.tasks, waits, sent, strict=True)
     )
+    runs: dict[tuple[bool, int], list[int]] = {}
+    for position, task in enumerate(stage.tasks):
+        runs.setdefault((task.phase is Phase.FORWARD, task.chunk), []).append(position)
     return StageShape(
         tuple(waits),
         sent,
         frozenset(last_backward_positions(stage)),
         frozenset(first_forward_positions(stage)),
+        {key: tuple(positions) for key, positions in runs.items()},
         program,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class StageHooks:
+    """Where a stage's collectives enter its life, by kind of issue (`plan.Issue`): those
+    issued at the iteration start with the positions they gate; per position, the one
+    running inside the task (with its category's slot) and those its end issues; those
+    issued when the last task ends."""
+
+    start: tuple[tuple[Collective, tuple[int, ...]], ...]
+    inside: dict[int, Collective]
+    after: dict[int, list[Collective]]
+    tasks_done: tuple[Collective, ...]
+
+
+def task_positions(ref: TaskRef, shape: StageShape) -> tuple[int, ...]:
+    """The positions of the stage's tasks `ref` names."""
+    run = shape.runs.get((ref.phase is Phase.FORWARD, ref.chunk), ())
+    if not run or ref.occurrence is Occurrence.EVERY:
+        return run
+    return (run[0],) if ref.occurrence is Occurrence.FIRST else (run[-1],)
+
+
+def stage_hooks(collectives: tuple[Collective, ...], shape: StageShape) -> StageHooks:
+    """`StageHooks` of a stage's collectives. A task position takes at most one collective
+    that gates it or runs inside it."""
+    start: list[tuple[Collective, tuple[int, ...]]] = []
+    inside: dict[int, Collective] = {}
+    after: dict[int, list[Collective]] = {}
+    gated: set[int] = set()
+    for collective in collectives:
+        issue = collective.issue
+        if issue is Issue.TASKS_DONE or issue is Issue.READY or issue is Issue.STEP:
+            continue
+        assert collective.task is not None  # Collective checks it
+        positions = task_positions(collective.task, shape)
+        if issue is Issue.START or issue is Issue.INSIDE:
+            taken = gated.intersection(positions)
+            if taken:
+                raise ValueError(
+                    f"collective {collective.label!r}: task position {min(taken)} already runs or "
+                    "waits for another collective (at most one per task)"
+                )
+            gated.update(positions)
+            if issue is Issue.START:
+                start.append((collective, positions))
+            else:
+                inside.update((at, collective) for at in positions)
+        else:
+            for at in positions:
+                after.setdefault(at, []).append(collective)
+    tasks_done = tuple(c for c in collectives if c.issue is Issue.TASKS_DONE)
+    return StageHooks(tuple(start), inside, after, tasks_done)
+
+
+def probed_links(plan: PipelinePlan, index: int) -> list[str]:
+    """The links whose free times are part of stage `index`'s probed state: those its
+    pipeline messages and task-time collectives use (sorted by name), then those of its
+    iteration-start collectives (busy from the start), in plan order."""
+    stage = plan.stages[index]
+    used = {route.link.name for route in (stage.send_forward, stage.send_backward) if route is not None}
+    at_start: list[str] = []
+    for collective in plan.collectives[index]:
+        if collective.issue is Issue.START:
+            if collective.link.name not in at_start:
+                at_start.append(collective.link.name)
+        elif collective.issue is not Issue.READY and collective.issue is not Issue.STEP:
+            used.add(collective.link.name)
+    return sorted(used) + [name for name in at_start if name not in used]
+
+
+def _piece_label(collective: Collective, piece: int) -> str:
+    return f"{collective.label}.{piece}" if collective.numbered else collective.label
 
 
 def wiring(plan: PipelinePlan, index: int) -> Wiring:

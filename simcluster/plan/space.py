@@ -123,6 +123,7 @@ def _dependent_switches(base_training: dict[str, Any], layout: dict[str, AxisVal
     found = {
         "overlap_param_gather": dist_opt and bool(layout["overlap_grad_reduce"]),
         "fp8_param_gather": dist_opt,
+        "fp4_param_gather": dist_opt,
         "tp_comm_overlap": bool(layout["sequence_parallel"]) or int(layout["tp"]) == 1,  # tp 1: inert
     }
     return {name: bool(base_training.get(name)) and allowed for name, allowed in found.items()}

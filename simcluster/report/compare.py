@@ -27,8 +27,9 @@ _LAYOUT = (
                "vocab_size", "ffn_hidden_size", "activation", "normalization", "position_embedding")),
     ("parallel", ("tp", "cp", "pp", "dp", "vpp", "sequence_parallel")),
     ("training", ("micro_batch_size", "global_batch_size", "recompute", "schedule", "dtype", "fp8_recipe",
-                  "attention_backend", "attention_kernel", "use_distributed_optimizer", "overlap_grad_reduce",
-                  "overlap_param_gather", "tp_comm_overlap", "grad_reduce_in_bf16", "fp8_param_gather")),
+                  "fp4_recipe", "attention_backend", "attention_kernel", "use_distributed_optimizer",
+                  "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "grad_reduce_in_bf16",
+                  "fp8_param_gather", "fp4_param_gather")),
 )  # fmt: skip
 _SUMMARY = ("iteration_time_s", "mfu", "hfu", "tflops_per_gpu", "bubble_fraction")
 _STAGE_PARTS = ("weight_bytes", "gradient_bytes", "optimizer_bytes", "activation_bytes", "transient_bytes")

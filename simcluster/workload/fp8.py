@@ -1,7 +1,8 @@
 """What FP8 training (Transformer Engine, `training.dtype: fp8`) changes in the workload,
 hardware-free: which ops are the TE linears, the bytes of their FP8 copies (saved inputs,
 cached weights) and, per scaling recipe (`training.fp8_recipe`), the quantizations' extra
-work.
+work. FP4 (`training.dtype: fp4`, TE's NVFP4BlockScaling recipe) quantizes the same GEMMs
+and is counted here the same way, with its own element and scale bytes.
 
 Megatron-core's dense TE layer (`models/gpt/gpt_layer_specs.py`) runs four TE linears per layer: QKV
 (`TELayerNormColumnParallelLinear`), proj (`TERowParallelLinear`), fc1 and fc2. Their fprop,
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from simcluster.config.choices import Fp8Recipe, Recompute
+from simcluster.config.choices import Dtype, Fp8Recipe, Recompute
 from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.ops import CollectiveKind, Op, OpKind, collective, elementwise
 
@@ -39,24 +40,64 @@ MXFP8_SCALE_BYTES = 1
 reduction axis one E8M0 scale byte (TE `MXFP8Quantizer`, OCP MX spec)."""
 
 
+BLOCKWISE_TILE_ELEMENTS = 128
+BLOCKWISE_WEIGHT_BLOCK_ELEMENTS = 128 * 128
+BLOCKWISE_SCALE_BYTES = 4
+"""FP8 block scaling (`training.fp8_recipe: blockwise`, TE `Float8BlockScaling`): one FP32 scale
+per 1×128 tile of an activation or gradient (`x_block_scaling_dim` / `grad_block_scaling_dim` 1)
+and per 128×128 block of a weight (`w_block_scaling_dim` 2), transformer_engine/common/recipe/
+__init__.py @d0067d0 ("The scaling factors are float32 containers")."""
+NVFP4_ELEMENT_BYTES = 0.5
+NVFP4_BLOCK_ELEMENTS = 16
+NVFP4_SCALE_BYTES = 1
+"""NVFP4 (`training.dtype: fp4`, TE `NVFP4BlockScaling`): E2M1 elements, two to a byte, and
+one E4M3 scale per 16 consecutive elements along the GEMM's reduction axis, plus one FP32
+scale per tensor (recipe/__init__.py @d0067d0). Weights are quantized in 16×16 blocks, but TE
+stores their scales in the same 1×16 layout the GEMM reads (`NVFP4Quantizer.get_scale_shape`,
+pytorch/tensor/nvfp4_tensor.py), so every copy carries 1/16 byte of scale per element."""
+
+
 def fp8_bytes_per_element(recipe: Fp8Recipe) -> float:
-    """Bytes of one element of an FP8 tensor copy, its scales included: 1, or 1 + 1/32 under
-    MXFP8 (a per-tensor scale is a single float). Saved activations, the casts' outputs
-    (`costs.chunk.fp8_cast_bytes_per_element`) and the FP8 weight copies TE caches (cast once
-    per step, on the first microbatch, unless --fp8-param-gather makes the FP8 copy the
-    parameter) are such copies."""
+    """Bytes of one element of an FP8 tensor copy, its scales included: 1, 1 + 1/32 under
+    MXFP8, 1 + 4/128 under block scaling (a per-tensor scale is a single float). Saved
+    activations, the casts' outputs (`costs.chunk.fp8_cast_bytes_per_element`) and the FP8
+    weight copies TE caches (cast once per step, on the first microbatch, unless
+    --fp8-param-gather makes the FP8 copy the parameter) are such copies; a block-scaled
+    weight's copies carry one scale per 128×128 block (`quantized_weight_bytes_per_element`)."""
     if recipe is Fp8Recipe.MXFP8:
         return FP8_SAVED_BYTES_PER_ELEMENT + MXFP8_SCALE_BYTES / MXFP8_BLOCK_ELEMENTS
+    if recipe is Fp8Recipe.BLOCKWISE:
+        return FP8_SAVED_BYTES_PER_ELEMENT + BLOCKWISE_SCALE_BYTES / BLOCKWISE_TILE_ELEMENTS
     return float(FP8_SAVED_BYTES_PER_ELEMENT)
 
 
-def fp8_copies(recipe: Fp8Recipe, hardware_copies: int) -> int:
+def quantized_bytes_per_element(dtype: Dtype, recipe: Fp8Recipe) -> float:
+    """Bytes of one element of a quantized activation or gradient copy under `dtype` (FP8 with
+    `recipe`, or NVFP4: 1/2 + 1/16)."""
+    if dtype is Dtype.FP4:
+        return NVFP4_ELEMENT_BYTES + NVFP4_SCALE_BYTES / NVFP4_BLOCK_ELEMENTS
+    return fp8_bytes_per_element(recipe)
+
+
+def quantized_weight_bytes_per_element(dtype: Dtype, recipe: Fp8Recipe) -> float:
+    """Bytes of one element of a quantized weight copy: as `quantized_bytes_per_element`, but a
+    block-scaled FP8 weight has one FP32 scale per 128×128 block."""
+    if dtype is Dtype.FP8 and recipe is Fp8Recipe.BLOCKWISE:
+        return FP8_SAVED_BYTES_PER_ELEMENT + BLOCKWISE_SCALE_BYTES / BLOCKWISE_WEIGHT_BLOCK_ELEMENTS
+    return quantized_bytes_per_element(dtype, recipe)
+
+
+def fp8_copies(recipe: Fp8Recipe, hardware_copies: int, dtype: Dtype = Dtype.FP8) -> int:
     """FP8 copies of a tensor whose GEMMs read it both row-wise and column-wise (a weight, or
     an activation that also feeds a wgrad): the hardware's `fp8_weight_copies` (2 where FP8
     GEMMs take only the TN layout, so TE keeps a transposed copy; TE `Linear` sets the
     quantizer's usage to rowwise and columnwise while training), but always 2 under MXFP8,
-    whose scales run along each GEMM's reduction axis."""
-    return 2 if recipe is Fp8Recipe.MXFP8 else hardware_copies
+    block scaling and NVFP4, whose scales run along each GEMM's reduction axis ("the quantized
+    tensor and its transpose are not numerically equivalent ... both versions are computed from
+    the high precision input", recipe/__init__.py)."""
+    if dtype is Dtype.FP4 or recipe in (Fp8Recipe.MXFP8, Fp8Recipe.BLOCKWISE):
+        return 2
+    return hardware_copies
 
 
 def fp8_saved_forward(forward: tuple[Op, ...], cfg: LayerConfig) -> tuple[Op, ...]:
@@ -67,10 +108,11 @@ def fp8_saved_forward(forward: tuple[Op, ...], cfg: LayerConfig) -> tuple[Op, ..
     proj keeps an FP8 copy of its input O, on top of the bf16 O the flash-attention kernel
     saves (or in place of its own bf16 copy with the unfused core and under the core_attn
     checkpoint). The norm inputs, the activation's input and the attention tensors stay
-    bf16. Full recompute keeps only the (bf16) layer input: unchanged."""
+    bf16. Full recompute keeps only the (bf16) layer input: unchanged. Under NVFP4 the saved
+    copy is the column-wise one the wgrad reads, 1/2 + 1/16 byte per element."""
     if cfg.recompute is Recompute.FULL:
         return forward
-    e, fp8 = cfg.element_bytes, fp8_bytes_per_element(cfg.fp8_recipe)
+    e, fp8 = cfg.element_bytes, quantized_bytes_per_element(cfg.dtype, cfg.fp8_recipe)
     out = []
     for op in forward:
         if op.gemm is not None and op.name in ("attn.qkv", "mlp.fc1", "mlp.fc2"):
@@ -97,7 +139,26 @@ def gathered_input(ops: tuple[Op, ...], index: int) -> bool:
     return before is not None and before.collective is CollectiveKind.ALL_GATHER and not before.overlaps_next
 
 
-def current_scaling_ops(ops: tuple[Op, ...], cfg: LayerConfig) -> tuple[Op, ...]:
+def amax_pass_ops(ops: tuple[Op, ...], cfg: LayerConfig) -> tuple[Op, ...]:
+    """The per-tensor amax work of the recipes that scale from the tensor itself: FP8 current
+    scaling (`current_scaling_ops`) and NVFP4, whose second-level FP32 scale is the tensor's
+    amax (`NVFP4Quantizer::quantize_impl`, pytorch/csrc/quantizer.cpp @d0067d0: an amax kernel,
+    `nvte_hadamard_transform_amax` with the random Hadamard transform, then the amax
+    all-reduce where the shard is gathered, then the fused RHT + cast). Under NVFP4 every TE
+    fprop input has its own amax pass, the norm-fed ones included: with RHT the norm does not
+    compute it (`Impl::UNFUSED` in pytorch/csrc/extensions/normalization.cpp when `with_rht`
+    and `with_post_rht_amax`). Block-scaled recipes (mxfp8, blockwise) take their scales
+    inside the cast: nothing added."""
+    if cfg.dtype is Dtype.FP4:
+        return current_scaling_ops(ops, cfg, norm_fused_amax=False)
+    if cfg.fp8_recipe is Fp8Recipe.TENSORWISE:
+        return current_scaling_ops(ops, cfg)
+    return ops
+
+
+def current_scaling_ops(
+    ops: tuple[Op, ...], cfg: LayerConfig, norm_fused_amax: bool = True
+) -> tuple[Op, ...]:
     """`training.fp8_recipe: tensorwise` (TE `Float8CurrentScaling`): each fprop input and
     dgrad grad-output is quantized with a scale from its own amax
     (`Float8CurrentScalingQuantizer::quantize_impl`, pytorch/csrc/quantizer.cpp): an amax
@@ -112,14 +173,15 @@ def current_scaling_ops(ops: tuple[Op, ...], cfg: LayerConfig) -> tuple[Op, ...]
     layernorm_linear.py). These ops go before the collective the GEMM reads or overlaps, as TE
     quantizes first (`grad_output_preprocess`) and then gathers. wgrad GEMMs
     reuse the two quantized operands. Delayed scaling's once-per-pass amax all-reduce
-    (`costs.chunk.fp8_amax_reduction_s`) is not run under this recipe."""
+    (`costs.chunk.fp8_amax_reduction_s`) is not run under this recipe. `norm_fused_amax`
+    False (NVFP4, `amax_pass_ops`) gives the QKV and fc1 fprops their own amax pass too."""
     out: list[Op] = []
     for index, op in enumerate(ops):
         if is_te_linear_gemm(op) and op.gemm is not None and not op.name.endswith(".wgrad"):
             gathered = gathered_input(ops, index)
             elements = float(op.gemm.batch * op.gemm.m * op.gemm.k) / (cfg.tp if gathered else 1)
             quantize: list[Op] = []
-            if op.name not in NORM_FED_FPROPS:
+            if not (norm_fused_amax and op.name in NORM_FED_FPROPS):
                 quantize.append(elementwise(f"{op.name}.amax", AMAX_READ_BYTES_PER_ELEMENT * elements))
             if gathered and cfg.tp > 1:
                 reduce = collective(f"{op.name}.amax_allreduce", CollectiveKind.ALL_REDUCE, AMAX_BYTES)

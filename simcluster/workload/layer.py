@@ -22,8 +22,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
-from simcluster.config.choices import Activation, Dtype, Fp8Recipe, PositionEmbedding, Recompute
-from simcluster.workload.fp8 import current_scaling_ops, fp8_saved_forward
+from simcluster.config.choices import Activation, Fp8Recipe, PositionEmbedding, Recompute
+from simcluster.workload.fp8 import amax_pass_ops, fp8_saved_forward
 from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.ops import (
     AttentionShape,
@@ -60,15 +60,13 @@ class LayerOps:
 @functools.lru_cache(maxsize=1024)
 def layer_ops(cfg: LayerConfig) -> LayerOps:
     """The layer's ops in execution order, with the recompute mode applied to saved bytes
-    and, with FP8, the TE linears' 1-byte saved inputs (`workload.fp8.fp8_saved_forward`)
-    and, under current scaling, the quantizations' amax work (`workload.fp8.current_scaling_ops`)."""
+    and, with FP8 or FP4, the TE linears' quantized saved inputs (`workload.fp8.fp8_saved_forward`)
+    and, under current scaling and NVFP4, the quantizations' amax work (`workload.fp8.amax_pass_ops`)."""
     ops = _layer_ops_16bit(cfg)
-    if cfg.dtype is not Dtype.FP8:
+    if not cfg.dtype.quantized:
         return ops
-    forward, backward, recompute = fp8_saved_forward(ops.forward, cfg), ops.backward, ops.recompute
-    if cfg.fp8_recipe is Fp8Recipe.TENSORWISE:
-        forward, backward = current_scaling_ops(forward, cfg), current_scaling_ops(backward, cfg)
-        recompute = current_scaling_ops(recompute, cfg)
+    forward = amax_pass_ops(fp8_saved_forward(ops.forward, cfg), cfg)
+    backward, recompute = amax_pass_ops(ops.backward, cfg), amax_pass_ops(ops.recompute, cfg)
     return LayerOps(forward, backward, recompute, cfg.fp8_recipe)
 
 
@@ -90,9 +88,7 @@ def _layer_ops_16bit(cfg: LayerConfig) -> LayerOps:
         # With GQA they are K and V before the per-head repeat (k wide each).
         q, k = _slice_bytes(cfg, cfg.query_width), _slice_bytes(cfg, cfg.kv_width)
         kept = {"attn.qk": q + k + qkv_output_held_bytes(cfg), "attn.av": k}
-        forward = tuple(
-            _with_saved(op, kept.get(op.name, 0.0)) if op in core else op for op in forward
-        )
+        forward = tuple(_with_saved(op, kept.get(op.name, 0.0)) if op in core else op for op in forward)
         return LayerOps(forward, backward, recompute=tuple(_with_saved(op, 0.0) for op in core))
     if cfg.recompute is Recompute.FULL:
         # Only the layer input (layer-norm 1's input) is kept: Table 2 row 6.

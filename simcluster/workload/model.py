@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from simcluster.config.choices import Dtype, Normalization, PositionEmbedding, Recompute
+from simcluster.config.choices import Normalization, PositionEmbedding, Recompute
 from simcluster.config.pipeline_split import PipelineSplit
 from simcluster.config.scenario import Scenario
 from simcluster.workload import memory
 from simcluster.workload.context_parallel import context_parallel_layer_ops
 from simcluster.workload.embedding import embedding_ops, output_ops, padded_vocab_size
-from simcluster.workload.fp8 import fp8_bytes_per_element, fp8_copies, te_linear_weight_params
+from simcluster.workload.fp8 import fp8_copies, quantized_weight_bytes_per_element, te_linear_weight_params
 from simcluster.workload.layer import LayerOps, layer_ops
 from simcluster.workload.layer_config import LayerConfig
 
@@ -240,19 +240,20 @@ def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
             params, par.dp * par.cp, scenario.training.use_distributed_optimizer, grad_bytes
         )
         gather_bytes = BF16_BYTES * params
-        if cfg.dtype is Dtype.FP8:
+        if cfg.dtype.quantized:
             # integer-valued: a sum of products of shapes, exact in any order
             te_params = sum(
                 seg.num_layers * te_linear_weight_params(seg.layer.forward)
                 for chunk in chunks
                 for seg in chunk.segments
             )
-            copies = fp8_copies(cfg.fp8_recipe, fp8_weight_copies)
-            per_copy = fp8_bytes_per_element(cfg.fp8_recipe)
+            copies = fp8_copies(cfg.fp8_recipe, fp8_weight_copies, cfg.dtype)
+            per_copy = quantized_weight_bytes_per_element(cfg.dtype, cfg.fp8_recipe)
             fp8_copy = per_copy * te_params
-            if scenario.training.fp8_param_gather:
-                # the FP8 parameter replaces the bf16 one; parameters are all-gathered in FP8, and
-                # on Hopper the transposed copy is re-made after each gather (read 1, write 1)
+            if scenario.training.fp8_param_gather or scenario.training.fp4_param_gather:
+                # the FP8 (NVFP4) parameter replaces the bf16 one; parameters are all-gathered in
+                # FP8 (NVFP4), and the second copy (Hopper's transposed FP8 one, NVFP4's
+                # column-wise one) is re-made after each gather (read one copy, write one)
                 weights = static.weight_bytes - BF16_BYTES * te_params + copies * fp8_copy
                 static = replace(static, weight_bytes=weights)
                 gather_bytes -= (BF16_BYTES - per_copy) * te_params

@@ -352,7 +352,8 @@ def test_llama3_line_drops_nothing_now_that_every_key_is_priced():
 
 
 @pytest.mark.parametrize(
-    ("recipe", "key"), [("tensorwise", "tensorwise"), ("mxfp8", "mxfp8"), ("delayed", None)]
+    ("recipe", "key"),
+    [("tensorwise", "tensorwise"), ("mxfp8", "mxfp8"), ("blockwise", "blockwise"), ("delayed", None)],
 )
 def test_fp8_recipe_sets_its_key(recipe, key):
     """--fp8-recipe reaches training.fp8_recipe (the default, delayed, is left out)."""
@@ -362,16 +363,34 @@ def test_fp8_recipe_sets_its_key(recipe, key):
 
 
 def test_fp8_recipes_without_a_model_are_not_modelled_and_simulated_as_delayed():
-    imported = parse_megatron_args(f"{MINIMAL} --bf16 --fp8-format e4m3 --fp8-recipe blockwise")
+    imported = parse_megatron_args(f"{MINIMAL} --bf16 --fp8-format e4m3 --fp8-recipe custom")
     assert "fp8_recipe" not in imported.scenario["training"]
     assert any(
-        line.startswith("--fp8-recipe blockwise: the blockwise FP8 recipe") for line in imported.not_modelled
+        line.startswith("--fp8-recipe custom: the custom FP8 recipe") for line in imported.not_modelled
     )
     without_fp8 = parse_megatron_args(f"{MINIMAL} --bf16 --fp8-recipe tensorwise")
     assert "fp8_recipe" not in without_fp8.scenario["training"]
     assert any("--fp8-recipe without --fp8-format has no effect" in note for note in without_fp8.notes)
-    with pytest.raises(ConfigError, match="--fp8-recipe: value 'nvfp4': allowed: delayed, tensorwise, mxfp8"):
+    with pytest.raises(
+        ConfigError, match="--fp8-recipe: value 'nvfp4': allowed: delayed, tensorwise, mxfp8, blockwise"
+    ):
         parse_megatron_args(f"{MINIMAL} --bf16 --fp8-format hybrid --fp8-recipe nvfp4")
+
+
+def test_fp4_format_imports_as_dtype_fp4_and_refuses_fp8_beside_it():
+    """Megatron-core --fp4-format e2m1 (--fp4-recipe nvfp4, its default) is dtype fp4; Megatron
+    refuses --fp4-format with --fp8-format, and so does the import."""
+    imported = parse_megatron_args(f"{MINIMAL} --bf16 --fp4-format e2m1 --fp4-recipe nvfp4", "b300-sxm-288gb")
+    assert imported.scenario["training"]["dtype"] == "fp4"
+    assert "fp4_recipe" not in imported.scenario["training"]  # the default, left out
+    assert not [line for line in imported.not_modelled if "--fp4" in line]
+    assert imported.validated().training.dtype.value == "fp4"
+    with pytest.raises(ConfigError, match="--fp4-format and --fp8-format: choose one"):
+        parse_megatron_args(f"{MINIMAL} --bf16 --fp4-format e2m1 --fp8-format hybrid")
+    with pytest.raises(ConfigError, match="--fp4-format: value 'e3m2'"):
+        parse_megatron_args(f"{MINIMAL} --bf16 --fp4-format e3m2")
+    first_last = parse_megatron_args(f"{MINIMAL} --bf16 --fp4-format e2m1 --first-last-layers-bf16")
+    assert any(line.startswith("--first-last-layers-bf16") for line in first_last.not_modelled)
 
 
 def test_cudnn_attention_turned_off_imports_as_flash_attention_2():

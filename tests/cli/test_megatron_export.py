@@ -135,7 +135,7 @@ def modern_scenarios(draw):
             "micro_batch_size": micro,
             "global_batch_size": micro * dp * pp * draw(st.sampled_from([1, 2])),
             "recompute": draw(st.sampled_from(["none", "selective", "full"])),
-            "dtype": draw(st.sampled_from(["bf16", "fp16", "fp32", "fp8"])),
+            "dtype": draw(st.sampled_from(["bf16", "fp16", "fp32", "fp8", "fp4"])),
             "attention_backend": draw(st.sampled_from(["unfused", "flash"])),
             "use_distributed_optimizer": distributed,
             "overlap_grad_reduce": draw(st.booleans()),
@@ -143,7 +143,8 @@ def modern_scenarios(draw):
             "tp_comm_overlap": sp and draw(st.booleans()),
             "grad_reduce_in_bf16": draw(st.booleans()),
             "fp8_param_gather": distributed and draw(st.booleans()),
-            "fp8_recipe": draw(st.sampled_from(["delayed", "tensorwise", "mxfp8"])),
+            "fp4_param_gather": distributed and draw(st.booleans()),
+            "fp8_recipe": draw(st.sampled_from(["delayed", "tensorwise", "mxfp8", "blockwise"])),
             "attention_kernel": draw(st.sampled_from(["auto", "flash_attn_2"])),
             "cuda_graph_impl": draw(st.sampled_from(GRAPH_IMPLS)),
         },
@@ -214,3 +215,22 @@ def test_gpipe_has_no_megatron_flags():
     gpipe = Scenario.model_validate(data)
     with pytest.raises(ConfigError, match="training.schedule"):
         to_megatron_args(gpipe)
+
+
+@pytest.mark.parametrize(
+    ("training", "flags"),
+    [
+        ({"dtype": "fp4"}, "--bf16 --fp4-format e2m1 --fp4-recipe nvfp4"),
+        ({"dtype": "fp4", "fp4_param_gather": True}, "--fp4-param-gather"),
+        ({"dtype": "fp8", "fp8_recipe": "blockwise"}, "--bf16 --fp8-format hybrid --fp8-recipe blockwise"),
+    ],
+)
+def test_nvfp4_and_block_scaling_export_and_read_back(training, flags):
+    """Issue 19: dtype fp4 exports as Megatron-core's --fp4-format e2m1 --fp4-recipe nvfp4, FP8
+    block scaling as --fp8-recipe blockwise; both import back to the same scenario."""
+    data = load_scenario(ROOT / "scenarios" / "modern" / "llama3-8b-h100.yaml").model_dump(mode="json")
+    data["hardware"] = "b300-sxm-288gb"
+    data["training"].update(training)
+    scenario = parse_scenario(data, "q.yaml")
+    assert flags in to_megatron_args(scenario, 8)
+    assert _read_back(scenario) == scenario

@@ -71,13 +71,14 @@ def test_recipe_errors_name_the_key_and_what_is_allowed():
     """MXFP8 needs Blackwell's block-scaled tensor cores (TE `check_mxfp8_support`); any
     recipe other than the default needs dtype fp8; an unknown recipe lists the choices."""
     with pytest.raises(
-        ConfigError, match="fp8_recipe: value mxfp8: .*'h100-sxm5-80gb'.*allowed here: delayed"
+        ConfigError,
+        match="fp8_recipe: value mxfp8: .*'h100-sxm5-80gb'.*allowed here: delayed, tensorwise, blockwise",
     ):
         require_hardware_fits(_scenario(fp8_recipe="mxfp8"), H100)
     with pytest.raises(ConfigError, match="fp8_recipe: value tensorwise: needs training.dtype fp8"):
         _scenario(dtype="bf16", fp8_recipe="tensorwise")
-    with pytest.raises(ConfigError, match="'delayed', 'tensorwise' or 'mxfp8'"):
-        _scenario(fp8_recipe="blockwise")
+    with pytest.raises(ConfigError, match="'delayed', 'tensorwise', 'mxfp8' or 'blockwise'"):
+        _scenario(fp8_recipe="custom")
 
 
 def test_casts_write_the_transposed_copy_only_where_a_gemm_needs_it():

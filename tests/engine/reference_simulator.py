@@ -2,7 +2,8 @@
 84be4b8), kept only as the reference test_engine_reference.py compares the engine with:
 one SimPy process per stage yielding a timeout per task, a timeout per message (with a
 callback that wakes a waiting receiver) and a wait on every blocking send's delivery.
-Not used by simcluster itself."""
+Not used by simcluster itself. Its only change since: plans name links with typed `Link`s
+(issue 18), which it reads by name (`str(link)`), as it read the strings before."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 import simpy
 
 from simcluster.engine.gc_tuning import simulation_gc
-from simcluster.engine.links import Link
+from simcluster.engine.links import LinkQueue as Link  # the queue, renamed since
 from simcluster.engine.memory import MemoryTracker
 from simcluster.engine.plan import PipelinePlan, StagePlan, TaskWork, TimeCategory, Transfer
 from simcluster.engine.simulator import (  # unchanged by the rewrite: shared, not copied
@@ -93,15 +94,16 @@ class _Run:
 
     def transfer(self, transfer: Transfer, label: object) -> float:
         """Issue a transfer now; return seconds until it is delivered."""
-        now = self.env.now
-        link = self.links.get(transfer.link) or self.link(transfer.link)
+        now, name = self.env.now, str(transfer.link)
+        link = self.links.get(name) or self.link(name)
         _, end = link.reserve(now, transfer.seconds, str(label) if self.record else "")
         return end - now
 
     def transfer_at(self, transfer: Transfer, issue_s: float, label: object) -> float:
         """Issue a transfer at `issue_s` (not later than now, and after everything already
         issued on its link); return when it is delivered."""
-        link = self.links.get(transfer.link) or self.link(transfer.link)
+        name = str(transfer.link)
+        link = self.links.get(name) or self.link(name)
         _, end = link.reserve(issue_s, transfer.seconds, str(label) if self.record else "")
         return end
 
@@ -130,7 +132,7 @@ class _Run:
             forward = task.phase is Phase.FORWARD
             work = stage.forward[task.chunk] if forward else stage.backward[task.chunk]
             freed = 0.0 if forward else stage.forward[task.chunk].stored_bytes
-            out = [(route.link, route.seconds, key, label) for route, key, label in sends[position]]
+            out = [(str(route.link), route.seconds, key, label) for route, key, label in sends[position]]
             reduce_chunk = position in last_backward_of_chunk
             gate = position in first_forward_of_chunk
             steps.append((task, waits[position], forward, work, freed, out, reduce_chunk, gate))
@@ -227,9 +229,9 @@ class _Run:
         now, outcome = self.env.now, self.outcomes[index]
         assert outcome.memory is not None
         routes = (stage.send_forward, stage.send_backward, stage.grad_reduce)
-        names = sorted({route.link for route in routes if route is not None})
+        names = sorted({str(route.link) for route in routes if route is not None})
         if stage.param_gather is not None and stage.param_gather.overlapped:
-            names.append(stage.param_gather.link)  # its own "dp:" link, busy from the start
+            names.append(str(stage.param_gather.link))  # its own "dp:" link, busy from the start
         links = [max(now, self.links[name].free_at_s) if name in self.links else now for name in names]
         times = (now, max(now, outcome.grads_ready_s), *links)
         self.probes[index].append(ProbeState(times, dict(outcome.busy_s), outcome.memory.stored_bytes))

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from simcluster.config.choices import ScheduleKind
-from simcluster.engine.links import Link
+from simcluster.engine.links import LinkQueue
 from simcluster.engine.plan import PipelinePlan, StagePlan, TaskWork, Transfer
 from simcluster.engine.simulator import simulate
 from simcluster.engine.trace import write_trace
@@ -78,7 +78,7 @@ def test_p2p_delays_pipeline_by_message_time():
 
 def test_link_is_first_come_first_served():
     """A second transfer issued while the link is busy starts when the first ends."""
-    link = Link("nic:0")
+    link = LinkQueue("nic:0")
     assert link.reserve(0.0, 2.0) == (0.0, 2.0)
     assert link.reserve(1.0, 1.0) == (2.0, 3.0)
     assert link.reserve(5.0, 1.0) == (5.0, 6.0)

@@ -14,7 +14,8 @@ tensor ops and no autograd. `ops`' autograd functions call them through a `Regio
 The autograd boundaries stay where they were: what each region saves for backward is set by
 `ctx.save_for_backward` in `ops`, never by the compiler, so a fused layer keeps exactly the
 bytes the eager one keeps (Table 2, `accounting`). Compilation happens on first use, per
-shape family (torch's automatic dynamic shapes recompile once with symbolic sizes).
+shape family (torch's automatic dynamic shapes recompile once with symbolic sizes), with
+the last dim -- the row every norm and softmax reduces over -- kept static (`_rows_static`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -30,7 +32,7 @@ from torch import Tensor
 
 from simcluster.config.choices import LayerMode
 
-RECOMPILE_LIMIT = 64  # shape families per region function (the 96-layer grid meets a few)
+RECOMPILE_LIMIT = 256  # shape families per region function: one per row length met, and a few more
 
 
 def rotate_half(x: Tensor) -> Tensor:
@@ -178,9 +180,33 @@ def fused_math() -> RegionMath:
     config.recompile_limit = max(config.recompile_limit, RECOMPILE_LIMIT)
     config.fail_on_recompile_limit_hit = True
     compiled = {
-        f.name: torch.compile(getattr(EAGER_MATH, f.name)) for f in fields(RegionMath) if f.name != "mode"
+        f.name: _rows_static(torch.compile(getattr(EAGER_MATH, f.name)))
+        for f in fields(RegionMath)
+        if f.name != "mode"
     }
     return RegionMath(mode=LayerMode.FUSED, **compiled)
+
+
+def _rows_static(compiled: Callable[..., Any]) -> Callable[..., Any]:
+    """`compiled` with every tensor argument's last dim marked static.
+
+    Dynamo's automatic dynamic shapes make a dim symbolic once a second size is met. A
+    symbolic row length leaves Inductor unable to keep a row in registers, so it emits a
+    looped (split) reduction: on an H100 the microbench's fused softmax, which meets
+    key lengths 1024, 2048 and 4096, ran at 0.8-1.0 TB/s while the layers of one sequence
+    length ran the same region faster (docs/calibration/h100-2026-11-26-script/README.md).
+    Megatron's fused softmax is compiled per key length (`scaled_masked_softmax` templates
+    on the power of two above it, Megatron-LM megatron/core/fusions/fused_softmax.py), and
+    TE's norms per hidden size, so a static row length is the closer stand-in. Batch-like
+    dims stay dynamic, which keeps the number of compilations small."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        for arg in args:
+            if isinstance(arg, Tensor) and arg.dim() > 0:
+                torch._dynamo.mark_static(arg, arg.dim() - 1)
+        return compiled(*args, **kwargs)
+
+    return call
 
 
 def region_math(mode: LayerMode) -> RegionMath:

@@ -1,0 +1,63 @@
+"""The closed sets of choices of a mixture-of-experts model (Megatron-core's MoE flags).
+
+Kept beside `choices.py` so a scenario model can name them without importing the workload.
+Megatron-LM @d98e8a64ddf34856e74b24714e3bedb2f5a39553.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class RouterScore(str, enum.Enum):
+    """`--moe-router-score-function`: the router's score of a token for an expert
+    (megatron/core/transformer/moe/moe_utils.py::topk_routing_with_score_function).
+    softmax (Megatron's default: top-k of the logits, then a softmax over the k chosen)
+    or sigmoid (DeepSeek-V3: a sigmoid of every logit, top-k, then the k scores
+    normalised to sum 1)."""
+
+    SOFTMAX = "softmax"
+    SIGMOID = "sigmoid"
+
+
+class TokenDispatcher(str, enum.Enum):
+    """`--moe-token-dispatcher-type` (megatron/core/transformer/moe/token_dispatcher.py):
+    alltoall (`MoEAlltoAllTokenDispatcher`: tokens sent to the ranks of their experts over
+    the expert-parallel group), allgather (`MoEAllGatherTokenDispatcher`: every token
+    gathered over the expert-tensor x expert-parallel group, results reduce-scattered
+    back) or flex (`MoEFlexTokenDispatcher`, DeepEP / HybridEP kernels)."""
+
+    ALLTOALL = "alltoall"
+    ALLGATHER = "allgather"
+    FLEX = "flex"
+
+
+class RecomputeModule(str, enum.Enum):
+    """Megatron-core `--recompute-modules` (transformer_config.py `recompute_modules`, the
+    `allowed_modules` of `__post_init__`), under `--recompute-granularity selective`. The
+    MoE block and MLA read moe_act, moe, shared_experts and mla_up_proj; the others act on
+    the dense layer. Megatron also allows gdn_norm_out, gdp_in_proj, gdp_qkv and mhc, for
+    linear-attention and hyper-connection layers simcluster does not model: refused."""
+
+    CORE_ATTN = "core_attn"
+    MOE_ACT = "moe_act"
+    MOE = "moe"
+    SHARED_EXPERTS = "shared_experts"
+    LAYERNORM = "layernorm"
+    MLA_UP_PROJ = "mla_up_proj"
+    MLP = "mlp"
+
+
+def parse_recompute_modules(names: tuple[str, ...] | list[str]) -> tuple[RecomputeModule, ...]:
+    """The modules named, in order; an unknown name is a clear error."""
+    allowed = ", ".join(m.value for m in RecomputeModule)
+    out = []
+    for name in names:
+        try:
+            out.append(RecomputeModule(name))
+        except ValueError:
+            raise ValueError(
+                f"training.recompute_modules: {name!r} is not a Megatron-core recompute module "
+                f"(allowed: {allowed})"
+            ) from None
+    return tuple(out)

@@ -1,0 +1,103 @@
+"""Message sizes of the flex dispatcher (DeepEP), under uniform random routing.
+
+Megatron-core's `MoEFlexTokenDispatcher` with `--moe-enable-deepep`
+(megatron/core/transformer/moe/token_dispatcher.py `_DeepepManager`, fused_a2a.py
+`fused_dispatch` / `fused_combine`; Megatron-LM @d98e8a64ddf34856e74b24714e3bedb2f5a39553)
+hands DeepEP each token once with its top-k expert indices (int64, from `torch.topk`) and
+fp32 probabilities, over the etp·ep group. DeepEP (github.com/deepseek-ai/DeepEP, README,
+"normal kernels") sends a token to each destination rank once however many of its experts
+that rank holds, and across nodes once per destination node (RDMA to the peer with the same
+local index, then NVLink inside the node); combine returns one partial sum per copy.
+
+So the bytes follow the number of distinct destinations of a token, not k. With k of E
+experts drawn uniformly without replacement and m destinations holding E/m experts each,
+a destination is missed with probability C(E - E/m, k) / C(E, k), and a token reaches
+
+    D(m) = m · (1 - C(E - E/m, k) / C(E, k))
+
+destinations (k when every expert is its own destination, 1 when one destination holds
+all); exact for top-k of i.i.d. scores. Group-limited routing (`--moe-router-num-groups`
+G, `--moe-router-group-topk` gk; moe_utils.py `group_limited_topk`) picks the gk groups
+with the best top-(k/gk) scores, so each picked group holds about k/gk of the token's
+experts (its best ones, which won it the pick), not a hypergeometric share. We take exactly
+k/gk per picked group: with a group over r = m/G destinations a token reaches
+gk·r·(1 - C(E/G - E/m, k/gk)/C(E/G, k/gk)); with a destination over G/m groups it is
+reached when one of them is picked, D = m·(1 - C(G - G/m, gk)/C(G, gk)). Against a
+simulation of Megatron's routing on i.i.d. logits (tests/workload/test_moe_flex.py:
+E = 256, k = 8, 8 groups, 4 picked) this is within 1 % at m = 4 and 8, 2 % at m = 64 and
+6 % high at m = 16; the plain hypergeometric share would be 8 % low at m = 8. Load imbalance is not in
+these expectations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import comb
+
+from simcluster.workload.moe import RoutedRows
+from simcluster.workload.moe_config import ExpertLayout, MoEConfig
+
+INDEX_BYTES = 8  # int64 top-k indices
+PROB_BYTES = 4  # DeepEP takes fp32 probabilities (Megatron casts them)
+
+
+def _missed(pool: int, held: int, k: int) -> float:
+    """Probability that k experts drawn from `pool` miss all `held` of them."""
+    return comb(pool - held, k) / comb(pool, k)
+
+
+def expected_destinations(moe: MoEConfig, num_destinations: int) -> float:
+    """D: distinct destinations (ranks or nodes) a token's k experts fall on, expected, with
+    experts laid out in `num_destinations` equal consecutive blocks (module docstring)."""
+    E, k, m = moe.num_experts, moe.router_topk, num_destinations
+    if E % m:
+        raise ValueError(f"num_experts={E} must divide evenly over {m} destinations")
+    groups, group_topk = moe.router_num_groups, moe.router_group_topk
+    if not groups or not group_topk:
+        return m * (1.0 - _missed(E, E // m, k))
+    if m % groups == 0:  # a group spans m/groups destinations and holds k/gk of the experts
+        per_group = E // groups
+        return group_topk * (m // groups) * (1.0 - _missed(per_group, E // m, k // group_topk))
+    if groups % m == 0:  # a destination holds groups/m groups: reached if one is picked
+        return m * (1.0 - _missed(groups, groups // m, group_topk))
+    raise ValueError(f"router_num_groups={groups} and {m} destinations must divide one another")
+
+
+@dataclass(frozen=True, slots=True)
+class FlexMessages:
+    """Per rank and microbatch, forward (DeepEP dispatch + combine); backward mirrors them.
+    `dispatch_bytes` / `combine_bytes` leave a rank for all destinations (its own included);
+    `internode_*` is the part that crosses nodes (once per destination node)."""
+
+    destinations_per_token: float
+    nodes_per_token: float
+    dispatch_bytes: float
+    combine_bytes: float
+    internode_dispatch_bytes: float
+    internode_combine_bytes: float
+
+
+def flex_messages(
+    rows: RoutedRows,
+    hidden_size: int,
+    moe: MoEConfig,
+    layout: ExpertLayout,
+    gpus_per_node: int,
+    element_bytes: int = 2,
+) -> FlexMessages:
+    """Each of the rank's T tokens goes to D(ep) ranks with its hidden state and its k
+    indices and probabilities, and comes back once per copy; across nodes once per
+    destination node, D(ep/gpus_per_node) of them, less the rank's own node's share."""
+    if layout.expert_tp != 1:
+        raise ValueError(f"parallel.etp={layout.expert_tp}: the flex (DeepEP) model covers etp = 1 only")
+    ep = layout.ep
+    ranks = expected_destinations(moe, ep)
+    nodes_in_group = max(ep // gpus_per_node, 1)
+    nodes = expected_destinations(moe, nodes_in_group) if nodes_in_group > 1 else 1.0
+    token = hidden_size * element_bytes + moe.router_topk * (INDEX_BYTES + PROB_BYTES)
+    back = hidden_size * element_bytes
+    remote_nodes = nodes * (1.0 - 1.0 / nodes_in_group) if nodes_in_group > 1 else 0.0
+    t = rows.tokens
+    return FlexMessages(
+        ranks, nodes, t * ranks * token, t * ranks * back, t * remote_nodes * token, t * remote_nodes * back
+    )
