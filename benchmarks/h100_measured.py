@@ -239,7 +239,7 @@ def _category(op: Op, hw: HardwareProfile) -> str:
     """The apportioning's columns: GEMM, attention, memory-bound kinds the measured profile
     prices from fused kernels, and memory-bound work at the copy rate."""
     if op.kind is OpKind.ELEMENTWISE:
-        fused = kind_efficiency(hw, elementwise_kind(op.name)) is not None
+        fused = kind_efficiency(hw, elementwise_kind(op)) is not None
         return "memory-bound (fused kinds)" if fused else "memory-bound (copy rate)"
     return {OpKind.GEMM: "GEMM", OpKind.ATTENTION: "attention"}.get(op.kind, "other")
 

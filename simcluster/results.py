@@ -65,6 +65,7 @@ class SimulationResult:
     mfu_peak_flop_per_s: float = 0.0
     mfu_peak_dtype: str = ""
     fp8_peak_flop_per_s: float | None = None  # set for FP8 runs: the dense FP8 peak
+    fp4_peak_flop_per_s: float | None = None  # set for FP4 (NVFP4) runs: the dense FP4 peak
     # Where the time goes (`costs.breakdown.TimeKind` values, in its order): the mean stage's
     # iteration (sums to iteration_time_s) and one layer's forward + backward per microbatch
     # (sums to layer.combined_s).
@@ -78,6 +79,14 @@ class SimulationResult:
         if not self.fp8_peak_flop_per_s or not self.mfu_peak_flop_per_s:
             return None
         return self.mfu * self.mfu_peak_flop_per_s / self.fp8_peak_flop_per_s
+
+    @property
+    def fp4_peak_mfu(self) -> float | None:
+        """An FP4 run's MFU of the FP4 dense peak (its MFU of the BF16 peak passes 100 % on
+        Blackwell, whose FP4 peak is 6x its BF16 one); None for other runs."""
+        if not self.fp4_peak_flop_per_s or not self.mfu_peak_flop_per_s:
+            return None
+        return self.mfu * self.mfu_peak_flop_per_s / self.fp4_peak_flop_per_s
 
     @property
     def fullest_stage(self) -> StageMemory:
@@ -135,6 +144,8 @@ class SimulationResult:
             "mfu_peak_flop_per_s": self.mfu_peak_flop_per_s or None,
             "fp8_peak_flop_per_s": self.fp8_peak_flop_per_s,
             "fp8_peak_mfu": self.fp8_peak_mfu,
+            "fp4_peak_flop_per_s": self.fp4_peak_flop_per_s,
+            "fp4_peak_mfu": self.fp4_peak_mfu,
             "fullest_stage": self.fullest_stage.stage,
             "max_stage_peak_memory_bytes": self.fullest_stage.peak_memory_bytes,
             "stages_not_fitting": list(self.stages_not_fitting),

@@ -280,6 +280,7 @@ def run_simulation(
         mfu_peak_flop_per_s=peak,
         mfu_peak_dtype=(tr.dtype if tr.dtype in (Dtype.FP32, Dtype.FP16) else Dtype.BF16).value,
         fp8_peak_flop_per_s=hw.peak_fp8_flop_per_s if tr.dtype is Dtype.FP8 else None,
+        fp4_peak_flop_per_s=hw.peak_fp4_flop_per_s if tr.dtype is Dtype.FP4 else None,
     )
     return Simulation(scenario, hw, workload, plan, engine, result)
 

@@ -31,7 +31,7 @@ from simcluster.costs.network import GroupPlacement
 from simcluster.costs.op_kind import OpKind, op_kind
 from simcluster.workload.layer import layer_ops
 from simcluster.workload.layer_config import LayerConfig
-from simcluster.workload.ops import Op
+from simcluster.workload.ops import Module, Op
 
 ONE_DEVICE = GroupPlacement(num_ranks=1, ranks_per_node=1)
 
@@ -61,7 +61,7 @@ kernels; a 16-bit layer on one device has no FP8 cast and no communication."""
 
 def check_kind(op: Op) -> str:
     """The kind of one priced op of a stand-in layer (`KINDS`)."""
-    if ".standin_" in op.name:  # `calibration.shapes.standin_op_name`
+    if op.module in (Module.STANDIN_ALL_GATHER, Module.STANDIN_REDUCE_SCATTER):  # `shapes.standin_ops`
         return STANDIN_COPY
     return op_kind(op).value
 

@@ -52,8 +52,7 @@ from typing import Any
 
 from simcluster import units
 from simcluster.calibration.datasheets import datasheet_for
-from simcluster.calibration.records import ElementwiseRecord, GemmRecord, Measurements
-from simcluster.costs.compute import elementwise_kind
+from simcluster.calibration.records import ElementwiseRecord, GemmRecord, Measurements, recorded_op_kind
 
 MIN_BUSY_FRACTION = 0.25
 SATURATION_BYTES = 2**26  # 64 MiB: eager sites at or above it are device-bound on an H100
@@ -103,7 +102,7 @@ def elementwise_points_by_op(meas: Measurements) -> dict[str, list[list[float]]]
     by_kind: dict[str, list[ElementwiseRecord]] = defaultdict(list)
     for e in meas.elementwise:
         if e.op:
-            by_kind[elementwise_kind(e.op)].append(e)
+            by_kind[recorded_op_kind(e.op)].append(e)
     curves = {kind: _pooled_points(by_kind[kind], meas.launch_s, _is_gpu(meas)) for kind in sorted(by_kind)}
     return {kind: points for kind, points in curves.items() if points}
 
@@ -257,7 +256,7 @@ def measured_grid(meas: Measurements) -> dict[str, Any]:
         grid["gemm_shapes"] = len({(g.m, g.n, g.k, g.batch) for g in meas.gemms})
     by_kind: dict[str, list[float]] = defaultdict(list)
     for e in meas.elementwise:
-        by_kind[elementwise_kind(e.op) if e.op else "unlabelled"].append(e.bytes_moved)
+        by_kind[recorded_op_kind(e.op) if e.op else "unlabelled"].append(e.bytes_moved)
     if by_kind:
         grid["memory_bound_bytes"] = {
             kind: [_sig(min(sizes)), _sig(max(sizes))] for kind, sizes in sorted(by_kind.items())

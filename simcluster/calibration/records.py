@@ -64,8 +64,8 @@ class GemmRecord:
 class ElementwiseRecord:
     """A timed memory-bound site with the op graph's bytes for it, and the op graph's op it
     was planned for (e.g. "attn.softmax.bwd"; the fit keys per-kind curves by
-    `costs.compute.elementwise_kind` of it). "" in measurements written before ops were
-    recorded: such a record fits the generic curve only."""
+    `recorded_op_kind` of it). "" in measurements written before ops were recorded: such a
+    record fits the generic curve only."""
 
     name: str
     dims: tuple[int, ...]
@@ -75,6 +75,21 @@ class ElementwiseRecord:
     op: str = ""
     sm_clock_mhz: float | None = None  # NVML SM clock / power right after the timed repeats;
     power_w: float | None = None  # None where not measured (CPU, no NVML, older files)
+
+
+def recorded_op_kind(op_name: str) -> str:
+    """The kernel kind (`costs.compute.elementwise_kind`) of the op an `ElementwiseRecord`
+    names. Measurement files are a format: they key each site by the op's name (`Op.name`,
+    e.g. "attn.softmax.bwd"), so reading one back reads that key: its last component without
+    the block and GEMM prefix, a norm as "layernorm", ".bwd" kept ("attn.softmax.bwd" ->
+    "softmax.bwd", "ln1" -> "layernorm", "mlp.fc2.bias_dropout_add.bwd" ->
+    "bias_dropout_add.bwd", "ln2.residual_grad_add" -> "residual_grad_add"). The simulator
+    never classifies its own ops so; a test holds this equal to `elementwise_kind` of every
+    element-wise op the workload builds."""
+    backward = op_name.endswith(".bwd")
+    last = op_name.removesuffix(".bwd").rsplit(".", 1)[-1]
+    kind = "layernorm" if last in ("ln1", "ln2", "ln") else last  # the norms' ops
+    return f"{kind}.bwd" if backward else kind
 
 
 @dataclass(frozen=True)

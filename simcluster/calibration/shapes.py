@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from simcluster.config.choices import Dtype, Recompute
 from simcluster.workload.layer_config import LayerConfig
-from simcluster.workload.ops import CollectiveKind, Op, OpKind, elementwise
+from simcluster.workload.ops import CollectiveKind, Module, Op, OpKind, elementwise
 
 TP_DEGREES = (1, 2, 4, 8)
 DROPOUT_PROB = 0.1  # attention and block-output dropout of every measured layer
@@ -146,8 +146,17 @@ def standin_ops(ops: tuple[Op, ...], tp: int) -> tuple[Op, ...]:
         if op.kind is not OpKind.COLLECTIVE:
             out.append(op)
         elif (copy_bytes := standin_copy_bytes(op, tp)) > 0:
-            out.append(elementwise(standin_op_name(op), copy_bytes))
+            out.append(
+                elementwise(standin_op_name(op), copy_bytes, module=standin_module(op), pass_=op.pass_)
+            )
     return tuple(out)
+
+
+def standin_module(op: Op) -> Module:
+    """The stand-in's copy for collective `op` (one that copies: all-gather, reduce-scatter)."""
+    if op.collective is CollectiveKind.ALL_GATHER:
+        return Module.STANDIN_ALL_GATHER
+    return Module.STANDIN_REDUCE_SCATTER
 
 
 def standin_op_name(op: Op) -> str:

@@ -30,6 +30,14 @@ from simcluster.config.choices import (
 from simcluster.config.errors import ConfigError, describe_validation_error
 from simcluster.config.files import read_yaml
 from simcluster.config.hardware import HardwareProfile, known_profiles, load_hardware
+from simcluster.config.layer_rules import (
+    ContextParallelRule,
+    attention_kernel_allowed,
+    context_parallel_problems,
+    flash_precision_allowed,
+    query_group_problems,
+    query_groups_or_default,
+)
 from simcluster.config.layer_shape import Indivisible, ffn_hidden_size_or_default, indivisible_sizes
 from simcluster.config.pipeline_split import PipelineSplit, SplitRequest, pipeline_split, split_problems
 from simcluster.config.strict import StrictModel
@@ -76,7 +84,7 @@ class ModelSpec(StrictModel):
     @property
     def query_groups(self) -> int:
         """g: key/value heads (Megatron's num_query_groups), a without GQA."""
-        return self.num_query_groups or self.num_attention_heads
+        return query_groups_or_default(self.num_attention_heads, self.num_query_groups)
 
     @property
     def ffn_size(self) -> int:
@@ -331,49 +339,34 @@ def modern_layout_problems(scenario: Scenario, refuse_unpriced: bool = True) -> 
     m, par, tr = scenario.model, scenario.parallel, scenario.training
     problems: list[str] = []
     g = m.query_groups
-    if m.num_attention_heads % g:
-        problems.append(
-            f"model.num_query_groups: value {g}: must divide num_attention_heads "
-            f"({m.num_attention_heads}); allowed: {_divisors(m.num_attention_heads)}"
-        )
-    elif g % par.tp:
-        # megatron/core/transformer/attention.py: num_query_groups_per_partition =
-        # divide(num_query_groups, tp), which asserts; Megatron-core never replicates KV heads.
-        problems.append(
-            f"parallel.tp: value {par.tp}: must divide num_query_groups ({g}); Megatron-core's "
-            f"attention asserts num_query_groups % tp == 0; allowed tp: {_divisors(g)}"
-        )
-    if tr.attention_backend is AttentionBackend.FLASH and tr.dtype is Dtype.FP32:
+    for bad in query_group_problems(m.num_attention_heads, g, par.tp):
+        if bad.field == "num_attention_heads":
+            problems.append(
+                f"model.num_query_groups: value {g}: must divide num_attention_heads "
+                f"({m.num_attention_heads}); allowed: {_divisors(m.num_attention_heads)}"
+            )
+        else:
+            problems.append(
+                f"parallel.tp: value {par.tp}: must divide num_query_groups ({g}); Megatron-core's "
+                f"attention asserts num_query_groups % tp == 0; allowed tp: {_divisors(g)}"
+            )
+    if not flash_precision_allowed(tr.attention_backend, tr.dtype):
         problems.append(
             "training.attention_backend: value flash: flash attention runs in 16-bit "
             "(fp16 / bf16 / fp8 recipes); dtype fp32 allows only unfused"
         )
-    if tr.attention_kernel is not AttentionKernel.AUTO and tr.attention_backend is not AttentionBackend.FLASH:
+    if not attention_kernel_allowed(tr.attention_kernel, tr.attention_backend):
         problems.append(
             f"training.attention_kernel: value {tr.attention_kernel.value}: needs "
             f"training.attention_backend flash (got {tr.attention_backend.value}, whose kernels are "
             "the paper's unfused ones); allowed with it: auto"
         )
-    if par.cp > 1 and m.seq_length % (2 * par.cp):
-        problems.append(
-            f"model.seq_length: value {m.seq_length}: must be divisible by 2 * cp ({2 * par.cp}); "
-            "Megatron-core splits the sequence into 2·cp chunks for causal load balance"
+    problems += [
+        _context_parallel_problem(rule, scenario)
+        for rule in context_parallel_problems(
+            par.cp, m.seq_length, par.tp, par.sequence_parallel, tr.attention_backend
         )
-    elif par.cp > 1 and par.sequence_parallel and (m.seq_length // par.cp) % par.tp:
-        problems.append(
-            f"model.seq_length: value {m.seq_length}: each context-parallel rank's "
-            f"{m.seq_length // par.cp} tokens (seq_length / cp) must be divisible by tp ({par.tp}) "
-            "with sequence_parallel"
-        )
-    if par.cp > 1 and tr.attention_backend is AttentionBackend.UNFUSED:
-        # megatron/core/transformer/dot_product_attention.py: DotProductAttention.__init__
-        # asserts context_parallel_size == 1 ("Context parallelism is only supported by
-        # TEDotProductAttention!"); the ring runs inside TE's fused / flash attention.
-        problems.append(
-            f"parallel.cp: value {par.cp}: needs training.attention_backend flash; Megatron-core's "
-            "unfused DotProductAttention asserts 'Context parallelism is only supported by "
-            "TEDotProductAttention!'"
-        )
+    ]
     if tr.tp_comm_overlap and not par.sequence_parallel and par.tp > 1:
         problems.append("training.tp_comm_overlap: value True: needs parallel.sequence_parallel (Megatron)")
     if tr.overlap_param_gather and not tr.use_distributed_optimizer:
@@ -425,6 +418,30 @@ def modern_layout_problems(scenario: Scenario, refuse_unpriced: bool = True) -> 
             for key in unpriced_keys(scenario)
         ]
     return problems
+
+
+def _context_parallel_problem(rule: ContextParallelRule, scenario: Scenario) -> str:
+    """A context-parallel rule broken, phrased on the scenario field a user would change."""
+    m, par = scenario.model, scenario.parallel
+    if rule is ContextParallelRule.SEQUENCE_CHUNKS:
+        return (
+            f"model.seq_length: value {m.seq_length}: must be divisible by 2 * cp ({2 * par.cp}); "
+            "Megatron-core splits the sequence into 2·cp chunks for causal load balance"
+        )
+    if rule is ContextParallelRule.SEQUENCE_PARALLEL:
+        return (
+            f"model.seq_length: value {m.seq_length}: each context-parallel rank's "
+            f"{m.seq_length // par.cp} tokens (seq_length / cp) must be divisible by tp ({par.tp}) "
+            "with sequence_parallel"
+        )
+    # megatron/core/transformer/dot_product_attention.py: DotProductAttention.__init__
+    # asserts context_parallel_size == 1 ("Context parallelism is only supported by
+    # TEDotProductAttention!"); the ring runs inside TE's fused / flash attention.
+    return (
+        f"parallel.cp: value {par.cp}: needs training.attention_backend flash; Megatron-core's "
+        "unfused DotProductAttention asserts 'Context parallelism is only supported by "
+        "TEDotProductAttention!'"
+    )
 
 
 def _shown_value(scenario: Scenario, key: str) -> object:

@@ -47,7 +47,7 @@ from simcluster.costs.network import GroupPlacement, collective_time_s
 from simcluster.units import us_to_s
 from simcluster.workload.fp8 import fp8_copies, gathered_input, is_te_linear_gemm, quantized_bytes_per_element
 from simcluster.workload.layer import LayerOps
-from simcluster.workload.ops import CollectiveKind, Op, OpKind
+from simcluster.workload.ops import CollectiveKind, Op, OpKind, Pass
 
 BF16_READ_BYTES = 2
 RING_EXCHANGE_SPLITS_PER_RANK = 1  # ring_exchange: num_splits = tp_size
@@ -103,7 +103,7 @@ def op_time_s(
             return quantized_gemm_time_s(op.gemm, hw, dtype, recipe)
         return gemm_time_s(op.gemm, hw, dtype)
     if op.kind is OpKind.ELEMENTWISE:
-        return elementwise_time_s(op.bytes_moved, hw, elementwise_kind(op.name))
+        return elementwise_time_s(op.bytes_moved, hw, elementwise_kind(op))
     if op.kind is OpKind.ATTENTION:
         assert op.attention is not None
         return attention_time_s(op.attention, hw)
@@ -144,7 +144,7 @@ def fp8_cast_s(
     where it was all-gathered (TE gathers the FP8 tensor)."""
     op = ops[index]
     assert op.gemm is not None
-    if op.name.endswith(".wgrad"):
+    if op.pass_ is Pass.WEIGHT_GRAD:
         return 0.0
     elements = float(op.gemm.batch * op.gemm.m * op.gemm.k)
     if gathered_input(ops, index):

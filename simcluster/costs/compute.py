@@ -22,7 +22,7 @@ GEMM's own operand traffic reaches.)
 Memory-bound kernels: t = launch + bytes / (HBM · e_mem), or, with measured
 `elementwise_points`, the achieved bandwidth interpolated in log(bytes). A calibrated
 profile may also carry one such curve per kernel kind (`elementwise_points_by_op`, keyed
-by `elementwise_kind` of the op's name: dropout's mask draws or an fp32 softmax backward
+by `elementwise_kind` of the op: dropout's mask draws or an fp32 softmax backward
 run far from the bandwidth a plain copy of the same bytes gets); an op of a kind with a
 curve uses it, any other op (and the optimizer step) the generic curve. A profile may
 instead give one efficiency per kind (`memory_bound_efficiency_by_kind`: fused RMSNorm,
@@ -51,7 +51,7 @@ from simcluster import units
 from simcluster.config.choices import AttentionKernel, Dtype, Fp8Recipe
 from simcluster.config.hardware import GemmPoint, HardwareProfile
 from simcluster.workload.fp8 import fp8_bytes_per_element, quantized_bytes_per_element
-from simcluster.workload.ops import AttentionShape, GemmShape
+from simcluster.workload.ops import AttentionShape, GemmShape, Module, Op, Pass
 
 NEAREST_GEMM_POINTS = 4  # measured shapes blended per prediction
 
@@ -94,20 +94,35 @@ def gemm_memory_roofline_s(shape: GemmShape, hw: HardwareProfile, dtype: Dtype =
     return shape.bytes_moved(dtype.num_bytes) / copy_bytes_per_s
 
 
-LAYERNORM_OPS = frozenset({"ln1", "ln2", "ln"})  # name components that are a layer norm
 OPTIMIZER_KIND = "optimizer"  # the optimizer step's kernels (Adam, grad norm, copies, zeroing)
+KERNEL_KINDS = {
+    Module.EMBEDDING: "lookup",
+    Module.EMBEDDING_DROPOUT: "dropout",
+    Module.ATTENTION_DROPOUT: "dropout",
+}
+"""Modules whose element-wise kernel is not named by the module's value: both dropouts are
+one kernel kind, the embedding's forward is its row lookup."""
+ONE_WAY_KINDS = frozenset(
+    {Module.RESIDUAL_GRAD_ADD, Module.FP8_AMAX, Module.FP8_SCALE, Module.STANDIN_ALL_GATHER,
+     Module.STANDIN_REDUCE_SCATTER}
+)  # fmt: skip
+"""Kernels that are the same kernel in whichever pass they run (no ".bwd" kind)."""
 
 
-def elementwise_kind(op_name: str) -> str:
-    """The kernel kind of an element-wise op: its name's last component without the block
-    and GEMM prefix, a layer norm as "layernorm", and ".bwd" kept for a backward op:
-    "attn.softmax.bwd" -> "softmax.bwd", "ln1" -> "layernorm", "output.ln.bwd" ->
-    "layernorm.bwd", "mlp.fc2.bias_dropout_add.bwd" -> "bias_dropout_add.bwd",
-    "ln2.residual_grad_add" -> "residual_grad_add", "embedding.dropout" -> "dropout"."""
-    backward = op_name.endswith(".bwd")
-    last = op_name.removesuffix(".bwd").rsplit(".", 1)[-1]
-    kind = "layernorm" if last in LAYERNORM_OPS else last
-    return f"{kind}.bwd" if backward else kind
+def elementwise_kind(op: Op) -> str:
+    """The kernel kind of an element-wise op, the key of a profile's per-kind curves and
+    efficiencies: its module's kernel ("layernorm" for every norm, "softmax", "swiglu",
+    "dropout" for both dropouts, `KERNEL_KINDS`), with ".bwd" in the input-gradient pass
+    ("softmax.bwd", "layernorm.bwd") unless the kernel is one-way (`ONE_WAY_KINDS`:
+    "residual_grad_add", "amax", "fp8_scale", the calibration stand-ins' copies); the
+    embedding's weight-gradient scatter-add is "wgrad". These are the kinds calibration
+    records carry under the op's name (`calibration.records.recorded_op_kind`)."""
+    kind = KERNEL_KINDS.get(op.module, op.module.value)
+    if op.module in ONE_WAY_KINDS:
+        return kind
+    if op.pass_ is Pass.WEIGHT_GRAD:
+        return "wgrad"
+    return f"{kind}.bwd" if op.pass_ is Pass.INPUT_GRAD else kind
 
 
 def kind_efficiency(hw: HardwareProfile, kind: str | None) -> float | None:

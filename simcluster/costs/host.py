@@ -33,7 +33,7 @@ from simcluster.config.choices import CudaGraphImpl, Dtype
 from simcluster.config.hardware import HardwareProfile
 from simcluster.workload.fp8 import is_te_linear_gemm
 from simcluster.workload.model import ChunkWork
-from simcluster.workload.ops import Op
+from simcluster.workload.ops import Op, Pass
 
 GRAPH_LAUNCHES_PER_LAYER_PASS = 1  # one captured graph replayed per layer and direction
 
@@ -45,7 +45,7 @@ def kernels_issued(ops: tuple[Op, ...], dtype: Dtype) -> int:
     for op in ops:
         if op.ring is not None:
             count += 3 * op.ring.cp_size - 2
-        elif dtype.quantized and is_te_linear_gemm(op) and not op.name.endswith(".wgrad"):
+        elif dtype.quantized and is_te_linear_gemm(op) and op.pass_ is not Pass.WEIGHT_GRAD:
             count += 2
         else:
             count += 1

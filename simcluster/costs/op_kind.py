@@ -18,10 +18,13 @@ import enum
 
 from simcluster.workload import ops
 
-FP8_QUANTIZATION_SUFFIXES = (".amax", ".fp8_scale")  # workload.fp8.current_scaling_ops's kernels
-ATTENTION_CORE = frozenset({"flash", "qk", "av", "softmax", "dropout", "context_copy"})
-"""Second name component of the attention core's ops (`workload.layer`: attn.flash,
-attn.qk.dgrad_q, attn.softmax.bwd, …; attn.qkv and attn.proj are the linears)."""
+Module = ops.Module
+FP8_QUANTIZATION = frozenset({Module.FP8_AMAX, Module.FP8_SCALE})  # `workload.fp8.current_scaling_ops`
+ATTENTION_CORE = frozenset(
+    {Module.FLASH, Module.QK, Module.SOFTMAX, Module.ATTENTION_DROPOUT, Module.AV, Module.CONTEXT_COPY}
+)
+"""The attention core's modules (`workload.layer`: the flash kernel, or the unfused core's
+QKᵀ, softmax, dropout, ×V and context copy, each way); QKV and proj are the linears."""
 
 
 class OpKind(str, enum.Enum):
@@ -35,14 +38,12 @@ class OpKind(str, enum.Enum):
 def op_kind(op: ops.Op) -> OpKind:
     """The kind of one op. A TE linear's FP8 GEMM is a GEMM here; its input cast is priced
     beside it (`costs.chunk.fp8_cast_s`) and reported as FP8_CAST by `costs.breakdown`."""
-    parts = op.name.split(".")
-    core = len(parts) > 1 and parts[0] == "attn" and parts[1] in ATTENTION_CORE
-    if op.ring is not None or op.kind is ops.OpKind.ATTENTION or core:
+    if op.ring is not None or op.kind is ops.OpKind.ATTENTION or op.module in ATTENTION_CORE:
         return OpKind.ATTENTION
     if op.kind is ops.OpKind.COLLECTIVE:
         return OpKind.COMMUNICATION
     if op.kind is ops.OpKind.GEMM:
         return OpKind.GEMM
-    if op.name.endswith(FP8_QUANTIZATION_SUFFIXES):
+    if op.module in FP8_QUANTIZATION:
         return OpKind.FP8_CAST
     return OpKind.MEMORY_BOUND

@@ -64,8 +64,16 @@ def _mfu_rows(result: SimulationResult) -> list[list[object]]:
     if result.fp8_peak_mfu is not None and result.fp8_peak_flop_per_s:
         fp8_peak = units.flop_per_s_to_tflop_per_s(result.fp8_peak_flop_per_s)
         rows.append([f"MFU of the FP8 peak ({fp8_peak:,.0f} TFLOP/s)", f"{100 * result.fp8_peak_mfu:.1f} %"])
+    if result.fp4_peak_mfu is not None and result.fp4_peak_flop_per_s:
+        fp4_peak = units.flop_per_s_to_tflop_per_s(result.fp4_peak_flop_per_s)
+        rows.append([f"MFU of the FP4 peak ({fp4_peak:,.0f} TFLOP/s)", f"{100 * result.fp4_peak_mfu:.1f} %"])
     return rows
 
+
+FP4_MFU_NOTE = (
+    "FP4 run: MFU and HFU divide by the BF16 peak (so they can pass 100 %); to compare runs of "
+    "different precision or GPU, compare tokens/s per GPU (or model TFLOP/s per GPU)."
+)
 
 FP8_MFU_NOTE = (
     "FP8 run: MFU and HFU divide by the BF16 peak (so they can pass 90 %); to compare runs of "
@@ -95,6 +103,8 @@ def format_result(result: SimulationResult) -> str:
     )
     if result.fp8_peak_mfu is not None:
         summary += "\n" + FP8_MFU_NOTE
+    if result.fp4_peak_mfu is not None:
+        summary += "\n" + FP4_MFU_NOTE
     breakdown = format_table(
         ["time (mean stage)", "time", "share"],
         [[k, format_duration(v), f"{100 * v / t:.1f} %"] for k, v in result.time_breakdown_s.items()],
@@ -153,7 +163,12 @@ def format_summary(results: Sequence[SimulationResult]) -> str:
         ],
     )
     fp8 = [r.scenario for r in results if r.fp8_peak_mfu is not None]
-    return table + (f"\n{', '.join(fp8)}: {FP8_MFU_NOTE}" if fp8 else "")
+    fp4 = [r.scenario for r in results if r.fp4_peak_mfu is not None]
+    return (
+        table
+        + (f"\n{', '.join(fp8)}: {FP8_MFU_NOTE}" if fp8 else "")
+        + (f"\n{', '.join(fp4)}: {FP4_MFU_NOTE}" if fp4 else "")
+    )
 
 
 def _not_fitting(result: SimulationResult) -> str:

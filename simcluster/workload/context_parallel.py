@@ -21,9 +21,7 @@ from dataclasses import replace
 from simcluster.config.choices import PositionEmbedding, Recompute
 from simcluster.workload.layer import LayerOps, flash_attention_shape
 from simcluster.workload.layer_config import LayerConfig
-from simcluster.workload.ops import Op, OpKind, RingAttention
-
-RING_OPS = ("attn.flash", "attn.flash.bwd")
+from simcluster.workload.ops import Module, Op, OpKind, Pass, RingAttention
 
 
 def kv_chunk_bytes(cfg: LayerConfig) -> float:
@@ -83,7 +81,7 @@ def ring_attention(cfg: LayerConfig, cp: int, backward: bool = False) -> RingAtt
 
 
 def _ring_op(op: Op, cfg: LayerConfig, cp: int) -> Op:
-    ring = ring_attention(cfg, cp, backward=op.name == "attn.flash.bwd")
+    ring = ring_attention(cfg, cp, backward=op.pass_ is Pass.INPUT_GRAD)
     return replace(op, ring=ring, attention=ring.diagonal)
 
 
@@ -99,13 +97,14 @@ def context_parallel_layer_ops(ops: LayerOps, cfg: LayerConfig, cp: int) -> Laye
 
     def convert(seq: tuple[Op, ...]) -> tuple[Op, ...]:
         return tuple(
-            _ring_op(op, cfg, cp) if op.kind is OpKind.ATTENTION and op.name in RING_OPS else op for op in seq
+            _ring_op(op, cfg, cp) if op.kind is OpKind.ATTENTION and op.module is Module.FLASH else op
+            for op in seq
         )
 
     forward = convert(ops.forward)
     if held:
         forward = tuple(
-            replace(op, saved_bytes=op.saved_bytes + held) if op.name == "attn.flash" else op
+            replace(op, saved_bytes=op.saved_bytes + held) if op.module is Module.FLASH else op
             for op in forward
         )
     return LayerOps(forward, convert(ops.backward), convert(ops.recompute), ops.fp8_recipe)

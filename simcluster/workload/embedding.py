@@ -14,7 +14,9 @@ import functools
 from simcluster.config.choices import PositionEmbedding
 from simcluster.workload.layer import MASK_BYTES, LayerOps
 from simcluster.workload.layer_config import LayerConfig
-from simcluster.workload.ops import CollectiveKind, GemmShape, Op, collective, elementwise, gemm
+from simcluster.workload.ops import CollectiveKind, GemmShape, Module, Op, Pass, collective, elementwise, gemm
+
+F, B, W = Pass.FORWARD, Pass.INPUT_GRAD, Pass.WEIGHT_GRAD
 
 FP32_BYTES = 4
 # Vocab-parallel cross-entropy in fp32 over the rank's logits: cast (read 2, write 4), max
@@ -38,24 +40,30 @@ def embedding_ops(cfg: LayerConfig, vocab_size: int) -> LayerOps:
     e, tokens, h = cfg.element_bytes, cfg.tokens, cfg.hidden_size
     region = cfg.region_tokens * h
     full = e * tokens * h
+    emb = Module.EMBEDDING
     conj = (
-        collective("embedding.reducescatter", CollectiveKind.REDUCE_SCATTER, full)
+        collective("embedding.reducescatter", CollectiveKind.REDUCE_SCATTER, full, module=emb, pass_=F)
         if cfg.sequence_parallel
-        else collective("embedding.allreduce", CollectiveKind.ALL_REDUCE, full)
+        else collective("embedding.allreduce", CollectiveKind.ALL_REDUCE, full, module=emb, pass_=F)
     )
     # gather rows (read + write), add learned positions (read 2, write 1); RoPE adds none here
     lookup_bytes_per_element = 5 if cfg.position_embedding is PositionEmbedding.LEARNED else 2
-    forward: list[Op] = [elementwise("embedding.lookup", lookup_bytes_per_element * e * tokens * h)]
+    forward: list[Op] = [
+        elementwise("embedding.lookup", lookup_bytes_per_element * e * tokens * h, module=emb, pass_=F)
+    ]
     if cfg.tp > 1:
         forward.append(conj)
     backward: list[Op] = []
     if cfg.hidden_dropout > 0:
-        forward.append(elementwise("embedding.dropout", (2 * e + MASK_BYTES) * region, MASK_BYTES * region))
-        backward.append(elementwise("embedding.dropout.bwd", (2 * e + MASK_BYTES) * region))
+        drop, moved = Module.EMBEDDING_DROPOUT, (2 * e + MASK_BYTES) * region
+        forward.append(elementwise("embedding.dropout", moved, MASK_BYTES * region, module=drop, pass_=F))
+        backward.append(elementwise("embedding.dropout.bwd", moved, module=drop, pass_=B))
     if cfg.sequence_parallel:
-        backward.append(collective("embedding.allgather.bwd", CollectiveKind.ALL_GATHER, full))
+        backward.append(
+            collective("embedding.allgather.bwd", CollectiveKind.ALL_GATHER, full, module=emb, pass_=B)
+        )
     # scatter-add of the grad rows into fp32 main grads (read dy, read+write fp32 rows)
-    backward.append(elementwise("embedding.wgrad", (e + 2 * FP32_BYTES) * tokens * h))
+    backward.append(elementwise("embedding.wgrad", (e + 2 * FP32_BYTES) * tokens * h, module=emb, pass_=W))
     return LayerOps(tuple(forward), tuple(backward), recompute=())
 
 
@@ -69,28 +77,34 @@ def output_ops(cfg: LayerConfig, vocab_size: int) -> LayerOps:
     region = cfg.region_tokens * h
     full = e * tokens * h
     loss_reduce = FP32_BYTES * tokens
-    forward: list[Op] = [elementwise("output.ln", 2 * e * region, e * region)]
+    norm, head, ce = Module.LAYERNORM, Module.LOGITS, Module.CROSS_ENTROPY
+    forward: list[Op] = [elementwise("output.ln", 2 * e * region, e * region, module=norm, pass_=F)]
     if cfg.sequence_parallel:
-        forward.append(collective("output.allgather", CollectiveKind.ALL_GATHER, full))
-    forward.append(gemm("output.logits", GemmShape(m=tokens, n=vocab_rank, k=h), e * region))
+        forward.append(collective("output.allgather", CollectiveKind.ALL_GATHER, full, module=head, pass_=F))
     forward.append(
-        elementwise(
-            "output.cross_entropy", CROSS_ENTROPY_FORWARD_BYTES_PER_LOGIT * logits, FP32_BYTES * logits
-        )
+        gemm("output.logits", GemmShape(m=tokens, n=vocab_rank, k=h), e * region, module=head, pass_=F)
     )
+    ce_bytes = CROSS_ENTROPY_FORWARD_BYTES_PER_LOGIT * logits
+    forward.append(elementwise("output.cross_entropy", ce_bytes, FP32_BYTES * logits, module=ce, pass_=F))
     if t > 1:
         # max and sum-exp across the vocab shards: two small fp32 all-reduces
-        forward.append(collective("output.ce.allreduce_max", CollectiveKind.ALL_REDUCE, loss_reduce))
-        forward.append(collective("output.ce.allreduce_sum", CollectiveKind.ALL_REDUCE, loss_reduce))
+        reduce = CollectiveKind.ALL_REDUCE
+        forward.append(collective("output.ce.allreduce_max", reduce, loss_reduce, module=ce, pass_=F))
+        forward.append(collective("output.ce.allreduce_sum", reduce, loss_reduce, module=ce, pass_=F))
     backward: list[Op] = [
-        elementwise("output.cross_entropy.bwd", CROSS_ENTROPY_BACKWARD_BYTES_PER_LOGIT * logits),
+        elementwise(
+            "output.cross_entropy.bwd", CROSS_ENTROPY_BACKWARD_BYTES_PER_LOGIT * logits, module=ce, pass_=B
+        ),
     ]
     if cfg.sequence_parallel:
-        backward.append(collective("output.input_allgather.bwd", CollectiveKind.ALL_GATHER, full, True))
-    backward.append(gemm("output.logits.dgrad", GemmShape(m=tokens, n=h, k=vocab_rank)))
+        # the final norm's output, gathered again for the weight-grad GEMM
+        gather = CollectiveKind.ALL_GATHER
+        backward.append(collective("output.input_allgather.bwd", gather, full, True, module=head, pass_=W))
+    backward.append(gemm("output.logits.dgrad", GemmShape(m=tokens, n=h, k=vocab_rank), module=head, pass_=B))
     if t > 1:
         kind = CollectiveKind.REDUCE_SCATTER if cfg.sequence_parallel else CollectiveKind.ALL_REDUCE
-        backward.append(collective("output.conj.bwd", kind, full, True))
-    backward.append(gemm("output.logits.wgrad", GemmShape(m=vocab_rank, n=h, k=tokens, accumulate_fp32=True)))
-    backward.append(elementwise("output.ln.bwd", 3 * e * region))
+        backward.append(collective("output.conj.bwd", kind, full, True, module=head, pass_=B))
+    wgrad = GemmShape(m=vocab_rank, n=h, k=tokens, accumulate_fp32=True)
+    backward.append(gemm("output.logits.wgrad", wgrad, module=head, pass_=W))
+    backward.append(elementwise("output.ln.bwd", 3 * e * region, module=norm, pass_=B))
     return LayerOps(tuple(forward), tuple(backward), recompute=())

@@ -16,15 +16,15 @@ from dataclasses import replace
 
 from simcluster.config.choices import Dtype, Fp8Recipe, Recompute
 from simcluster.workload.layer_config import LayerConfig
-from simcluster.workload.ops import CollectiveKind, Op, OpKind, collective, elementwise
+from simcluster.workload.ops import CollectiveKind, Module, Op, OpKind, Pass, collective, elementwise
 
-TE_LINEARS = frozenset({"attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2"})
-"""Op-name prefixes of the layer's TE linears (`workload.layer`)."""
+TE_LINEARS = frozenset({Module.QKV, Module.PROJ, Module.FC1, Module.FC2})
+"""The modules of the layer's TE linears (`workload.layer`)."""
 
 
 def is_te_linear_gemm(op: Op) -> bool:
     """A GEMM (fprop, dgrad or wgrad) of one of the layer's TE linears."""
-    return op.kind is OpKind.GEMM and ".".join(op.name.split(".")[:2]) in TE_LINEARS
+    return op.kind is OpKind.GEMM and op.module in TE_LINEARS
 
 
 def te_linear_weight_params(forward: tuple[Op, ...]) -> float:
@@ -115,10 +115,11 @@ def fp8_saved_forward(forward: tuple[Op, ...], cfg: LayerConfig) -> tuple[Op, ..
     e, fp8 = cfg.element_bytes, quantized_bytes_per_element(cfg.dtype, cfg.fp8_recipe)
     out = []
     for op in forward:
-        if op.gemm is not None and op.name in ("attn.qkv", "mlp.fc1", "mlp.fc2"):
+        fprop = op.gemm if op.pass_ is Pass.FORWARD else None
+        if fprop is not None and op.module in (Module.QKV, Module.FC1, Module.FC2):
             op = replace(op, saved_bytes=op.saved_bytes * fp8 / e)
-        elif op.gemm is not None and op.name == "attn.proj":
-            input_elements = op.gemm.batch * op.gemm.m * op.gemm.k
+        elif fprop is not None and op.module is Module.PROJ:
+            input_elements = fprop.batch * fprop.m * fprop.k
             op = replace(op, saved_bytes=fp8 * float(input_elements))
         out.append(op)
     return tuple(out)
@@ -128,8 +129,8 @@ AMAX_READ_BYTES_PER_ELEMENT = 2
 """Current scaling's amax pass reads the bf16 tensor once before the cast."""
 AMAX_BYTES = 4
 """One fp32 amax (and scale) per quantized tensor."""
-NORM_FED_FPROPS = frozenset({"attn.qkv", "mlp.fc1"})
-"""The LayerNormLinear fprops: their norm kernel computes the amax of its output."""
+NORM_FED_LINEARS = frozenset({Module.QKV, Module.FC1})
+"""The LayerNormLinears: the norm kernel before their fprop computes the amax of its output."""
 
 
 def gathered_input(ops: tuple[Op, ...], index: int) -> bool:
@@ -177,16 +178,25 @@ def current_scaling_ops(
     False (NVFP4, `amax_pass_ops`) gives the QKV and fc1 fprops their own amax pass too."""
     out: list[Op] = []
     for index, op in enumerate(ops):
-        if is_te_linear_gemm(op) and op.gemm is not None and not op.name.endswith(".wgrad"):
+        if is_te_linear_gemm(op) and op.gemm is not None and op.pass_ is not Pass.WEIGHT_GRAD:
             gathered = gathered_input(ops, index)
             elements = float(op.gemm.batch * op.gemm.m * op.gemm.k) / (cfg.tp if gathered else 1)
             quantize: list[Op] = []
-            if not (norm_fused_amax and op.name in NORM_FED_FPROPS):
-                quantize.append(elementwise(f"{op.name}.amax", AMAX_READ_BYTES_PER_ELEMENT * elements))
+            norm_fed = norm_fused_amax and op.pass_ is Pass.FORWARD and op.module in NORM_FED_LINEARS
+            amax, scale, pass_ = Module.FP8_AMAX, Module.FP8_SCALE, op.pass_
+            if not norm_fed:
+                amax_bytes = AMAX_READ_BYTES_PER_ELEMENT * elements
+                quantize.append(elementwise(f"{op.name}.amax", amax_bytes, module=amax, pass_=pass_))
             if gathered and cfg.tp > 1:
-                reduce = collective(f"{op.name}.amax_allreduce", CollectiveKind.ALL_REDUCE, AMAX_BYTES)
+                reduce = collective(
+                    f"{op.name}.amax_allreduce",
+                    CollectiveKind.ALL_REDUCE,
+                    AMAX_BYTES,
+                    module=amax,
+                    pass_=pass_,
+                )
                 quantize.append(reduce)
-            quantize.append(elementwise(f"{op.name}.fp8_scale", 2 * AMAX_BYTES))
+            quantize.append(elementwise(f"{op.name}.fp8_scale", 2 * AMAX_BYTES, module=scale, pass_=pass_))
             # before the collective the GEMM reads (gathered input) or runs beside (bulk overlap)
             before = out[-1] if out else None
             moved = [out.pop()] if gathered or (before is not None and before.overlaps_next) else []

@@ -29,7 +29,10 @@ from simcluster.workload.ops import (
     AttentionShape,
     CollectiveKind,
     GemmShape,
+    GradOf,
+    Module,
     Op,
+    Pass,
     collective,
     elementwise,
     flash_attention,
@@ -80,15 +83,17 @@ def _layer_ops_16bit(cfg: LayerConfig) -> LayerOps:
         # the LSE is freed; the backward re-runs the flash forward
         # (`attention.py::_checkpointed_attention_forward`).
         q, k = _slice_bytes(cfg, cfg.query_width), _slice_bytes(cfg, cfg.kv_width)
-        kept = {"attn.flash": q + 2 * k + qkv_output_held_bytes(cfg), "attn.proj": q}
-        forward = tuple(_with_saved(op, kept[op.name]) if op.name in kept else op for op in forward)
+        kept = {Module.FLASH: q + 2 * k + qkv_output_held_bytes(cfg), Module.PROJ: q}
+        # the kernels, not proj's TP collective (it belongs to the same module)
+        kernels = {op for op in forward if op.collective is None and op.module in kept}
+        forward = tuple(_with_saved(op, kept[op.module]) if op in kernels else op for op in forward)
         return LayerOps(forward, backward, recompute=tuple(_with_saved(op, 0.0) for op in core))
     if cfg.recompute is Recompute.SELECTIVE:
         # Only the checkpoint's inputs Q, K, V stay (4sbh/t on QKᵀ, 2sbh/t on ×V): Table 2 row 4/5.
         # With GQA they are K and V before the per-head repeat (k wide each).
         q, k = _slice_bytes(cfg, cfg.query_width), _slice_bytes(cfg, cfg.kv_width)
-        kept = {"attn.qk": q + k + qkv_output_held_bytes(cfg), "attn.av": k}
-        forward = tuple(_with_saved(op, kept.get(op.name, 0.0)) if op in core else op for op in forward)
+        kept = {Module.QK: q + k + qkv_output_held_bytes(cfg), Module.AV: k}
+        forward = tuple(_with_saved(op, kept.get(op.module, 0.0)) if op in core else op for op in forward)
         return LayerOps(forward, backward, recompute=tuple(_with_saved(op, 0.0) for op in core))
     if cfg.recompute is Recompute.FULL:
         # Only the layer input (layer-norm 1's input) is kept: Table 2 row 6.
@@ -137,21 +142,27 @@ def _slice_bytes(cfg: LayerConfig, width: int) -> float:
     return cfg.element_bytes * cfg.tokens * width / cfg.tp
 
 
-def _tp_enter(cfg: LayerConfig, name: str) -> tuple[Op, ...]:
+def _tp_enter(cfg: LayerConfig, name: str, module: Module) -> tuple[Op, ...]:
     """g (SP: all-gather the sequence) before a column-parallel GEMM; f is a no-op forward."""
     if cfg.sequence_parallel:
         full = cfg.element_bytes * cfg.tokens * cfg.hidden_size
-        return (collective(f"{name}.allgather", CollectiveKind.ALL_GATHER, full),)
+        return (
+            collective(
+                f"{name}.allgather", CollectiveKind.ALL_GATHER, full, module=module, pass_=Pass.FORWARD
+            ),
+        )
     return ()
 
 
-def _tp_exit(cfg: LayerConfig, name: str) -> tuple[Op, ...]:
+def _tp_exit(cfg: LayerConfig, name: str, module: Module) -> tuple[Op, ...]:
     """f̄ (all-reduce) or ḡ (SP: reduce-scatter) after a row-parallel GEMM."""
     if cfg.tp == 1:
         return ()
     full = cfg.element_bytes * cfg.tokens * cfg.hidden_size
     kind = CollectiveKind.REDUCE_SCATTER if cfg.sequence_parallel else CollectiveKind.ALL_REDUCE
-    return (collective(f"{name}.{kind.value.replace('_', '')}", kind, full),)
+    return (
+        collective(f"{name}.{kind.value.replace('_', '')}", kind, full, module=module, pass_=Pass.FORWARD),
+    )
 
 
 def _layer_norm(cfg: LayerConfig, name: str) -> Op:
@@ -159,7 +170,10 @@ def _layer_norm(cfg: LayerConfig, name: str) -> Op:
     2sbh (÷t with SP). Its fp32 statistics (mean and rstd, or RMSNorm's rsigma: 4-8 bytes
     per token against 2h) are not counted, as in Table 2."""
     elements = cfg.region_tokens * cfg.hidden_size
-    return elementwise(name, 2 * cfg.element_bytes * elements, cfg.element_bytes * elements)
+    return elementwise(
+        name, 2 * cfg.element_bytes * elements, cfg.element_bytes * elements, module=Module.LAYERNORM,
+        pass_=Pass.FORWARD,
+    )  # fmt: skip
 
 
 def _bias_dropout_add(cfg: LayerConfig, name: str) -> Op:
@@ -168,25 +182,33 @@ def _bias_dropout_add(cfg: LayerConfig, name: str) -> Op:
     returns its input: no mask is written or kept (ATen `Dropout.cpp`: p == 0 is the identity)."""
     elements = cfg.region_tokens * cfg.hidden_size
     mask = MASK_BYTES if cfg.hidden_dropout > 0 else 0
-    return elementwise(name, (3 * cfg.element_bytes + mask) * elements, mask * elements)
+    return elementwise(
+        name, (3 * cfg.element_bytes + mask) * elements, mask * elements, module=Module.BIAS_DROPOUT_ADD,
+        pass_=Pass.FORWARD,
+    )  # fmt: skip
 
 
-def _rope(cfg: LayerConfig, name: str) -> tuple[Op, ...]:
+def _rope(cfg: LayerConfig, name: str, pass_: Pass) -> tuple[Op, ...]:
     """Rotary embedding on Q and K (TE's fused kernel, `FusedRoPEFunc`): reads and writes
     (q + k)/t per token each way; keeps only its frequency table (≈0). None with learned
     absolute positions (added in the embedding)."""
     if cfg.position_embedding is not PositionEmbedding.ROPE:
         return ()
-    return (elementwise(name, 2 * _slice_bytes(cfg, cfg.query_width + cfg.kv_width)),)
+    return (
+        elementwise(
+            name, 2 * _slice_bytes(cfg, cfg.query_width + cfg.kv_width), module=Module.ROPE, pass_=pass_
+        ),
+    )
 
 
-def _kv_repeat(cfg: LayerConfig, name: str) -> tuple[Op, ...]:
+def _kv_repeat(cfg: LayerConfig, name: str, pass_: Pass) -> tuple[Op, ...]:
     """Megatron-core's unfused core with GQA repeats each of the g/t K and V heads to the
     a/t query heads (`repeat_interleave` in `DotProductAttention.forward`): reads 2k/t,
     writes 2q/t per token; its backward sums each group's gradients back. None without GQA."""
     if cfg.query_groups == cfg.num_attention_heads:
         return ()
-    return (elementwise(name, 2 * (_slice_bytes(cfg, cfg.kv_width) + _slice_bytes(cfg, cfg.query_width))),)
+    moved = 2 * (_slice_bytes(cfg, cfg.kv_width) + _slice_bytes(cfg, cfg.query_width))
+    return (elementwise(name, moved, module=Module.KV_REPEAT, pass_=pass_),)
 
 
 def flash_attention_shape(cfg: LayerConfig, backward: bool = False) -> AttentionShape:
@@ -213,7 +235,8 @@ def _attention_core_forward(cfg: LayerConfig) -> tuple[Op, ...]:
     if cfg.flash:
         q, k = _slice_bytes(cfg, cfg.query_width), _slice_bytes(cfg, cfg.kv_width)
         lse = LSE_BYTES * cfg.micro_batch_size * cfg.heads_per_rank * cfg.seq_length
-        return (flash_attention("attn.flash", flash_attention_shape(cfg), saved_bytes=2 * q + 2 * k + lse),)
+        shape = flash_attention_shape(cfg)
+        return (flash_attention("attn.flash", shape, saved_bytes=2 * q + 2 * k + lse, pass_=Pass.FORWARD),)
     e, s, d = cfg.element_bytes, cfg.seq_length, cfg.head_dim
     batch = cfg.micro_batch_size * cfg.heads_per_rank
     q_slice = _slice_bytes(cfg, cfg.query_width)
@@ -223,15 +246,35 @@ def _attention_core_forward(cfg: LayerConfig) -> tuple[Op, ...]:
     probs_saved = 0.0  # without dropout ×V keeps the softmax output, which the softmax keeps
     if cfg.attention_dropout > 0:
         dropout = (
-            elementwise("attn.dropout", (2 * e + MASK_BYTES) * scores, saved_bytes=MASK_BYTES * scores),
+            elementwise(
+                "attn.dropout",
+                (2 * e + MASK_BYTES) * scores,
+                saved_bytes=MASK_BYTES * scores,
+                module=Module.ATTENTION_DROPOUT,
+                pass_=Pass.FORWARD,
+            ),  # fmt: skip
         )
         probs_saved = e * scores  # ×V keeps the dropout output
     return (
-        *_kv_repeat(cfg, "attn.kv_repeat"),
-        gemm("attn.qk", GemmShape(m=s, n=s, k=d, batch=batch), saved_bytes=q_slice + kv_slice),
-        elementwise("attn.softmax", 2 * e * scores, saved_bytes=e * scores),
+        *_kv_repeat(cfg, "attn.kv_repeat", Pass.FORWARD),
+        gemm(
+            "attn.qk",
+            GemmShape(m=s, n=s, k=d, batch=batch),
+            saved_bytes=q_slice + kv_slice,
+            module=Module.QK,
+            pass_=Pass.FORWARD,
+        ),  # fmt: skip
+        elementwise(
+            "attn.softmax", 2 * e * scores, saved_bytes=e * scores, module=Module.SOFTMAX, pass_=Pass.FORWARD
+        ),
         *dropout,
-        gemm("attn.av", GemmShape(m=s, n=d, k=s, batch=batch), saved_bytes=probs_saved + kv_slice),
+        gemm(
+            "attn.av",
+            GemmShape(m=s, n=d, k=s, batch=batch),
+            saved_bytes=probs_saved + kv_slice,
+            module=Module.AV,
+            pass_=Pass.FORWARD,
+        ),  # fmt: skip
     )
 
 
@@ -240,20 +283,36 @@ def _attention_block_forward(cfg: LayerConfig, core: tuple[Op, ...]) -> tuple[Op
     q = cfg.query_width
     region_in = e * cfg.region_tokens * h
     # the unfused core's context [b, a/t, s, d] is permuted to [s, b, q/t]; flash writes it so
-    context_copy = () if cfg.flash else (elementwise("attn.context_copy", 2 * e * tokens * q / t),)
+    context_copy = (
+        ()
+        if cfg.flash
+        else (
+            elementwise(
+                "attn.context_copy", 2 * e * tokens * q / t, module=Module.CONTEXT_COPY, pass_=Pass.FORWARD
+            ),
+        )
+    )
     return (
         _layer_norm(cfg, "ln1"),
-        *_tp_enter(cfg, "attn"),
-        gemm("attn.qkv", GemmShape(m=tokens, n=cfg.qkv_width // t, k=h), saved_bytes=region_in),
-        *_rope(cfg, "attn.rope"),
+        *_tp_enter(cfg, "attn", Module.QKV),
+        gemm(
+            "attn.qkv",
+            GemmShape(m=tokens, n=cfg.qkv_width // t, k=h),
+            saved_bytes=region_in,
+            module=Module.QKV,
+            pass_=Pass.FORWARD,
+        ),  # fmt: skip
+        *_rope(cfg, "attn.rope", Pass.FORWARD),
         *core,
         *context_copy,
         gemm(
             "attn.proj",
             GemmShape(m=tokens, n=h, k=q // t),
             saved_bytes=0.0 if cfg.flash else e * tokens * q / t,
+            module=Module.PROJ,
+            pass_=Pass.FORWARD,
         ),
-        *_tp_exit(cfg, "attn"),
+        *_tp_exit(cfg, "attn", Module.PROJ),
         _bias_dropout_add(cfg, "attn.bias_dropout_add"),
     )
 
@@ -264,22 +323,32 @@ def _activation_forward(cfg: LayerConfig) -> Op:
     (2f), writes f, keeps its 2f-wide input (`fusions/fused_bias_swiglu.py`). Squared ReLU: reads x,
     writes relu(x)², keeps x."""
     e, tokens, t, f = cfg.element_bytes, cfg.tokens, cfg.tp, cfg.ffn_hidden_size
+    forward = Pass.FORWARD
     if cfg.activation is Activation.SWIGLU:
-        return elementwise("mlp.swiglu", 3 * e * tokens * f / t, saved_bytes=2 * e * tokens * f / t)
+        saved = 2 * e * tokens * f / t
+        return elementwise("mlp.swiglu", 3 * e * tokens * f / t, saved, module=Module.SWIGLU, pass_=forward)
     if cfg.activation is Activation.SQUARED_RELU:
-        return elementwise("mlp.squared_relu", 2 * e * tokens * f / t, saved_bytes=e * tokens * f / t)
-    return elementwise("mlp.bias_gelu", 2 * e * tokens * f / t, saved_bytes=e * tokens * f / t)
+        saved = e * tokens * f / t
+        return elementwise(
+            "mlp.squared_relu", 2 * e * tokens * f / t, saved, module=Module.SQUARED_RELU, pass_=forward
+        )
+    return elementwise(
+        "mlp.bias_gelu", 2 * e * tokens * f / t, e * tokens * f / t, module=Module.BIAS_GELU, pass_=forward
+    )
 
 
 def _activation_backward(cfg: LayerConfig) -> Op:
     """GeLU: reads x and dy, writes dx, the bias-grad reduction re-reads dx (4). SwiGLU:
     reads x (2f) and dy (f), writes dx (2f) (5f). Squared ReLU: reads x and dy, writes dx (3)."""
     e, tokens, t, f = cfg.element_bytes, cfg.tokens, cfg.tp, cfg.ffn_hidden_size
+    backward = Pass.INPUT_GRAD
     if cfg.activation is Activation.SWIGLU:
-        return elementwise("mlp.swiglu.bwd", 5 * e * tokens * f / t)
+        return elementwise("mlp.swiglu.bwd", 5 * e * tokens * f / t, module=Module.SWIGLU, pass_=backward)
     if cfg.activation is Activation.SQUARED_RELU:
-        return elementwise("mlp.squared_relu.bwd", 3 * e * tokens * f / t)
-    return elementwise("mlp.bias_gelu.bwd", 4 * e * tokens * f / t)
+        return elementwise(
+            "mlp.squared_relu.bwd", 3 * e * tokens * f / t, module=Module.SQUARED_RELU, pass_=backward
+        )
+    return elementwise("mlp.bias_gelu.bwd", 4 * e * tokens * f / t, module=Module.BIAS_GELU, pass_=backward)
 
 
 def _mlp_block_forward(cfg: LayerConfig) -> tuple[Op, ...]:
@@ -287,16 +356,30 @@ def _mlp_block_forward(cfg: LayerConfig) -> tuple[Op, ...]:
     region_in = e * cfg.region_tokens * h
     return (
         _layer_norm(cfg, "ln2"),
-        *_tp_enter(cfg, "mlp"),
-        gemm("mlp.fc1", GemmShape(m=tokens, n=cfg.fc1_width // t, k=h), saved_bytes=region_in),
+        *_tp_enter(cfg, "mlp", Module.FC1),
+        gemm(
+            "mlp.fc1",
+            GemmShape(m=tokens, n=cfg.fc1_width // t, k=h),
+            saved_bytes=region_in,
+            module=Module.FC1,
+            pass_=Pass.FORWARD,
+        ),  # fmt: skip
         _activation_forward(cfg),
-        gemm("mlp.fc2", GemmShape(m=tokens, n=h, k=f // t), saved_bytes=e * tokens * f / t),
-        *_tp_exit(cfg, "mlp"),
+        gemm(
+            "mlp.fc2",
+            GemmShape(m=tokens, n=h, k=f // t),
+            saved_bytes=e * tokens * f / t,
+            module=Module.FC2,
+            pass_=Pass.FORWARD,
+        ),  # fmt: skip
+        *_tp_exit(cfg, "mlp", Module.FC2),
         _bias_dropout_add(cfg, "mlp.bias_dropout_add"),
     )
 
 
-def _row_parallel_backward(cfg: LayerConfig, name: str, n_in: int, n_out: int) -> tuple[Op, ...]:
+def _row_parallel_backward(
+    cfg: LayerConfig, name: str, module: Module, n_in: int, n_out: int
+) -> tuple[Op, ...]:
     """Backward of bias-dropout-add, the ḡ/f̄ conjugate, and the row-parallel GEMM
     Y[tokens, n_out] = X[tokens, n_in] · W."""
     e, tokens = cfg.element_bytes, cfg.tokens
@@ -304,32 +387,52 @@ def _row_parallel_backward(cfg: LayerConfig, name: str, n_in: int, n_out: int) -
     mask = MASK_BYTES if cfg.hidden_dropout > 0 else 0
     ops: list[Op] = [
         # mask + grad in, grad out, plus the bias-grad reduction re-reading the grad
-        elementwise(f"{name}.bias_dropout_add.bwd", (3 * e + mask) * region),
+        elementwise(
+            f"{name}.bias_dropout_add.bwd",
+            (3 * e + mask) * region,
+            module=Module.BIAS_DROPOUT_ADD,
+            pass_=Pass.INPUT_GRAD,
+        ),  # fmt: skip
     ]
     if cfg.sequence_parallel:
         full = e * tokens * cfg.hidden_size
-        ops.append(collective(f"{name}.allgather.bwd", CollectiveKind.ALL_GATHER, full))
+        ops.append(
+            collective(
+                f"{name}.allgather.bwd", CollectiveKind.ALL_GATHER, full, module=module, pass_=Pass.INPUT_GRAD
+            )
+        )
     ops += [
-        gemm(f"{name}.dgrad", GemmShape(m=tokens, n=n_in, k=n_out)),
-        gemm(f"{name}.wgrad", GemmShape(m=n_in, n=n_out, k=tokens, accumulate_fp32=True)),
+        gemm(f"{name}.dgrad", GemmShape(m=tokens, n=n_in, k=n_out), module=module, pass_=Pass.INPUT_GRAD),
+        gemm(
+            f"{name}.wgrad",
+            GemmShape(m=n_in, n=n_out, k=tokens, accumulate_fp32=True),
+            module=module,
+            pass_=Pass.WEIGHT_GRAD,
+        ),  # fmt: skip
     ]
     return tuple(ops)
 
 
-def _column_parallel_backward(cfg: LayerConfig, name: str, n_out: int) -> tuple[Op, ...]:
+def _column_parallel_backward(cfg: LayerConfig, name: str, module: Module, n_out: int) -> tuple[Op, ...]:
     """Backward of the column-parallel GEMM Y[tokens, n_out] = X[tokens, h] · W and the f/g
     conjugate. Megatron overlaps the input-grad all-reduce (SP: reduce-scatter) with the
-    weight-grad GEMM, and with SP re-gathers the sharded input while the dgrad runs."""
+    weight-grad GEMM, and with SP re-gathers the sharded input while the dgrad runs (for the
+    weight-grad GEMM, so in its pass)."""
     e, tokens, h = cfg.element_bytes, cfg.tokens, cfg.hidden_size
     full = e * tokens * h
     ops: list[Op] = []
     if cfg.sequence_parallel:
-        ops.append(collective(f"{name}.input_allgather.bwd", CollectiveKind.ALL_GATHER, full, True))
-    ops.append(gemm(f"{name}.dgrad", GemmShape(m=tokens, n=h, k=n_out)))
+        gather = f"{name}.input_allgather.bwd"
+        ops.append(
+            collective(gather, CollectiveKind.ALL_GATHER, full, True, module=module, pass_=Pass.WEIGHT_GRAD)
+        )
+    ops.append(gemm(f"{name}.dgrad", GemmShape(m=tokens, n=h, k=n_out), module=module, pass_=Pass.INPUT_GRAD))
     if cfg.tp > 1:
         kind = CollectiveKind.REDUCE_SCATTER if cfg.sequence_parallel else CollectiveKind.ALL_REDUCE
-        ops.append(collective(f"{name}.{kind.value.replace('_', '')}.bwd", kind, full, True))
-    ops.append(gemm(f"{name}.wgrad", GemmShape(m=h, n=n_out, k=tokens, accumulate_fp32=True)))
+        reduce = f"{name}.{kind.value.replace('_', '')}.bwd"
+        ops.append(collective(reduce, kind, full, True, module=module, pass_=Pass.INPUT_GRAD))
+    wgrad = GemmShape(m=h, n=n_out, k=tokens, accumulate_fp32=True)
+    ops.append(gemm(f"{name}.wgrad", wgrad, module=module, pass_=Pass.WEIGHT_GRAD))
     return tuple(ops)
 
 
@@ -338,17 +441,22 @@ def _norm_and_residual_backward(cfg: LayerConfig, name: str) -> tuple[Op, ...]:
     elements = cfg.region_tokens * cfg.hidden_size
     e = cfg.element_bytes
     return (
-        elementwise(f"{name}.bwd", 3 * e * elements),
-        elementwise(f"{name}.residual_grad_add", 3 * e * elements),
+        elementwise(f"{name}.bwd", 3 * e * elements, module=Module.LAYERNORM, pass_=Pass.INPUT_GRAD),
+        elementwise(
+            f"{name}.residual_grad_add",
+            3 * e * elements,
+            module=Module.RESIDUAL_GRAD_ADD,
+            pass_=Pass.INPUT_GRAD,
+        ),
     )
 
 
 def _mlp_block_backward(cfg: LayerConfig) -> tuple[Op, ...]:
     t, f = cfg.tp, cfg.ffn_hidden_size
     return (
-        *_row_parallel_backward(cfg, "mlp.fc2", n_in=f // t, n_out=cfg.hidden_size),
+        *_row_parallel_backward(cfg, "mlp.fc2", Module.FC2, n_in=f // t, n_out=cfg.hidden_size),
         _activation_backward(cfg),
-        *_column_parallel_backward(cfg, "mlp.fc1", n_out=cfg.fc1_width // t),
+        *_column_parallel_backward(cfg, "mlp.fc1", Module.FC1, n_out=cfg.fc1_width // t),
         *_norm_and_residual_backward(cfg, "ln2"),
     )
 
@@ -357,32 +465,67 @@ def _attention_core_backward(cfg: LayerConfig) -> tuple[Op, ...]:
     """Flash: one backward kernel (2.5 × the forward's FLOPs, docs/cost_model.md). Unfused: the
     four batched GEMMs and the dropout and softmax backwards, then the GQA group sum."""
     if cfg.flash:
-        return (flash_attention("attn.flash.bwd", flash_attention_shape(cfg, backward=True)),)
+        return (
+            flash_attention(
+                "attn.flash.bwd", flash_attention_shape(cfg, backward=True), pass_=Pass.INPUT_GRAD
+            ),
+        )
     e, tokens, q, t = cfg.element_bytes, cfg.tokens, cfg.query_width, cfg.tp
     s, d = cfg.seq_length, cfg.head_dim
     batch = cfg.micro_batch_size * cfg.heads_per_rank
     scores = cfg.score_elements
+    b = Pass.INPUT_GRAD
     dropout = (
-        (elementwise("attn.dropout.bwd", (2 * e + MASK_BYTES) * scores),) if cfg.attention_dropout > 0 else ()
+        (
+            elementwise(
+                "attn.dropout.bwd", (2 * e + MASK_BYTES) * scores, module=Module.ATTENTION_DROPOUT, pass_=b
+            ),
+        )
+        if cfg.attention_dropout > 0
+        else ()
     )
     return (
-        elementwise("attn.context_copy.bwd", 2 * e * tokens * q / t),
-        gemm("attn.av.dgrad_probs", GemmShape(m=s, n=s, k=d, batch=batch)),
-        gemm("attn.av.dgrad_v", GemmShape(m=s, n=d, k=s, batch=batch)),
+        elementwise("attn.context_copy.bwd", 2 * e * tokens * q / t, module=Module.CONTEXT_COPY, pass_=b),
+        gemm(
+            "attn.av.dgrad_probs",
+            GemmShape(m=s, n=s, k=d, batch=batch),
+            module=Module.AV,
+            pass_=b,
+            grad_of=GradOf.PROBS,
+        ),
+        gemm(
+            "attn.av.dgrad_v",
+            GemmShape(m=s, n=d, k=s, batch=batch),
+            module=Module.AV,
+            pass_=b,
+            grad_of=GradOf.V,
+        ),
         *dropout,
-        elementwise("attn.softmax.bwd", 3 * e * scores),
-        gemm("attn.qk.dgrad_q", GemmShape(m=s, n=d, k=s, batch=batch)),
-        gemm("attn.qk.dgrad_k", GemmShape(m=s, n=d, k=s, batch=batch)),
-        *_kv_repeat(cfg, "attn.kv_repeat.bwd"),
+        elementwise("attn.softmax.bwd", 3 * e * scores, module=Module.SOFTMAX, pass_=b),
+        gemm(
+            "attn.qk.dgrad_q",
+            GemmShape(m=s, n=d, k=s, batch=batch),
+            module=Module.QK,
+            pass_=b,
+            grad_of=GradOf.Q,
+        ),
+        gemm(
+            "attn.qk.dgrad_k",
+            GemmShape(m=s, n=d, k=s, batch=batch),
+            module=Module.QK,
+            pass_=b,
+            grad_of=GradOf.K,
+        ),
+        *_kv_repeat(cfg, "attn.kv_repeat.bwd", b),
     )
 
 
 def _attention_block_backward(cfg: LayerConfig) -> tuple[Op, ...]:
     h, t = cfg.hidden_size, cfg.tp
     return (
-        *_row_parallel_backward(cfg, "attn.proj", n_in=cfg.query_width // t, n_out=h),
+        *_row_parallel_backward(cfg, "attn.proj", Module.PROJ, n_in=cfg.query_width // t, n_out=h),
         *_attention_core_backward(cfg),
-        *_rope(cfg, "attn.rope.bwd"),
-        *_column_parallel_backward(cfg, "attn.qkv", n_out=cfg.qkv_width // t),
+        *_rope(cfg, "attn.rope.bwd", Pass.INPUT_GRAD),
+        *_column_parallel_backward(cfg, "attn.qkv", Module.QKV, n_out=cfg.qkv_width // t),
         *_norm_and_residual_backward(cfg, "ln1"),
     )

@@ -22,6 +22,12 @@ from simcluster.config.choices import (
     PositionEmbedding,
     Recompute,
 )
+from simcluster.config.layer_rules import (
+    attention_kernel_allowed,
+    flash_precision_allowed,
+    query_group_problems,
+    query_groups_or_default,
+)
 from simcluster.config.layer_shape import ffn_hidden_size_or_default, indivisible_sizes
 
 _SIZES = ("hidden_size", "num_attention_heads", "seq_length", "micro_batch_size", "ffn_hidden_size", "tp")
@@ -64,7 +70,8 @@ class LayerConfig:
         object.__setattr__(
             self, "ffn_hidden_size", ffn_hidden_size_or_default(self.hidden_size, self.ffn_hidden_size)
         )
-        object.__setattr__(self, "num_query_groups", self.num_query_groups or self.num_attention_heads)
+        groups = query_groups_or_default(self.num_attention_heads, self.num_query_groups)
+        object.__setattr__(self, "num_query_groups", groups)
         object.__setattr__(self, "recompute", Recompute(self.recompute))
         object.__setattr__(self, "dtype", Dtype(self.dtype))
         object.__setattr__(self, "activation", Activation(self.activation))
@@ -77,33 +84,23 @@ class LayerConfig:
         for name in _SIZES:
             if getattr(self, name) < 1:
                 raise ValueError(f"{owner}.{name} must be >= 1, got {getattr(self, name)}")
-        for bad in indivisible_sizes(
+        shape = indivisible_sizes(
             self.hidden_size, self.num_attention_heads, self.ffn_hidden_size, self.seq_length,
             self.tp, self.sequence_parallel,
-        ):
+        )
+        for bad in shape + query_group_problems(self.num_attention_heads, self.query_groups, self.tp):
             raise ValueError(
                 f"{owner}.{bad.field}={bad.value} must be divisible by {bad.divisor}={bad.divisor_value}"
             )
-        # megatron/core/transformer/attention.py: num_attention_heads_per_partition and
-        # num_query_groups_per_partition are divide(..., tp), which asserts; a % g for the
-        # repeat of K/V over each group.
-        g = self.query_groups
-        if self.num_attention_heads % g:
-            raise ValueError(
-                f"{owner}.num_attention_heads={self.num_attention_heads} must be divisible by "
-                f"num_query_groups={g}"
-            )
-        if g % self.tp:
-            raise ValueError(f"{owner}.num_query_groups={g} must be divisible by tp={self.tp}")
         for name in ("hidden_dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{owner}.{name} must be in [0, 1), got {getattr(self, name)}")
-        if self.attention_kernel is not AttentionKernel.AUTO and not self.flash:
+        if not attention_kernel_allowed(self.attention_kernel, self.attention_backend):
             raise ValueError(
                 f"{owner}.attention_kernel={self.attention_kernel.value} needs attention_backend=flash, "
                 f"got {self.attention_backend.value}"
             )
-        if self.flash and self.element_bytes != 2:
+        if not flash_precision_allowed(self.attention_backend, self.dtype):
             raise ValueError(
                 f"{owner}.attention_backend=flash needs 16-bit activations, got dtype={self.dtype.value}"
             )
@@ -146,7 +143,7 @@ class LayerConfig:
     @property
     def query_groups(self) -> int:
         """g: key/value heads (Megatron's num_query_groups); a without GQA."""
-        return int(self.num_query_groups or self.num_attention_heads)
+        return query_groups_or_default(self.num_attention_heads, self.num_query_groups)
 
     @property
     def kv_heads_per_rank(self) -> int:

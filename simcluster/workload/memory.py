@@ -10,6 +10,7 @@ import enum
 from dataclasses import dataclass
 
 from simcluster.config.choices import Activation, Recompute
+from simcluster.config.layer_rules import query_groups_or_default
 
 
 class Table2Row(enum.Enum):
@@ -100,7 +101,8 @@ def layer_activation_bytes(
     The norms' fp32 statistics are not counted (Table 2 does not count layer norm's)."""
     e = element_bytes
     f = ffn or 4 * h
-    q, k = h, (query_groups or a) * (h // a)
+    g = query_groups_or_default(a, query_groups)
+    q, k = h, g * (h // a)
     r = 1.0 / t if sequence_parallel else 1.0
     sb = float(s) * b
     if recompute is Recompute.FULL:
@@ -109,7 +111,7 @@ def layer_activation_bytes(
     mlp = sb * e * f * (2 if activation is Activation.SWIGLU else 1) / t + sb * e * f / t
     held = 0.0
     if recompute is Recompute.SELECTIVE:
-        groups_per_rank, heads_per_group = (query_groups or a) // t, a // (query_groups or a)
+        groups_per_rank, heads_per_group = g // t, a // g
         query_copied = rope or (groups_per_rank > 1 and heads_per_group > 1)
         held = sb * e * ((q if query_copied else 0) + (k if rope else 0)) / t
     if flash:

@@ -8,7 +8,7 @@ hardware or time.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from simcluster.config.choices import AttentionKernel
 
@@ -18,6 +18,62 @@ class OpKind(enum.Enum):
     ELEMENTWISE = "elementwise"
     COLLECTIVE = "collective"
     ATTENTION = "attention"  # one fused flash-attention kernel (priced from its achieved TFLOP/s)
+
+
+class Module(enum.Enum):
+    """The part of the model an op belongs to, at the grain the simulator tells ops apart:
+    pricing (each memory-bound kind has its own curve, `costs.compute.elementwise_kind`),
+    reporting (`costs.op_kind`), FP8 (which GEMMs are Transformer Engine linears,
+    `workload.fp8`), recompute and the profiler's benchmarks. A collective belongs to the
+    linear whose input or output it gathers or reduces (Megatron's column- / row-parallel
+    layers own their f / g conjugates). Values are stable words, not the ops' names (those
+    stay for traces and calibration records: `Op.name`)."""
+
+    EMBEDDING = "embedding"  # the vocab-parallel lookup, its conjugate and its grad scatter-add
+    EMBEDDING_DROPOUT = "embedding_dropout"
+    LAYERNORM = "layernorm"  # ln1, ln2 and the final norm (LayerNorm or RMSNorm: one kind of kernel)
+    RESIDUAL_GRAD_ADD = "residual_grad_add"  # a block's backward adds its grad to the residual's
+    QKV = "qkv"  # the fused QKV projection (a TE linear)
+    ROPE = "rope"
+    KV_REPEAT = "kv_repeat"  # GQA's K/V head repeat in the unfused core
+    FLASH = "flash"  # the fused attention core (one kernel each way, or the CP ring)
+    QK = "qk"  # the unfused core: QKᵀ (batched GEMM) ...
+    SOFTMAX = "softmax"  # ... fused scale-mask-softmax ...
+    ATTENTION_DROPOUT = "attention_dropout"  # ... dropout on the probabilities ...
+    AV = "av"  # ... probabilities × V ...
+    CONTEXT_COPY = "context_copy"  # ... and the context's permute to [s, b, q/t]
+    PROJ = "proj"  # the attention's output projection (a TE linear)
+    BIAS_DROPOUT_ADD = "bias_dropout_add"
+    FC1 = "fc1"  # the MLP's first linear (a TE linear)
+    BIAS_GELU = "bias_gelu"
+    SWIGLU = "swiglu"
+    SQUARED_RELU = "squared_relu"
+    FC2 = "fc2"  # the MLP's second linear (a TE linear)
+    LOGITS = "logits"  # the output layer's GEMM against the (tied) embedding weight
+    CROSS_ENTROPY = "cross_entropy"  # vocab-parallel cross-entropy and its two all-reduces
+    FP8_AMAX = "amax"  # FP8 current scaling's amax pass (and its all-reduce)
+    FP8_SCALE = "fp8_scale"  # ... and its scale computation
+    STANDIN_ALL_GATHER = "standin_all_gather"  # calibration: the one-GPU stand-in's copies
+    STANDIN_REDUCE_SCATTER = "standin_reduce_scatter"  # for collectives (`calibration.shapes`)
+
+
+class Pass(enum.Enum):
+    """Which pass an op runs in: the forward (also when recompute re-runs it in the
+    backward), the input-gradient backward (B) or the weight-gradient backward (W)."""
+
+    FORWARD = "forward"
+    INPUT_GRAD = "input_grad"
+    WEIGHT_GRAD = "weight_grad"
+
+
+class GradOf(enum.Enum):
+    """Which input's gradient an input-gradient GEMM computes, where a module's batched GEMM
+    has two inputs (the unfused core: Q and K of QKᵀ, the probabilities and V of ×V)."""
+
+    Q = "q"
+    K = "k"
+    PROBS = "probs"
+    V = "v"
 
 
 class CollectiveKind(enum.Enum):
@@ -136,7 +192,9 @@ class Op:
     `saved_bytes` is what the op keeps for backward (forward ops only; Korthikanti Table 2
     bookkeeping). `overlaps_next` marks an asynchronous collective that runs while the next
     op computes (Megatron overlaps the input-grad all-reduce / reduce-scatter of a
-    column-parallel linear with its weight-grad GEMM).
+    column-parallel linear with its weight-grad GEMM). `module` and `pass_` say what the op
+    is (`Module`, `Pass`; `grad_of` where a module's input-gradient GEMMs are two): code asks
+    them, never the name, which is for people, traces and calibration records.
     """
 
     name: str
@@ -149,6 +207,9 @@ class Op:
     overlaps_next: bool = False
     attention: AttentionShape | None = None
     ring: RingAttention | None = None
+    module: Module = field(kw_only=True)
+    pass_: Pass = field(kw_only=True)
+    grad_of: GradOf | None = field(default=None, kw_only=True)
 
     @property
     def flops(self) -> float:
@@ -159,19 +220,36 @@ class Op:
         return self.gemm.flops if self.gemm is not None else 0.0
 
 
-def gemm(name: str, shape: GemmShape, saved_bytes: float = 0.0) -> Op:
-    return Op(name=name, kind=OpKind.GEMM, gemm=shape, saved_bytes=saved_bytes)
+def gemm(
+    name: str, shape: GemmShape, saved_bytes: float = 0.0, *, module: Module, pass_: Pass,
+    grad_of: GradOf | None = None,
+) -> Op:  # fmt: skip
+    return Op(
+        name=name, kind=OpKind.GEMM, gemm=shape, saved_bytes=saved_bytes, module=module, pass_=pass_,
+        grad_of=grad_of,
+    )  # fmt: skip
 
 
-def elementwise(name: str, bytes_moved: float, saved_bytes: float = 0.0) -> Op:
-    return Op(name=name, kind=OpKind.ELEMENTWISE, bytes_moved=bytes_moved, saved_bytes=saved_bytes)
+def elementwise(
+    name: str, bytes_moved: float, saved_bytes: float = 0.0, *, module: Module, pass_: Pass
+) -> Op:
+    return Op(
+        name=name, kind=OpKind.ELEMENTWISE, bytes_moved=bytes_moved, saved_bytes=saved_bytes, module=module,
+        pass_=pass_,
+    )  # fmt: skip
 
 
-def flash_attention(name: str, shape: AttentionShape, saved_bytes: float = 0.0) -> Op:
-    return Op(name=name, kind=OpKind.ATTENTION, attention=shape, saved_bytes=saved_bytes)
+def flash_attention(name: str, shape: AttentionShape, saved_bytes: float = 0.0, *, pass_: Pass) -> Op:
+    return Op(
+        name=name, kind=OpKind.ATTENTION, attention=shape, saved_bytes=saved_bytes, module=Module.FLASH,
+        pass_=pass_,
+    )  # fmt: skip
 
 
-def collective(name: str, kind: CollectiveKind, message_bytes: float, overlaps_next: bool = False) -> Op:
+def collective(
+    name: str, kind: CollectiveKind, message_bytes: float, overlaps_next: bool = False, *, module: Module,
+    pass_: Pass,
+) -> Op:  # fmt: skip
     """`message_bytes` is the full buffer: all-reduce buffer, all-gather output, reduce-scatter input."""
     return Op(
         name=name,
@@ -179,4 +257,6 @@ def collective(name: str, kind: CollectiveKind, message_bytes: float, overlaps_n
         collective=kind,
         message_bytes=message_bytes,
         overlaps_next=overlaps_next,
+        module=module,
+        pass_=pass_,
     )

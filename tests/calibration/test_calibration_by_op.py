@@ -9,17 +9,17 @@ import pytest
 
 from simcluster.calibration.fit import elementwise_points, elementwise_points_by_op
 from simcluster.calibration.profile import build_profile, to_yaml
-from simcluster.calibration.records import ElementwiseRecord, Measurements
+from simcluster.calibration.records import ElementwiseRecord, Measurements, recorded_op_kind
 from simcluster.calibration.shapes import TP_DEGREES, all_grids
 from simcluster.config.choices import Dtype
 from simcluster.config.hardware import parse_hardware
 from simcluster.costs.chunk import op_time_s
-from simcluster.costs.compute import elementwise_kind, elementwise_time_s
+from simcluster.costs.compute import elementwise_time_s
 from simcluster.costs.network import GroupPlacement
 from simcluster.profiler.bench.kernels import benchmark_for
 from simcluster.profiler.bench.microbench import plan_benchmarks
 from simcluster.workload.layer import layer_ops
-from simcluster.workload.ops import OpKind, elementwise
+from simcluster.workload.ops import Module, OpKind, Pass, elementwise
 from tests.calibration.test_calibration_fit import LAUNCH_S, _measurements
 
 MIB = 1024.0**2
@@ -67,7 +67,8 @@ def test_each_kind_prices_back_its_own_measured_time(profile) -> None:
 
 def test_the_op_graph_pricer_uses_the_kind_curves(profile) -> None:
     """`ln2` and `attn.dropout` as the chunk pricer sees them: their sites' times."""
-    norm, drop = elementwise("ln2", MIB), elementwise("attn.dropout", 1.5 * MIB)
+    norm = elementwise("ln2", MIB, module=Module.LAYERNORM, pass_=Pass.FORWARD)
+    drop = elementwise("attn.dropout", 1.5 * MIB, module=Module.ATTENTION_DROPOUT, pass_=Pass.FORWARD)
     assert op_time_s(norm, profile, ONE, Dtype.BF16) == pytest.approx(LAUNCH_S + 2e-6, rel=1e-3)
     assert op_time_s(drop, profile, ONE, Dtype.BF16) == pytest.approx(LAUNCH_S + 12e-6, rel=1e-3)
 
@@ -104,7 +105,7 @@ def test_every_site_stands_for_ops_of_one_kind() -> None:
                         continue
                     if op.kind is OpKind.ELEMENTWISE:
                         assert bench.op == op.name
-                    kinds.setdefault(bench.name, set()).add(elementwise_kind(bench.op))
+                    kinds.setdefault(bench.name, set()).add(recorded_op_kind(bench.op))
     assert all(len(k) == 1 for k in kinds.values()), kinds
     assert kinds["softmax.backward"] == {"softmax.bwd"}
     assert kinds["attention_dropout.forward"] == {"dropout"}

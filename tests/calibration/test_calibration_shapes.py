@@ -11,8 +11,10 @@ from simcluster.calibration.shapes import TP_DEGREES, LayerShape, all_grids, sta
 from simcluster.profiler.bench.kernels import benchmark_for
 from simcluster.profiler.bench.microbench import plan_benchmarks
 from simcluster.workload.layer import layer_ops
-from simcluster.workload.ops import CollectiveKind, OpKind, collective, elementwise
+from simcluster.workload.ops import CollectiveKind, Module, OpKind, Pass, collective, elementwise
 from tests.paths import ROOT
+
+F = Pass.FORWARD
 
 
 @pytest.mark.parametrize("grid", list(all_grids()))
@@ -59,10 +61,10 @@ def test_every_element_wise_op_has_a_site() -> None:
 def test_standin_copies_are_priced_as_the_stand_in_makes_them() -> None:
     """t = 4: all-gather of 8 MB → 16 MB copied; reduce-scatter of 8 MB → 4 MB; all-reduce: 0."""
     ops = (
-        collective("ag", CollectiveKind.ALL_GATHER, 8e6),
-        collective("rs", CollectiveKind.REDUCE_SCATTER, 8e6),
-        collective("ar", CollectiveKind.ALL_REDUCE, 8e6),
-        elementwise("ln", 1e6),
+        collective("ag", CollectiveKind.ALL_GATHER, 8e6, module=Module.QKV, pass_=F),
+        collective("rs", CollectiveKind.REDUCE_SCATTER, 8e6, module=Module.PROJ, pass_=F),
+        collective("ar", CollectiveKind.ALL_REDUCE, 8e6, module=Module.PROJ, pass_=F),
+        elementwise("ln", 1e6, module=Module.LAYERNORM, pass_=F),
     )
     out = standin_ops(ops, 4)
     assert [(op.kind, op.bytes_moved) for op in out] == [

@@ -7,7 +7,9 @@ from simcluster.config.hardware import load_hardware
 from simcluster.costs.chunk import price_ops
 from simcluster.costs.compute import elementwise_time_s, gemm_efficiency, gemm_time_s, wave_efficiency
 from simcluster.costs.network import GroupPlacement, collective_time_s, p2p_time_s, ring_factor
-from simcluster.workload.ops import CollectiveKind, GemmShape, collective, elementwise, gemm
+from simcluster.workload.ops import CollectiveKind, GemmShape, Module, Pass, collective, elementwise, gemm
+
+B = Pass.INPUT_GRAD
 
 A100 = load_hardware("a100-sxm4-80gb-public")
 A100_DTYPE = Dtype.BF16
@@ -87,9 +89,9 @@ def test_p2p_inter_node_uses_one_nic():
 def test_overlapped_collective_hides_behind_the_next_gemm():
     """overlaps_next: with full overlap the pair costs max(comm, gemm); with 0 the sum."""
     ops = (
-        collective("ar", CollectiveKind.ALL_REDUCE, 100e6, overlaps_next=True),
-        gemm("wgrad", GemmShape(8192, 3072, 6144)),
-        elementwise("tail", 1e6),
+        collective("ar", CollectiveKind.ALL_REDUCE, 100e6, overlaps_next=True, module=Module.QKV, pass_=B),
+        gemm("wgrad", GemmShape(8192, 3072, 6144), module=Module.QKV, pass_=Pass.WEIGHT_GRAD),
+        elementwise("tail", 1e6, module=Module.LAYERNORM, pass_=B),
     )
     comm = collective_time_s(CollectiveKind.ALL_REDUCE, 100e6, NODE, A100)
     compute = gemm_time_s(GemmShape(8192, 3072, 6144), A100) + elementwise_time_s(1e6, A100)

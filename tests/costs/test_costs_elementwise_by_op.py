@@ -3,6 +3,7 @@ any other op the generic one (or, with no measured curve at all, the datasheet r
 
 import pytest
 
+from simcluster.calibration.records import recorded_op_kind
 from simcluster.config.choices import Dtype, Recompute
 from simcluster.config.hardware import known_profiles, load_hardware
 from simcluster.costs.chunk import op_time_s
@@ -10,7 +11,7 @@ from simcluster.costs.compute import elementwise_kind, elementwise_time_s
 from simcluster.costs.network import GroupPlacement
 from simcluster.workload.layer import layer_ops
 from simcluster.workload.layer_config import LayerConfig
-from simcluster.workload.ops import OpKind, elementwise
+from simcluster.workload.ops import Module, OpKind, Pass, elementwise
 
 A100 = load_hardware("a100-sxm4-80gb-public")
 ONE = GroupPlacement(num_ranks=1, ranks_per_node=1)
@@ -51,8 +52,27 @@ MEASURED = _with_compute(
         ("mlp.fc1.input_allgather.bwd.standin_all_gather", "standin_all_gather"),
     ],
 )
-def test_kind_strips_the_block_and_keeps_backward(name: str, kind: str) -> None:
-    assert elementwise_kind(name) == kind
+def test_a_recorded_op_name_reads_back_to_its_kind(name: str, kind: str) -> None:
+    """Measurement files key sites by op name: the key strips the block and keeps backward."""
+    assert recorded_op_kind(name) == kind
+
+
+@pytest.mark.parametrize(
+    ("module", "pass_", "kind"),
+    [
+        (Module.LAYERNORM, Pass.INPUT_GRAD, "layernorm.bwd"),
+        (Module.RESIDUAL_GRAD_ADD, Pass.INPUT_GRAD, "residual_grad_add"),
+        (Module.ATTENTION_DROPOUT, Pass.FORWARD, "dropout"),
+        (Module.EMBEDDING_DROPOUT, Pass.INPUT_GRAD, "dropout.bwd"),
+        (Module.EMBEDDING, Pass.FORWARD, "lookup"),
+        (Module.EMBEDDING, Pass.WEIGHT_GRAD, "wgrad"),
+        (Module.FP8_AMAX, Pass.INPUT_GRAD, "amax"),
+        (Module.STANDIN_ALL_GATHER, Pass.WEIGHT_GRAD, "standin_all_gather"),
+    ],
+)
+def test_an_ops_kind_comes_from_its_module_and_pass(module: Module, pass_: Pass, kind: str) -> None:
+    """The module's kernel, ".bwd" in the input-gradient pass unless one-way; not the name."""
+    assert elementwise_kind(elementwise("any name", 1.0, module=module, pass_=pass_)) == kind
 
 
 def test_every_layer_op_has_one_of_eleven_kinds() -> None:
@@ -60,7 +80,7 @@ def test_every_layer_op_has_one_of_eleven_kinds() -> None:
     bias-dropout-add (each forward and backward) and the residual-grad add."""
     cfg = LayerConfig(256, 8, 128, 2, 1024, tp=2, sequence_parallel=True, recompute=Recompute.SELECTIVE)
     ops = layer_ops(cfg)
-    kinds = {elementwise_kind(op.name) for op in ops.forward + ops.backward if op.kind is OpKind.ELEMENTWISE}
+    kinds = {elementwise_kind(op) for op in ops.forward + ops.backward if op.kind is OpKind.ELEMENTWISE}
     forward = {"layernorm", "softmax", "dropout", "context_copy", "bias_gelu", "bias_dropout_add"}
     assert kinds == forward | {f"{k}.bwd" for k in forward} | {"residual_grad_add"}
 
@@ -90,7 +110,8 @@ def test_without_any_measured_curve_a_kind_falls_back_to_the_roofline() -> None:
 
 def test_op_time_prices_an_op_by_its_kind() -> None:
     """The chunk pricer passes the op's kind: attn.softmax.bwd at 10 GB/s, mlp.bias_gelu generic."""
-    softmax_bwd, gelu = elementwise("attn.softmax.bwd", 1e6), elementwise("mlp.bias_gelu", 1e6)
+    softmax_bwd = elementwise("attn.softmax.bwd", 1e6, module=Module.SOFTMAX, pass_=Pass.INPUT_GRAD)
+    gelu = elementwise("mlp.bias_gelu", 1e6, module=Module.BIAS_GELU, pass_=Pass.FORWARD)
     assert op_time_s(softmax_bwd, MEASURED, ONE, Dtype.BF16) == pytest.approx(LAUNCH_S + 100e-6)
     assert op_time_s(gelu, MEASURED, ONE, Dtype.BF16) == pytest.approx(LAUNCH_S + 10e-6)
 

@@ -15,7 +15,7 @@ from simcluster.simulation import run_simulation
 from simcluster.workload.fp8 import is_te_linear_gemm
 from simcluster.workload.layer import layer_ops
 from simcluster.workload.layer_config import LayerConfig
-from simcluster.workload.ops import GemmShape, OpKind, gemm
+from simcluster.workload.ops import GemmShape, Module, OpKind, Pass, gemm
 from tests.modern_cases import LLAMA3_8B_LAYER, llama3_8b
 
 H100 = load_hardware("h100-sxm5-80gb")
@@ -108,7 +108,7 @@ def test_mxfp8_gemms_run_at_the_profiles_block_scaled_rate():
     no_ratio = b200.compute.model_copy(update={"mxfp8_gemm_rate_ratio": None})
     without = b200.model_copy(update={"compute": no_ratio})
     assert fp8_gemm_time_s(shape, without, Fp8Recipe.MXFP8) == pytest.approx(launch + per_tensor)
-    lm_head = gemm("output.logits", shape)
+    lm_head = gemm("output.logits", shape, module=Module.LOGITS, pass_=Pass.FORWARD)
     assert not is_te_linear_gemm(lm_head)
     one = GroupPlacement(num_ranks=1, ranks_per_node=1)
     bf16_head = op_time_s(lm_head, b200, one, Dtype.FP8)
@@ -129,7 +129,7 @@ def test_mxfp8_layer_costs_its_wider_casts_and_slower_gemms_and_nothing_else():
         casts = [
             op.gemm.m * op.gemm.k
             for op in ops
-            if op.gemm is not None and is_te_linear_gemm(op) and not op.name.endswith(".wgrad")
+            if op.gemm is not None and is_te_linear_gemm(op) and op.pass_ is not Pass.WEIGHT_GRAD
         ]
         extra = sum(
             elementwise_time_s(fp8_cast_bytes_per_element(b200, Fp8Recipe.MXFP8) * n, b200)

@@ -18,7 +18,9 @@ from simcluster.costs.compute import elementwise_time_s, fp8_gemm_time_s, gemm_t
 from simcluster.costs.network import GroupPlacement, collective_time_s
 from simcluster.simulation import run_simulation
 from simcluster.workload.model import build_workload
-from simcluster.workload.ops import CollectiveKind, GemmShape, collective, gemm
+from simcluster.workload.ops import CollectiveKind, GemmShape, Module, Pass, collective, gemm
+
+F = Pass.FORWARD
 
 H100 = load_hardware("h100-sxm5-80gb")
 NODE = GroupPlacement(num_ranks=8, ranks_per_node=8)
@@ -79,11 +81,18 @@ def test_fp8_gemm_points_need_the_fp8_ceiling():
 
 def test_only_the_te_linears_run_in_fp8():
     """QKV, proj, fc1, fc2 (fprop, dgrad, wgrad) in FP8; attention BMMs and the LM head BF16."""
-    for name in ("attn.qkv", "attn.proj.dgrad", "mlp.fc1.wgrad", "mlp.fc2"):
-        op = gemm(name, FULL_WAVES)
+    f, b, w = Pass.FORWARD, Pass.INPUT_GRAD, Pass.WEIGHT_GRAD
+    for name, module, pass_ in (
+        ("attn.qkv", Module.QKV, f), ("attn.proj.dgrad", Module.PROJ, b), ("mlp.fc1.wgrad", Module.FC1, w),
+        ("mlp.fc2", Module.FC2, f),
+    ):  # fmt: skip
+        op = gemm(name, FULL_WAVES, module=module, pass_=pass_)
         assert op_time_s(op, H100, NODE, Dtype.FP8) == fp8_gemm_time_s(FULL_WAVES, H100)
-    for name in ("attn.qk", "attn.av.dgrad_v", "output.logits", "output.logits.wgrad"):
-        op = gemm(name, FULL_WAVES)
+    for name, module, pass_ in (
+        ("attn.qk", Module.QK, f), ("attn.av.dgrad_v", Module.AV, b), ("output.logits", Module.LOGITS, f),
+        ("output.logits.wgrad", Module.LOGITS, w),
+    ):  # fmt: skip
+        op = gemm(name, FULL_WAVES, module=module, pass_=pass_)
         assert op_time_s(op, H100, NODE, Dtype.FP8) == gemm_time_s(FULL_WAVES, H100)
 
 
@@ -93,8 +102,8 @@ def test_fp8_casts_the_local_shard_and_gathers_one_byte_elements():
     tokens, h, t = 4096, 8192, 8
     message = 2 * tokens * h
     ops = (
-        collective("attn.allgather", CollectiveKind.ALL_GATHER, message),
-        gemm("attn.qkv", GemmShape(m=tokens, n=3 * h // t, k=h)),
+        collective("attn.allgather", CollectiveKind.ALL_GATHER, message, module=Module.QKV, pass_=F),
+        gemm("attn.qkv", GemmShape(m=tokens, n=3 * h // t, k=h), module=Module.QKV, pass_=Pass.FORWARD),
     )
     cost = price_ops(ops, H100, NODE, Dtype.FP8)
     cast_s = elementwise_time_s(fp8_cast_bytes_per_element(H100) * tokens * h / t, H100)
@@ -117,19 +126,22 @@ def _tp_pair(first, second):
 
 def test_userbuffers_ring_exchange_all_gather():
     message, shape = 2 * 4096 * 8192, GemmShape(m=4096, n=3072, k=8192)
-    ag = collective("attn.allgather", CollectiveKind.ALL_GATHER, message)
-    cost = _tp_pair(ag, gemm("attn.qkv", shape))
+    ag = collective("attn.allgather", CollectiveKind.ALL_GATHER, message, module=Module.QKV, pass_=F)
+    qkv = gemm("attn.qkv", shape, module=Module.QKV, pass_=Pass.FORWARD)
+    cost = _tp_pair(ag, qkv)
     g, c = gemm_time_s(shape, H100), collective_time_s(CollectiveKind.ALL_GATHER, message, NODE, H100)
     assert cost.compute_s == pytest.approx(g)  # ring exchange: no SM margin
     assert cost.total_s == pytest.approx(max(g, c + g / 8))
-    plain = price_ops((ag, gemm("attn.qkv", shape)), H100, NODE, Dtype.BF16)
+    plain = price_ops((ag, qkv), H100, NODE, Dtype.BF16)
     assert plain.total_s == pytest.approx(g + c)
 
 
 def test_userbuffers_pipelined_reduce_scatter_loses_16_sms():
     message, shape = 2 * 4096 * 8192, GemmShape(m=4096, n=8192, k=1024)
+    f = Pass.FORWARD
     cost = _tp_pair(
-        gemm("attn.proj", shape), collective("attn.reducescatter", CollectiveKind.REDUCE_SCATTER, message)
+        gemm("attn.proj", shape, module=Module.PROJ, pass_=f),
+        collective("attn.reducescatter", CollectiveKind.REDUCE_SCATTER, message, module=Module.PROJ, pass_=f),
     )
     g = LAUNCH_S + (gemm_time_s(shape, H100) - LAUNCH_S) * 132 / (132 - 16)
     c = 4 * collective_time_s(CollectiveKind.REDUCE_SCATTER, message / 4, NODE, H100)
@@ -139,8 +151,11 @@ def test_userbuffers_pipelined_reduce_scatter_loses_16_sms():
 
 def test_userbuffers_bulk_overlap_in_backward():
     message, shape = 2 * 4096 * 8192, GemmShape(m=4096, n=8192, k=3072)
-    ag = collective("attn.qkv.input_allgather.bwd", CollectiveKind.ALL_GATHER, message, overlaps_next=True)
-    cost = _tp_pair(ag, gemm("attn.qkv.dgrad", shape))
+    ag = collective(
+        "attn.qkv.input_allgather.bwd", CollectiveKind.ALL_GATHER, message, overlaps_next=True,
+        module=Module.QKV, pass_=Pass.WEIGHT_GRAD,
+    )  # fmt: skip
+    cost = _tp_pair(ag, gemm("attn.qkv.dgrad", shape, module=Module.QKV, pass_=Pass.INPUT_GRAD))
     g = LAUNCH_S + (gemm_time_s(shape, H100) - LAUNCH_S) * 132 / 116
     c = collective_time_s(CollectiveKind.ALL_GATHER, message, NODE, H100)
     assert cost.total_s == pytest.approx(max(g, c))

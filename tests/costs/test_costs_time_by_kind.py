@@ -8,7 +8,16 @@ from hypothesis import strategies as st
 from simcluster.config import ConfigError, load_hardware, parse_scenario
 from simcluster.costs.op_kind import OpKind, op_kind
 from simcluster.simulation import run_simulation
-from simcluster.workload.ops import CollectiveKind, GemmShape, collective, elementwise, gemm
+from simcluster.workload.ops import (
+    CollectiveKind,
+    GemmShape,
+    GradOf,
+    Module,
+    Pass,
+    collective,
+    elementwise,
+    gemm,
+)
 from tests.modern_cases import llama3_8b
 
 H100 = load_hardware("h100-sxm5-80gb")
@@ -101,9 +110,12 @@ def test_the_unfused_attention_core_is_attention_and_the_projections_are_gemms()
     """op_kind: the paper's QKᵀ / ×V batched GEMMs and softmax are attention; the QKV and output
     projections are GEMMs; collectives are communication; current scaling's amax kernels FP8."""
     shape = GemmShape(m=8, n=8, k=8)
-    assert op_kind(gemm("attn.qkv", shape)) is OpKind.GEMM
-    assert op_kind(gemm("attn.qk.dgrad_q", shape)) is OpKind.ATTENTION
-    assert op_kind(elementwise("attn.softmax.bwd", 1.0)) is OpKind.ATTENTION
-    assert op_kind(elementwise("ln1", 1.0)) is OpKind.MEMORY_BOUND
-    assert op_kind(elementwise("mlp.fc1.amax", 1.0)) is OpKind.FP8_CAST
-    assert op_kind(collective("attn.allgather", CollectiveKind.ALL_GATHER, 1.0)) is OpKind.COMMUNICATION
+    f, b = Pass.FORWARD, Pass.INPUT_GRAD
+    assert op_kind(gemm("attn.qkv", shape, module=Module.QKV, pass_=f)) is OpKind.GEMM
+    dgrad_q = gemm("attn.qk.dgrad_q", shape, module=Module.QK, pass_=b, grad_of=GradOf.Q)
+    assert op_kind(dgrad_q) is OpKind.ATTENTION
+    assert op_kind(elementwise("attn.softmax.bwd", 1.0, module=Module.SOFTMAX, pass_=b)) is OpKind.ATTENTION
+    assert op_kind(elementwise("ln1", 1.0, module=Module.LAYERNORM, pass_=f)) is OpKind.MEMORY_BOUND
+    assert op_kind(elementwise("mlp.fc1.amax", 1.0, module=Module.FP8_AMAX, pass_=f)) is OpKind.FP8_CAST
+    gather = collective("attn.allgather", CollectiveKind.ALL_GATHER, 1.0, module=Module.QKV, pass_=f)
+    assert op_kind(gather) is OpKind.COMMUNICATION

@@ -175,3 +175,24 @@ def test_folder_summary_notes_the_fp8_denominator():
     assert format_summary([bf16]).splitlines()[-1].startswith("pp16")
     note = format_summary([bf16, fp8]).splitlines()[-1]
     assert note.startswith("fp8-run: FP8 run: MFU and HFU divide by the BF16 peak")
+
+
+def test_fp4_mfu_names_its_bf16_denominator_and_adds_the_fp4_peak():
+    """The GB300 NVFP4 scenario: MFU of the BF16 peak passes 100 % (the FP4 peak is 6x it), so
+    the table adds the MFU of the FP4 peak and a note; --json carries both."""
+    scenario = str(ROOT / "scenarios" / "blackwell" / "llama31-405b-gb300-nvfp4.yaml")
+    data = json.loads(runner.invoke(app, ["run", scenario, "--json"]).stdout)
+    assert data["mfu_peak_dtype"] == "bf16" and data["fp8_peak_mfu"] is None
+    assert data["fp4_peak_flop_per_s"] == 15000e12
+    assert data["fp4_peak_mfu"] == pytest.approx(data["mfu"] * 2500 / 15000)
+    assert data["mfu"] > 1 > data["fp4_peak_mfu"]
+    text = runner.invoke(app, ["run", scenario]).stdout
+    assert "MFU of the FP4 peak (15,000 TFLOP/s)" in text and "FP4 run: MFU and HFU divide" in text
+    assert "FP8" not in text.split("time (mean stage)")[0]
+
+
+def test_folder_summary_notes_the_fp4_denominator():
+    bf16 = _result([_stage(0, 10.0)], mfu_peak_flop_per_s=2500e12, mfu_peak_dtype="bf16")
+    fp4 = replace(bf16, scenario="fp4-run", fp4_peak_flop_per_s=15000e12)
+    assert fp4.fp4_peak_mfu == pytest.approx(bf16.mfu / 6) and bf16.fp4_peak_mfu is None
+    assert format_summary([bf16, fp4]).splitlines()[-1].startswith("fp4-run: FP4 run: MFU and HFU")

@@ -32,7 +32,7 @@ from simcluster.profiler.bench.sites import site_benchmark
 from simcluster.profiler.bench.timing import Call, random_tensor
 from simcluster.profiler.layer.regions import RegionMath, region_math
 from simcluster.workload.layer_config import LayerConfig
-from simcluster.workload.ops import CollectiveKind, Op, OpKind
+from simcluster.workload.ops import CollectiveKind, GradOf, Module, Op, OpKind, Pass
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def _gemm_benchmark(op: Op, cfg: LayerConfig) -> Benchmark:
     shape = (g.m, g.n, g.k, g.batch)
     e = cfg.element_bytes
     io_bytes = float(e * g.batch * (g.m * g.k + g.k * g.n + g.m * g.n))
-    name = _gemm_kind(op.name)
+    name = _gemm_kind(op)
     if name.startswith("bmm"):
         dims = (cfg.seq_length, cfg.micro_batch_size * cfg.heads_per_rank, cfg.head_dim)
         return Benchmark(name, dims, shape, io_bytes, _BMM[name](*dims))
@@ -104,26 +104,34 @@ def _gemm_benchmark(op: Op, cfg: LayerConfig) -> Benchmark:
     return Benchmark(name, dims, shape, io_bytes, _LINEAR[name](*dims))
 
 
-def _gemm_kind(op_name: str) -> str:
-    if op_name in ("attn.qkv", "mlp.fc1"):
-        return "linear_bias"
-    if op_name in ("attn.proj", "mlp.fc2"):
-        return "linear"
-    if op_name.endswith(".dgrad"):
+LINEAR_FPROPS = {
+    Module.QKV: "linear_bias",
+    Module.FC1: "linear_bias",
+    Module.PROJ: "linear",
+    Module.FC2: "linear",
+}
+"""The layer's linears' forward GEMMs (QKV and fc1 add their bias in the GEMM)."""
+BMMS = {
+    (Module.QK, None): "bmm_qk",
+    (Module.AV, None): "bmm_av",
+    (Module.AV, GradOf.PROBS): "bmm_av_dgrad_probs",
+    (Module.AV, GradOf.V): "bmm_av_dgrad_v",
+    (Module.QK, GradOf.Q): "bmm_qk_dgrad_q",
+    (Module.QK, GradOf.K): "bmm_qk_dgrad_k",
+}
+"""The unfused attention core's batched GEMMs, each way."""
+
+
+def _gemm_kind(op: Op) -> str:
+    if op.pass_ is Pass.FORWARD and op.module in LINEAR_FPROPS:
+        return LINEAR_FPROPS[op.module]
+    if (op.module, op.grad_of) in BMMS:
+        return BMMS[op.module, op.grad_of]
+    if op.pass_ is Pass.INPUT_GRAD and op.module not in (Module.QK, Module.AV):
         return "linear_dgrad"
-    if op_name.endswith(".wgrad"):
+    if op.pass_ is Pass.WEIGHT_GRAD:
         return "linear_wgrad"
-    names = {
-        "attn.qk": "bmm_qk",
-        "attn.av": "bmm_av",
-        "attn.av.dgrad_probs": "bmm_av_dgrad_probs",
-        "attn.av.dgrad_v": "bmm_av_dgrad_v",
-        "attn.qk.dgrad_q": "bmm_qk_dgrad_q",
-        "attn.qk.dgrad_k": "bmm_qk_dgrad_k",
-    }
-    if op_name not in names:
-        raise KeyError(f"no benchmark for GEMM op {op_name!r}: add one to profiler/bench/kernels.py")
-    return names[op_name]
+    raise KeyError(f"no benchmark for GEMM op {op.name!r}: add one to profiler/bench/kernels.py")
 
 
 def _linear_bias(tokens: int, n: int, k: int) -> Callable[[BuildContext], Call]:

@@ -32,7 +32,7 @@ from torch import Tensor
 from simcluster.profiler.bench.timing import Call
 from simcluster.profiler.layer.ops import LocalMasks, bias_dropout_add, dropout, scale_mask_softmax
 from simcluster.workload.layer_config import LayerConfig
-from simcluster.workload.ops import Op
+from simcluster.workload.ops import Module, Op, Pass
 
 if TYPE_CHECKING:
     from simcluster.profiler.bench.kernels import BuildContext
@@ -42,7 +42,7 @@ LAYERNORM_EPS = 1e-5
 
 def site_benchmark(op: Op, cfg: LayerConfig) -> tuple[str, tuple[int, ...], Callable[[BuildContext], Call]]:
     """(benchmark name, dims, builder) of the site that runs element-wise `op`."""
-    site, backward = _site_of(op.name)
+    site, backward = _site_of(op)
     region = int(cfg.region_tokens)
     t = cfg.tp
     dims = {
@@ -58,27 +58,25 @@ def site_benchmark(op: Op, cfg: LayerConfig) -> tuple[str, tuple[int, ...], Call
     return name, dims, _SITES[site](backward, *dims)
 
 
-def _site_of(op_name: str) -> tuple[str, bool]:
-    """(site, is_backward) for an element-wise op of the op graph."""
-    exact = {
-        "ln1": "layer_norm",
-        "ln2": "layer_norm",
-        "attn.softmax": "softmax",
-        "attn.dropout": "attention_dropout",
-        "attn.context_copy": "context_layout",
-        "mlp.bias_gelu": "gelu",
-        "attn.bias_dropout_add": "bias_dropout_add",
-        "mlp.bias_dropout_add": "bias_dropout_add",
-    }
-    backward = op_name.endswith(".bwd")
-    stem = op_name.removesuffix(".bwd")
-    if stem in exact:
-        return exact[stem], backward
-    if stem.endswith(".bias_dropout_add"):
-        return "bias_dropout_add", backward
-    if stem.endswith(".residual_grad_add"):
-        return "residual_add", False
-    raise KeyError(f"no benchmark for element-wise op {op_name!r}: add one to profiler/bench/sites.py")
+SITES = {
+    Module.LAYERNORM: "layer_norm",
+    Module.SOFTMAX: "softmax",
+    Module.ATTENTION_DROPOUT: "attention_dropout",
+    Module.CONTEXT_COPY: "context_layout",
+    Module.BIAS_GELU: "gelu",
+    Module.BIAS_DROPOUT_ADD: "bias_dropout_add",
+    Module.RESIDUAL_GRAD_ADD: "residual_add",
+}
+"""The eager site that runs each module's element-wise op (the paper's layer's modules)."""
+
+
+def _site_of(op: Op) -> tuple[str, bool]:
+    """(site, is_backward) for an element-wise op of the op graph; the residual add is the
+    same kernel either way (timed as its forward)."""
+    if op.module not in SITES:
+        raise KeyError(f"no benchmark for element-wise op {op.name!r}: add one to profiler/bench/sites.py")
+    backward = op.pass_ is Pass.INPUT_GRAD and op.module is not Module.RESIDUAL_GRAD_ADD
+    return SITES[op.module], backward
 
 
 def _timed_backward(

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from simcluster.config.choices import AttentionBackend, Dtype, PositionEmbedding
+from simcluster.config.layer_rules import ContextParallelRule, context_parallel_problems
 from simcluster.workload.layer_config import LayerConfig
 
 TORCH_DTYPES: dict[Dtype, torch.dtype] = {
@@ -62,14 +63,15 @@ class LayerSpec(LayerConfig):
         """Megatron-core's rules for --context-parallel-size (docs/scenario.md)."""
         if self.cp < 1:
             raise ValueError(f"LayerSpec.cp must be >= 1, got {self.cp}")
-        if self.cp == 1:
-            return
-        if self.attention_backend is not AttentionBackend.FLASH:
+        # over the whole sequence; LayerConfig has checked SP's split of this rank's s/cp
+        broken = context_parallel_problems(
+            self.cp, self.full_seq_length, self.tp, False, self.attention_backend)
+        if ContextParallelRule.FLASH_BACKEND in broken:
             raise ValueError(
                 f"LayerSpec.cp={self.cp} needs attention_backend=flash, got "
                 f"{self.attention_backend.value}: context parallelism runs the attention core as "
                 "TE's flash-attention K/V ring (AttnFuncWithCPAndKVP2P)")
-        if self.seq_length % 2:
+        if ContextParallelRule.SEQUENCE_CHUNKS in broken:
             raise ValueError(
                 f"LayerSpec.seq_length={self.seq_length} (tokens per cp rank, s/cp) must be even "
                 f"with cp={self.cp}: the sequence is split into 2·cp chunks, two per rank")
