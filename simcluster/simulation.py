@@ -15,12 +15,12 @@ from simcluster.config.scenario import Scenario, require_hardware_fits
 from simcluster.costs.breakdown import Split, step_split
 from simcluster.costs.host import host_wait_s
 from simcluster.costs.stage_pricing import (
-    LinkKind,
     PricedChunk,
     PricedTransfer,
     StagePricing,
     pricing_layout,
 )
+from simcluster.engine.links import Link, LinkKind
 from simcluster.engine.plan import ParamGather, PipelinePlan, StagePlan, TaskWork, TimeCategory, Transfer
 from simcluster.engine.simulator import EngineResult, simulate
 from simcluster.memory_plan import stage_memory_row
@@ -79,9 +79,14 @@ def _task_works(
     return tuple(forward), tuple(backward)
 
 
+def _link(crosses_nodes: bool, stage: int, channel: str | None = None) -> Link:
+    """The stage's own link: NVLink inside an NVLink domain, the NICs beyond it."""
+    return Link.of_stage(LinkKind.NIC if crosses_nodes else LinkKind.NVLINK, stage, channel)
+
+
 def _transfer(priced: PricedTransfer | None, stage: int) -> Transfer | None:
-    """The engine's route for a priced message: a FIFO link named by kind and stage."""
-    return None if priced is None else Transfer(f"{priced.link.value}:{stage}", priced.seconds)
+    """The engine's route for a priced message: the stage's link of its kind."""
+    return None if priced is None else Transfer(_link(priced.crosses_nodes, stage), priced.seconds)
 
 
 def build_plan(
@@ -123,9 +128,7 @@ def priced_stages(
                 param_gather=(
                     None
                     if gather is None
-                    else ParamGather(
-                        link=f"{LinkKind.DP.value}:{r}", buckets=gather.buckets, overlapped=gather.overlapped
-                    )
+                    else ParamGather(_link(gather.crosses_nodes, r, "dp"), gather.buckets, gather.overlapped)
                 ),
             )
         )

@@ -14,12 +14,12 @@
 Its caches are keyed by value (frozen dataclasses: a layer kind or the extra's ops, the
 `PricingLayout`, message bytes and group placements): two layouts that share a layer kind
 or a message share its price, whatever objects carry them. A `PricedStage` holds seconds
-and link kinds only; the caller (`simulation`) turns it into the engine's plan.
+and whether each message leaves its NVLink domain; the caller (`simulation`) turns it into
+the engine's plan and its typed links.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -49,15 +49,6 @@ from simcluster.costs.stage_transfers import (
 from simcluster.workload.layer import LayerOps
 from simcluster.workload.model import ChunkWork, LayerKind, LayerSegment, StageWork, Workload
 from simcluster.workload.ops import CollectiveKind
-
-
-class LinkKind(str, enum.Enum):
-    """Where a stage's message travels: NVLink inside its NVLink domain, the NIC beyond it,
-    or the data-parallel communicator's own stream (the overlapped parameter all-gather)."""
-
-    NVLINK = "nvlink"
-    NIC = "nic"
-    DP = "dp"
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,19 +100,22 @@ def _busy_s(gpu_s: float, host_s: float) -> float:
 
 @dataclass(frozen=True, slots=True)
 class PricedTransfer:
-    """A message or collective of `seconds` on the stage's link of kind `link`."""
+    """A message or collective of `seconds`, over the NICs where it `crosses_nodes` (leaves
+    its NVLink domain), else over NVLink."""
 
-    link: LinkKind
+    crosses_nodes: bool
     seconds: float
 
 
 @dataclass(frozen=True, slots=True)
 class PricedGather:
     """The distributed optimizer's parameter all-gather: per chunk, each bucket's seconds;
-    `overlapped` with the next iteration's forwards (--overlap-param-gather) or not."""
+    `overlapped` with the next iteration's forwards (--overlap-param-gather) or not; over
+    the NICs where its DP × CP group `crosses_nodes`."""
 
     buckets: tuple[tuple[float, ...], ...]
     overlapped: bool
+    crosses_nodes: bool
 
     @property
     def total_s(self) -> float:
@@ -261,7 +255,7 @@ class StagePricing:
                 gather_buckets = self._bucket_seconds(
                     CollectiveKind.ALL_GATHER, stage.param_gather_bytes / chunks, counts, dp_group
                 )
-                gather = PricedGather(gather_buckets, tr.overlap_param_gather)
+                gather = PricedGather(gather_buckets, tr.overlap_param_gather, dp_group.crosses_nodes)
         return PricedStage(
             stage=r,
             chunks=tuple(self.chunk(chunk, layout) for chunk in stage.chunks),
@@ -284,13 +278,12 @@ class StagePricing:
         gather = par.tp > 1 and not par.sequence_parallel
         key = ("p2p", same, workload.p2p_bytes, layout.tp, gather)
         seconds = self._cached(key, lambda: p2p_seconds(self.hw, same, workload.p2p_bytes, layout.tp, gather))
-        return PricedTransfer(LinkKind.NVLINK if same else LinkKind.NIC, seconds)
+        return PricedTransfer(not same, seconds)
 
     def _grad_reduce(self, group: GroupPlacement, gradient_bytes: float, distributed: bool) -> PricedTransfer:
         key = ("reduce", group, gradient_bytes, distributed)
         seconds = self._cached(key, lambda: grad_reduce_seconds(self.hw, group, gradient_bytes, distributed))
-        link = LinkKind.NIC if group.crosses_nodes else LinkKind.NVLINK
-        return PricedTransfer(link, seconds)
+        return PricedTransfer(group.crosses_nodes, seconds)
 
     def _bucket_seconds(
         self, kind: CollectiveKind, chunk_bytes: float, counts: tuple[int, ...], group: GroupPlacement
@@ -309,4 +302,4 @@ class StagePricing:
         seconds = self._cached(
             ("tied", same, grad_bytes), lambda: tied_reduce_seconds(self.hw, same, grad_bytes)
         )
-        return PricedTransfer(LinkKind.NVLINK if same else LinkKind.NIC, seconds)
+        return PricedTransfer(not same, seconds)

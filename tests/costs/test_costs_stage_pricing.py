@@ -9,7 +9,7 @@ from simcluster.config.choices import CudaGraphImpl, Dtype
 from simcluster.costs.breakdown import TimeKind
 from simcluster.costs.host import chunk_kernels
 from simcluster.costs.placement import dp_cp_group, tp_group
-from simcluster.costs.stage_pricing import LinkKind, StagePricing, pricing_layout
+from simcluster.costs.stage_pricing import StagePricing, pricing_layout
 from simcluster.costs.stage_transfers import (
     bucket_seconds,
     dp_bucket_counts,
@@ -86,14 +86,14 @@ def test_a_chunk_of_two_layer_kinds_is_the_sum_of_its_segments():
 
 def test_stage_messages_are_the_transfer_functions_prices():
     """Sends, the DP reduction, its buckets and the parameter gather: the values of
-    `costs.stage_transfers` for the stage's bytes and groups, on the links they take."""
+    `costs.stage_transfers` for the stage's bytes and groups, inside or across nodes."""
     scenario = _scenario()
     workload = build_workload(scenario)
     stage = workload.stages[0]
     priced = StagePricing(H100).stage(scenario, workload, stage)
     tp, group = tp_group(scenario, H100), dp_cp_group(scenario, H100)
     # tp 2 · dp 2 = 4 ranks per stage: stages 0 and 1 share an 8-GPU node
-    assert priced.send_forward is not None and priced.send_forward.link is LinkKind.NVLINK
+    assert priced.send_forward is not None and not priced.send_forward.crosses_nodes
     assert priced.send_forward.seconds == p2p_seconds(H100, True, workload.p2p_bytes, tp, gather=False)
     assert priced.grad_reduce is not None
     assert priced.grad_reduce.seconds == grad_reduce_seconds(H100, group, stage.dp_gradient_bytes, True)
@@ -110,4 +110,4 @@ def test_pipeline_sends_leave_the_node_on_the_nic():
     scenario = _scenario(dp=4)
     workload = build_workload(scenario)
     priced = StagePricing(H100).stage(scenario, workload, workload.stages[0])
-    assert priced.send_forward is not None and priced.send_forward.link is LinkKind.NIC
+    assert priced.send_forward is not None and priced.send_forward.crosses_nodes

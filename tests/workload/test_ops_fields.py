@@ -216,7 +216,7 @@ def test_every_op_of_every_shipped_scenario_has_fields_that_agree_with_its_name(
     problems = []
     for stage in workload.stages:
         for chunk in stage.chunks:
-            for ops in (*(seg.layer for seg in chunk.segments), chunk.embedding, chunk.output):
+            for ops in (*(segment.layer for segment in chunk.segments), chunk.embedding, chunk.output):
                 if ops is not None:
                     problems += [p for part in _all_ops(ops, tp) for p in _check(part)]
     assert not problems, problems[:10]
