@@ -177,6 +177,10 @@ class CheckSummary:
     num_host_bound: int = 0
     gpu_bound_median_abs_error: float | None = None  # None: every run host-bound
     gpu_bound_max_abs_error: float | None = None
+    # the host-bound runs priced with the host's issue time (`LayerCheck.with_host_s`):
+    # median |with_host_s / measured − 1|; None where no run is host-bound
+    host_bound_with_host_median_abs_error: float | None = None
+    host_bound_device_median_abs_error: float | None = None
 
     def meets_target(self) -> bool:
         """Issue 4's target: every run within 10 %, median within 5 %."""
@@ -205,6 +209,7 @@ def run_label(timing: LayerTiming) -> str:
 def summarize(checks: list[LayerCheck]) -> CheckSummary:
     errors = [abs(c.error) for c in checks]
     gpu_bound = [abs(c.error) for c in checks if not c.host_bound]
+    host_bound = [c for c in checks if c.host_bound]
     by_shape: dict[str, list[float]] = {}
     for c in checks:
         by_shape.setdefault(run_label(c.timing), []).append(abs(c.error))
@@ -218,6 +223,14 @@ def summarize(checks: list[LayerCheck]) -> CheckSummary:
         num_host_bound=sum(c.host_bound for c in checks),
         gpu_bound_median_abs_error=statistics.median(gpu_bound) if gpu_bound else None,
         gpu_bound_max_abs_error=max(gpu_bound) if gpu_bound else None,
+        host_bound_with_host_median_abs_error=(
+            statistics.median(abs(c.with_host_s / c.timing.total_s - 1) for c in host_bound)
+            if host_bound
+            else None
+        ),
+        host_bound_device_median_abs_error=(
+            statistics.median(abs(c.error) for c in host_bound) if host_bound else None
+        ),
     )
 
 

@@ -134,8 +134,16 @@ def format_summary(summary: CheckSummary, kinds: list[KindSummary] | None = None
         lines.append(
             f"  {summary.num_host_bound} run(s) marked 'host': the host's eager issue time "
             "(calibration.layer_overhead_us per op, the GPU waiting where the host falls behind) "
-            "adds at least 5% to the predicted device time; the model has no host term"
+            "adds at least 5% to the predicted device time"
         )
+        with_host = summary.host_bound_with_host_median_abs_error
+        alone = summary.host_bound_device_median_abs_error
+        if with_host is not None and alone is not None:
+            lines.append(
+                f"  those runs priced with the host's issue time (one op after another, the GPU "
+                f"waiting where the host is behind): median |error| {100 * with_host:.1f}% "
+                f"(device alone {100 * alone:.1f}%)"
+            )
         if summary.gpu_bound_median_abs_error is not None and summary.gpu_bound_max_abs_error is not None:
             lines.append(
                 f"  the {summary.num_runs - summary.num_host_bound} GPU-bound runs: median |error| "
