@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from simcluster.cli import app
 from simcluster.config.profiles import ENV_VAR
 from simcluster.output_files import OutputPathError, check_output_file
+from tests.cli.no_work import no_work
 from tests.paths import ROOT
 
 runner = CliRunner()
@@ -52,15 +53,6 @@ def existing(tmp_path: Path) -> Path:
     return path
 
 
-def _no_work(monkeypatch: pytest.MonkeyPatch, target: str) -> None:
-    """The command's expensive step fails loudly: the output check must come first."""
-
-    def forbidden(*args: object, **kwargs: object) -> None:
-        raise AssertionError(f"{target} ran before the output was checked")
-
-    monkeypatch.setattr(target, forbidden)
-
-
 def _refused_existing(result, path: Path, option: str) -> None:
     assert result.exit_code == 2, result.output
     assert f"{path}: {option}: exists; refusing to overwrite it" in result.output
@@ -90,7 +82,7 @@ def test_the_rule_in_one_place(tmp_path: Path, existing: Path) -> None:
 
 
 def test_run_trace_over_a_file_needs_force(scenario: Path, existing: Path, monkeypatch) -> None:
-    _no_work(monkeypatch, "simcluster.simulation.run_simulation")
+    no_work(monkeypatch, "simcluster.simulation.run_simulation")
     _refused_existing(
         runner.invoke(app, ["run", str(scenario), "--trace", str(existing)]), existing, "--trace"
     )
@@ -126,7 +118,7 @@ def test_import_megatron_out(tmp_path: Path, existing: Path) -> None:
 
 
 def test_calibrate_out_is_checked_before_measuring(existing: Path, monkeypatch) -> None:
-    _no_work(monkeypatch, "simcluster.cli.calibrate.require_device")
+    no_work(monkeypatch, "simcluster.cli.calibrate.require_device")
     result = runner.invoke(app, ["calibrate", "--device", "cpu", "--quick", "--out", str(existing)])
     _refused_existing(result, existing, "--out")
     assert existing.read_text() == KEEP
@@ -134,7 +126,7 @@ def test_calibrate_out_is_checked_before_measuring(existing: Path, monkeypatch) 
 
 def test_calibrate_never_writes_over_its_base_profile(tmp_path: Path, monkeypatch) -> None:
     """--base P --out P --force: P is an input (its network section is kept)."""
-    _no_work(monkeypatch, "simcluster.cli.calibrate.require_device")
+    no_work(monkeypatch, "simcluster.cli.calibrate.require_device")
     profile = tmp_path / "mine.yaml"
     shutil.copy(ROOT / "hwprofiles/a100-sxm4-80gb.yaml", profile)
     before = profile.read_text()
@@ -154,7 +146,7 @@ def test_calibrate_never_writes_over_its_base_profile(tmp_path: Path, monkeypatc
 
 
 def test_calibrate_two_outputs_are_two_files(tmp_path: Path, monkeypatch) -> None:
-    _no_work(monkeypatch, "simcluster.cli.calibrate.require_device")
+    no_work(monkeypatch, "simcluster.cli.calibrate.require_device")
     out = tmp_path / "p.yaml"
     args = ["calibrate", "--device", "cpu", "--quick", "--out", str(out), "--save-measurements", str(out)]
     _refused_input(runner.invoke(app, args), out, "--save-measurements")
@@ -163,7 +155,7 @@ def test_calibrate_two_outputs_are_two_files(tmp_path: Path, monkeypatch) -> Non
 def test_check_profile_reports_are_not_replaced_without_force(tmp_path: Path, monkeypatch) -> None:
     """check-profile writes <profile>-<device>.csv and .md into --out-dir: an earlier
     report there is refused before measuring."""
-    _no_work(monkeypatch, "simcluster.cli.check_profile.require_device")
+    no_work(monkeypatch, "simcluster.cli.check_profile.require_device")
     report = tmp_path / "a100-sxm4-80gb-cpu.md"
     report.write_text(KEEP)
     args = ["check-profile", "a100-sxm4-80gb", "--device", "cpu", "--quick", "--out-dir", str(tmp_path)]
@@ -172,7 +164,7 @@ def test_check_profile_reports_are_not_replaced_without_force(tmp_path: Path, mo
 
 
 def test_check_profile_never_saves_over_the_profile(tmp_path: Path, monkeypatch) -> None:
-    _no_work(monkeypatch, "simcluster.cli.check_profile.require_device")
+    no_work(monkeypatch, "simcluster.cli.check_profile.require_device")
     profile = tmp_path / "mine.yaml"
     shutil.copy(ROOT / "hwprofiles/a100-sxm4-80gb.yaml", profile)
     args = ["check-profile", str(profile), "--device", "cpu", "--quick", "--out-dir", str(tmp_path / "r"),
@@ -193,7 +185,7 @@ def test_plot_out_over_a_figure_needs_force(tmp_path: Path, monkeypatch) -> None
 def test_plot_never_draws_over_its_input(tmp_path: Path, scenario: Path, monkeypatch) -> None:
     """A sweep table or a scenario named as the figure: refused even with --force (the
     figure format is checked first, so the inputs carry a figure suffix here)."""
-    _no_work(monkeypatch, "simcluster.simulation.run_simulation")
+    no_work(monkeypatch, "simcluster.simulation.run_simulation")
     table = tmp_path / "table.svg"
     table.write_text(KEEP)
     for command in (["sweep-heatmap", str(table)], ["pareto", str(table)]):

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from simcluster.cli import app
 from simcluster.engine.trace import write_trace
 from simcluster.output_files import OutputPathError, check_output_file, check_output_folder, write_atomically
+from tests.cli.no_work import no_work
 
 runner = CliRunner()
 MINIMAL = "--num-layers 8 --hidden-size 256 --num-attention-heads 8 --seq-length 128 --micro-batch-size 2"
@@ -37,15 +38,6 @@ def a_file(tmp_path: Path) -> Path:
     path = tmp_path / "notes.txt"
     path.write_text("keep me\n")
     return path
-
-
-def _no_work(monkeypatch: pytest.MonkeyPatch, module: str, name: str) -> None:
-    """Make the command's expensive step fail loudly: the target check must come first."""
-
-    def forbidden(*args: object, **kwargs: object) -> None:
-        raise AssertionError(f"{name} ran before the output was checked")
-
-    monkeypatch.setattr(f"{module}.{name}", forbidden)
 
 
 def test_check_output_file_accepts_new_nested_paths_and_creates_nothing(tmp_path):
@@ -122,7 +114,7 @@ def test_trace_onto_a_folder_leaves_no_temporary_file(tmp_path, scenario):
 
 
 def test_run_trace_to_a_folder_exits_2_before_simulating(tmp_path, scenario, monkeypatch):
-    _no_work(monkeypatch, "simcluster.simulation", "run_simulation")
+    no_work(monkeypatch, "simcluster.simulation.run_simulation")
     result = runner.invoke(app, ["run", str(scenario), "--trace", str(tmp_path)])
     assert result.exit_code == 2, result.output
     assert f"error: {tmp_path}: --trace: is a folder" in result.output
@@ -172,8 +164,8 @@ def test_import_megatron_unbalanced_quote_is_one_clear_error(quote):
 @pytest.mark.parametrize("command", [["memory-ladder"], ["timeline", "SCENARIO"]])
 def test_plot_out_folder_exits_2_before_drawing(tmp_path, monkeypatch, scenario, command):
     """A folder named like a figure: exit 2 before simulating or drawing anything."""
-    _no_work(monkeypatch, "simcluster.simulation", "run_simulation")
-    _no_work(monkeypatch, "simcluster.report.plots", "memory_ladder_frame")
+    no_work(monkeypatch, "simcluster.simulation.run_simulation")
+    no_work(monkeypatch, "simcluster.report.plots.memory_ladder_frame")
     folder = tmp_path / "fig.png"
     folder.mkdir()
     command = [str(scenario) if word == "SCENARIO" else word for word in command]
@@ -194,7 +186,7 @@ def test_plot_writes_the_figure_without_stray_files(tmp_path):
 @pytest.mark.parametrize("option", ["--out", "--save-measurements"])
 def test_calibrate_checks_its_outputs_before_measuring(a_file, monkeypatch, option):
     """An output under a file: exit 2 naming it, before the device is even looked at."""
-    _no_work(monkeypatch, "simcluster.cli.calibrate", "require_device")
+    no_work(monkeypatch, "simcluster.cli.calibrate.require_device")
     target = a_file / "x.yaml"
     result = runner.invoke(app, ["calibrate", "--device", "cpu", "--quick", option, str(target)])
     assert result.exit_code == 2, result.output
@@ -202,7 +194,7 @@ def test_calibrate_checks_its_outputs_before_measuring(a_file, monkeypatch, opti
 
 
 def test_check_profile_checks_out_dir_before_measuring(a_file, monkeypatch):
-    _no_work(monkeypatch, "simcluster.cli.check_profile", "require_device")
+    no_work(monkeypatch, "simcluster.cli.check_profile.require_device")
     result = runner.invoke(
         app, ["check-profile", "a100-sxm4-80gb", "--device", "cpu", "--quick", "--out-dir", str(a_file)]
     )
