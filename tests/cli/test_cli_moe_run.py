@@ -41,3 +41,17 @@ def test_run_json_on_moe_scenarios(path):
     )
     # every stage fits an 80 GB H100, and holds its experts' weights
     assert all(stage["fits"] for stage in payload["stages"]) if "fits" in payload["stages"][0] else True
+
+
+def test_tools_that_would_drop_the_experts_refuse_instead():
+    """export-megatron has no MoE flags yet and memory --measure's torch layer no MoE block:
+    each refuses with one clear error rather than describing a dense model."""
+    path = str(SCENARIOS[0])
+    exported = CliRunner().invoke(app, ["export-megatron", path])
+    assert (
+        exported.exit_code == 2 and "model.moe: export of the MoE flags is not written yet" in exported.output
+    )
+    measured = CliRunner().invoke(app, ["memory", path, "--measure"])
+    assert measured.exit_code == 2 and "no MoE block" in measured.output
+    predicted = CliRunner().invoke(app, ["memory", path])
+    assert predicted.exit_code == 0, predicted.output
