@@ -16,12 +16,24 @@ from simcluster.costs.breakdown import Split, step_split
 from simcluster.costs.host import host_wait_s
 from simcluster.costs.stage_pricing import (
     PricedChunk,
+    PricedStage,
     PricedTransfer,
     StagePricing,
     pricing_layout,
 )
 from simcluster.engine.links import Link, LinkKind
-from simcluster.engine.plan import ParamGather, PipelinePlan, StagePlan, TaskWork, TimeCategory, Transfer
+from simcluster.engine.plan import (
+    Collective,
+    Issue,
+    Occurrence,
+    ParamGather,
+    PipelinePlan,
+    StagePlan,
+    TaskRef,
+    TaskWork,
+    TimeCategory,
+    Transfer,
+)
 from simcluster.engine.simulator import EngineResult, simulate
 from simcluster.memory_plan import stage_memory_row
 from simcluster.results import LayerTimes, SimulationResult, StageMemory
@@ -31,10 +43,12 @@ from simcluster.schedule import (
     interleaved_comm_points,
     warmup_microbatches,
 )
-from simcluster.schedule.tasks import Task
+from simcluster.schedule.tasks import Phase, Task
 from simcluster.steady_state import simulate_steady_state
 from simcluster.workload import flops
 from simcluster.workload.model import StageWork, Workload, build_workload, transient_bytes
+from simcluster.workload.moe_config import MoEConfig
+from simcluster.workload.moe_mfu import moe_model_flops
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,9 +144,54 @@ def priced_stages(
                     if gather is None
                     else ParamGather(_link(gather.crosses_nodes, r, "dp"), gather.buckets, gather.overlapped)
                 ),
+                collectives=_expert_collectives(
+                    priced, r, len(priced.chunks), scenario.training.overlap_grad_reduce
+                ),
             )
         )
     return tuple(stages)
+
+
+def _expert_collectives(
+    priced: PricedStage, stage: int, chunks: int, overlap: bool
+) -> tuple[Collective, ...]:
+    """A MoE stage's expert-data-parallel traffic as ordinary collectives on the stage's
+    "edp" channel, issued as the dense ones are (`engine.plan.data_parallel_collectives`):
+    the gradient reduction per chunk after its last backward with --overlap-grad-reduce
+    (one piece each, no buckets), else after the stage's last task; the parameter
+    all-gather gating each chunk's first forward with --overlap-param-gather, else after
+    the optimizer step."""
+    out: list[Collective] = []
+    gather = priced.expert_param_gather
+    if gather is not None:
+        link = _link(gather.crosses_nodes, stage, "edp")
+        if gather.overlapped:
+            out += [
+                Collective(f"expert param gather chunk {c}", link, pieces, TimeCategory.DP_COMM, Issue.START,
+                           TaskRef(Phase.FORWARD, c, Occurrence.FIRST), span="expert param gather wait")
+                for c, pieces in enumerate(gather.buckets)
+            ]  # fmt: skip
+        else:
+            out.append(
+                Collective(
+                    "expert param all-gather", link, (gather.total_s,), TimeCategory.DP_COMM, Issue.STEP
+                )
+            )
+    reduce = priced.expert_grad_reduce
+    if reduce is not None:
+        link = _link(reduce.crosses_nodes, stage, "edp")
+        if overlap:
+            share = (reduce.seconds / chunks,)
+            out += [
+                Collective(f"expert dp grads chunk {c}", link, share, TimeCategory.DP_COMM, Issue.AFTER,
+                           TaskRef(Phase.BACKWARD, c, Occurrence.LAST))
+                for c in range(chunks)
+            ]  # fmt: skip
+        else:
+            out.append(
+                Collective("expert dp grads", link, (reduce.seconds,), TimeCategory.DP_COMM, Issue.TASKS_DONE)
+            )
+    return tuple(out)
 
 
 def schedule_plan(
@@ -254,6 +313,11 @@ def run_simulation(
     model_flops = flops.model_flops(B, s, L, v, widths)
     hardware_flops = flops.hardware_flops(B, s, L, v, widths, tr.recompute)
     paper_hardware_flops = flops.paper_hardware_flops(B, s, L, v, widths, tr.recompute)
+    if m.moe is not None:  # Megatron's active-parameter count (workload.moe_mfu)
+        model_flops, hardware_flops = moe_model_flops(
+            B, s, L, v, widths, MoEConfig(**m.moe.model_dump()), tr.recompute
+        )
+        paper_hardware_flops = hardware_flops
     peak = hw.peak_flop_per_s(tr.dtype)
     t = engine.iteration_time_s
     step, layer = time_by_kind(scenario, hw, workload, engine, pricing)

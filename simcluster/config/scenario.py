@@ -39,6 +39,8 @@ from simcluster.config.layer_rules import (
     query_groups_or_default,
 )
 from simcluster.config.layer_shape import Indivisible, ffn_hidden_size_or_default, indivisible_sizes
+from simcluster.config.moe_choices import RouterScore, TokenDispatcher
+from simcluster.config.moe_config import ExpertLayout, MoEConfig, check_moe_parallel
 from simcluster.config.pipeline_split import PipelineSplit, SplitRequest, pipeline_split, split_problems
 from simcluster.config.strict import StrictModel
 
@@ -47,6 +49,30 @@ MAX_SIMULATED_TASKS = 1_000_000
 chunk on every stage) one simulation may build. Each task costs the engine about 0.6 kB
 and 7-50 µs, so this bounds a run near 1 GB and a minute on a shared 2-core machine; the
 largest paper scenario (1T: 64 stages × 512 microbatches) has 65,536."""
+
+
+class MoESpec(StrictModel):
+    """`model.moe`: the routed-expert MLP of a mixture-of-experts model (Megatron-core's MoE
+    flags; `workload.moe_config.MoEConfig` holds the same fields and their rules)."""
+
+    num_experts: int = Field(gt=0, description="Megatron --num-experts")
+    router_topk: int = Field(gt=0, description="Megatron --moe-router-topk")
+    ffn_hidden_size: int = Field(gt=0, description="per expert, Megatron --moe-ffn-hidden-size")
+    shared_expert_ffn_hidden_size: int = Field(
+        default=0,
+        ge=0,
+        description="all shared experts together, --moe-shared-expert-intermediate-size; 0 = none",
+    )
+    first_k_dense_layers: int = Field(
+        default=0, ge=0, description="the first k layers keep the dense MLP (--moe-layer-freq)"
+    )
+    capacity_factor: float | None = Field(
+        default=None, gt=0, description="--moe-expert-capacity-factor; null = dropless"
+    )
+    load_imbalance: float = Field(
+        default=1.0, ge=1.0, description="the busiest expert rank's routed tokens over the mean"
+    )
+    router_score: RouterScore = RouterScore.SOFTMAX
 
 
 class ModelSpec(StrictModel):
@@ -80,6 +106,7 @@ class ModelSpec(StrictModel):
         lt=1,
         description="Megatron --attention-dropout (default 0.1); 0 keeps no s² mask in the unfused core",
     )
+    moe: MoESpec | None = Field(default=None, description="mixture of experts; absent = dense (docs/moe.md)")
 
     @property
     def query_groups(self) -> int:
@@ -111,6 +138,14 @@ class ParallelSpec(StrictModel):
     )
     last_pipeline_num_layers: int | None = Field(
         default=None, gt=0, description="Megatron-core --decoder-last-pipeline-num-layers"
+    )
+    ep: int = Field(
+        default=1, gt=0, description="expert parallelism (--expert-model-parallel-size), folded into tp·cp·dp"
+    )
+    etp: int | None = Field(
+        default=None,
+        gt=0,
+        description="expert tensor parallelism (--expert-tensor-parallel-size); default tp",
     )
 
 
@@ -171,6 +206,14 @@ class TrainingSpec(StrictModel):
         "layers captured per microbatch) | full_iteration (the whole forward-backward pass): removes "
         "the host issue time of what is captured (only where the profile prices it: "
         "compute.host_issue_us_per_op)",
+    )
+    moe_token_dispatcher: TokenDispatcher = Field(
+        default=TokenDispatcher.ALLTOALL,
+        description="Megatron --moe-token-dispatcher-type: alltoall (default) | allgather | flex "
+        "(only alltoall is modelled yet)",
+    )
+    moe_grouped_gemm: bool = Field(
+        default=True, description="Megatron --moe-grouped-gemm: the experts as TE grouped GEMMs"
     )
 
 
@@ -316,6 +359,49 @@ def cross_field_problems(scenario: Scenario, refuse_unpriced: bool = True) -> li
         problems.append("parallel.sequence_parallel: value True: needs tp > 1")
     problems += [_shape_problem(bad) for bad in shape if bad.field == "seq_length"]
     problems += modern_layout_problems(scenario, refuse_unpriced)
+    problems += moe_problems(scenario)
+    return problems
+
+
+def moe_problems(scenario: Scenario) -> list[str]:
+    """Megatron-core's MoE rules (`workload.moe_config`: top-k <= experts, experts divisible
+    by ep, ep·etp dividing tp·cp·dp, SP with tp > 1, load_imbalance <= ep), phrased on the
+    YAML fields, and the MoE options this version does not price yet (docs/moe.md,
+    "Status")."""
+    m, par, tr = scenario.model, scenario.parallel, scenario.training
+    if m.moe is None:
+        return [
+            f"{key}: value {value}: needs model.moe (expert parallelism of a dense model)"
+            for key, value, default in (("parallel.ep", par.ep, 1), ("parallel.etp", par.etp, None))
+            if value != default
+        ]
+    problems: list[str] = []
+    try:
+        moe = MoEConfig(**m.moe.model_dump())
+        layout = ExpertLayout(tp=par.tp, cp=par.cp, dp=par.dp, ep=par.ep, etp=par.etp)
+        check_moe_parallel(moe, layout, par.sequence_parallel)
+    except ValueError as error:
+        problems.append(str(error).replace("MoEConfig.", "model.moe.").replace("ExpertLayout.", "parallel."))
+    if m.moe.first_k_dense_layers >= m.num_layers:
+        problems.append(
+            f"model.moe.first_k_dense_layers: value {m.moe.first_k_dense_layers}: must be below "
+            f"num_layers ({m.num_layers}); a model without MoE layers leaves model.moe out"
+        )
+    unpriced = {
+        "training.moe_token_dispatcher": (
+            tr.moe_token_dispatcher is not TokenDispatcher.ALLTOALL,
+            tr.moe_token_dispatcher.value,
+            "only alltoall",
+        ),
+        "training.dtype": (tr.dtype.quantized, tr.dtype.value, "bf16, fp16 or fp32 with model.moe"),
+        "model.activation": (not m.activation.gated, m.activation.value, "swiglu with model.moe"),
+        "training.tp_comm_overlap": (scenario.tp_comm_overlap_active, True, "false with model.moe"),
+    }
+    problems += [
+        f"{key}: value {value}: {NOT_MODELLED_YET_MESSAGE} for a MoE model; allowed: {allowed}"
+        for key, (is_set, value, allowed) in unpriced.items()
+        if is_set
+    ]
     return problems
 
 

@@ -44,10 +44,11 @@ from simcluster.costs.compute import (
 )
 from simcluster.costs.context_parallel import ring_attention_cost_s
 from simcluster.costs.network import GroupPlacement, collective_time_s
+from simcluster.costs.placement import ExpertGroups
 from simcluster.units import us_to_s
 from simcluster.workload.fp8 import fp8_copies, gathered_input, is_te_linear_gemm, quantized_bytes_per_element
 from simcluster.workload.layer import LayerOps
-from simcluster.workload.ops import CollectiveKind, Op, OpKind, Pass
+from simcluster.workload.ops import CollectiveKind, CommGroup, Op, OpKind, Pass
 
 BF16_READ_BYTES = 2
 RING_EXCHANGE_SPLITS_PER_RANK = 1  # ring_exchange: num_splits = tp_size
@@ -94,9 +95,22 @@ class ChunkCost:
         return self.backward.total_s + self.recompute.total_s
 
 
+def op_group(op: Op, tp: GroupPlacement, experts: ExpertGroups | None = None) -> GroupPlacement:
+    """The placement of the communicator `op` runs over: the TP group, or one of the MoE
+    layer's expert groups (`Op.group`)."""
+    if op.group is CommGroup.TP:
+        return tp
+    if experts is None:
+        raise ValueError(
+            f"op {op.name!r} runs over the {op.group.value} group, but the layout has no experts"
+        )
+    return {CommGroup.EP: experts.ep, CommGroup.ETP: experts.etp, CommGroup.ETP_EP: experts.etp_ep}[op.group]
+
+
 def op_time_s(
-    op: Op, hw: HardwareProfile, tp: GroupPlacement, dtype: Dtype, recipe: Fp8Recipe = Fp8Recipe.DELAYED
-) -> float:
+    op: Op, hw: HardwareProfile, tp: GroupPlacement, dtype: Dtype, recipe: Fp8Recipe = Fp8Recipe.DELAYED,
+    experts: ExpertGroups | None = None,
+) -> float:  # fmt: skip
     if op.kind is OpKind.GEMM:
         assert op.gemm is not None
         if dtype.quantized and is_te_linear_gemm(op):
@@ -108,7 +122,7 @@ def op_time_s(
         assert op.attention is not None
         return attention_time_s(op.attention, hw)
     assert op.collective is not None
-    return collective_time_s(op.collective, op.message_bytes, tp, hw)
+    return collective_time_s(op.collective, op.message_bytes, op_group(op, tp, experts), hw)
 
 
 def _feeds_te_gemm(ops: tuple[Op, ...], index: int) -> bool:
@@ -154,13 +168,13 @@ def fp8_cast_s(
 
 def _op_seconds(
     ops: tuple[Op, ...], index: int, hw: HardwareProfile, tp: GroupPlacement, dtype: Dtype,
-    recipe: Fp8Recipe = Fp8Recipe.DELAYED,
+    recipe: Fp8Recipe = Fp8Recipe.DELAYED, experts: ExpertGroups | None = None,
 ) -> float:  # fmt: skip
     """`op_time_s` with FP8's changes: an all-gather feeding a TE GEMM moves 1-byte
     elements, and a TE fprop / dgrad GEMM includes its input's cast."""
     op = ops[index]
     if not dtype.quantized:
-        return op_time_s(op, hw, tp, dtype)
+        return op_time_s(op, hw, tp, dtype, experts=experts)
     if op.collective is CollectiveKind.ALL_GATHER and _feeds_te_gemm(ops, index):
         elements = op.message_bytes / dtype.num_bytes
         return collective_time_s(op.collective, elements * gathered_bytes_per_element(dtype), tp, hw)
@@ -184,6 +198,7 @@ def price_ops(
     cp: GroupPlacement = NO_CONTEXT_PARALLEL,
     tp_comm_overlap: bool = False,
     fp8_recipe: Fp8Recipe = Fp8Recipe.DELAYED,
+    experts: ExpertGroups | None = None,
 ) -> OpsCost:
     """Sum op times in order. An op marked `overlaps_next` runs beside the next op: a share
     `tp_overlap_fraction` of the shorter of the two is hidden (1 = the pair costs the
@@ -192,7 +207,8 @@ def price_ops(
     does not hide to comm, over the ring's placement `cp` (`costs.context_parallel`).
     With `tp_comm_overlap` the TE linears' collectives are priced as TE userbuffers
     pipeline them (module docstring); the ring is priced the same way there. `fp8_recipe`
-    sets what the FP8 casts write (`fp8_cast_bytes_per_element`)."""
+    sets what the FP8 casts write (`fp8_cast_bytes_per_element`). `experts` places a MoE
+    layer's expert-group collectives (`op_group`)."""
     if tp_comm_overlap:
         return _price_ops_userbuffers(ops, hw, tp, dtype, cp, fp8_recipe)
     overlap = hw.network.tp_overlap_fraction
@@ -207,7 +223,7 @@ def price_ops(
             comm_s += pending_comm_s - overlap * min(pending_comm_s, seconds)
             pending_comm_s = 0.0
             continue
-        seconds = _op_seconds(ops, index, hw, tp, dtype, fp8_recipe)
+        seconds = _op_seconds(ops, index, hw, tp, dtype, fp8_recipe, experts)
         if op.kind is OpKind.COLLECTIVE and op.overlaps_next:
             pending_comm_s += seconds
             continue
@@ -321,13 +337,14 @@ def price_layer_ops(
     dtype: Dtype,
     cp: GroupPlacement = NO_CONTEXT_PARALLEL,
     tp_comm_overlap: bool = False,
+    experts: ExpertGroups | None = None,
 ) -> ChunkCost:
     """One layer's (or the embedding's, or the output layer's) forward, backward and
     recompute, per microbatch."""
     return ChunkCost(
-        forward=price_ops(ops.forward, hw, tp, dtype, cp, tp_comm_overlap, ops.fp8_recipe),
-        backward=price_ops(ops.backward, hw, tp, dtype, cp, tp_comm_overlap, ops.fp8_recipe),
-        recompute=price_ops(ops.recompute, hw, tp, dtype, cp, tp_comm_overlap, ops.fp8_recipe),
+        forward=price_ops(ops.forward, hw, tp, dtype, cp, tp_comm_overlap, ops.fp8_recipe, experts),
+        backward=price_ops(ops.backward, hw, tp, dtype, cp, tp_comm_overlap, ops.fp8_recipe, experts),
+        recompute=price_ops(ops.recompute, hw, tp, dtype, cp, tp_comm_overlap, ops.fp8_recipe, experts),
     )
 
 

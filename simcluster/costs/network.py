@@ -65,12 +65,42 @@ def nvlink_busbw_bytes_per_s(
     return units.gb_per_s_to_bytes_per_s(gb_per_s)
 
 
+def all_to_all_time_s(message_bytes: float, group: GroupPlacement, hw: HardwareProfile) -> float:
+    """One all-to-all (NCCL: n − 1 concurrent sends and receives, `ncclSend`/`ncclRecv` in a
+    group) of a `message_bytes` buffer per rank over `group`: 1/n of it stays on the rank,
+    (k − 1)/n goes to the peers in its NVLink domain (k = `ranks_per_node`) over NVLink, and
+    (n − k)/n to the others through the GPU's share of the node's NICs; the two run at once:
+
+        t = latency + max((k − 1)/n · S / busbw_nvlink(S),  (n − k)/n · S / NIC share)
+
+    with the NVLink rate from the profile's all-gather (else all-reduce) sweep at S, and
+    latency = base + one step of the slowest link crossed (the sends are concurrent, not a
+    ring). Pass the busiest rank's bytes: the slowest rank sets the pace of the layer."""
+    n = group.num_ranks
+    if n <= 1 or message_bytes <= 0:
+        return 0.0
+    net = hw.network
+    k = min(group.ranks_per_node, n)
+    nvlink = nvlink_busbw_bytes_per_s(message_bytes, hw, CollectiveKind.ALL_GATHER)
+    local_s = (k - 1) / n * message_bytes / nvlink
+    if not group.crosses_nodes:
+        floor_s = units.us_to_s(net.collective_base_latency_us + net.nvlink_latency_us)
+        return max(floor_s, local_s)
+    nic_share = hw.nic_bytes_per_s * net.nics_per_node / net.gpus_per_node
+    remote_s = (n - k) / n * message_bytes / nic_share
+    latency_s = units.us_to_s(net.collective_base_latency_us + net.ib_latency_per_step_us)
+    return latency_s + max(local_s, remote_s)
+
+
 def collective_time_s(
     kind: CollectiveKind, message_bytes: float, group: GroupPlacement, hw: HardwareProfile
 ) -> float:
-    """Time of one ring collective over `group` of a `message_bytes` buffer."""
+    """Time of one ring collective over `group` of a `message_bytes` buffer (an all-to-all:
+    `all_to_all_time_s`)."""
     if group.num_ranks <= 1 or message_bytes <= 0:
         return 0.0
+    if kind is CollectiveKind.ALL_TO_ALL:
+        return all_to_all_time_s(message_bytes, group, hw)
     factor = ring_factor(kind, group.num_ranks)
     nvlink = nvlink_busbw_bytes_per_s(message_bytes, hw, kind)
     net = hw.network

@@ -7,6 +7,8 @@ even where they sit on different compute trays."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from simcluster.config.hardware import HardwareProfile
 from simcluster.config.scenario import Scenario
 from simcluster.costs.network import GroupPlacement
@@ -69,3 +71,31 @@ def stages_share_node(scenario: Scenario, hw: HardwareProfile, stage_a: int, sta
     """Whether two stages' first ranks share an NVLink domain (p2p over NVLink)."""
     rank_a, rank_b = global_rank(scenario, stage_a), global_rank(scenario, stage_b)
     return nvlink_domain_of(rank_a, hw) == nvlink_domain_of(rank_b, hw)
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertGroups:
+    """The MoE communicators of one stage under Megatron-core's parallel folding
+    (`workload.moe_groups`: the expert grid etp-ep-edp over the stage's tp·cp·dp ranks):
+    ep ranks `etp` apart, etp consecutive, etp·ep consecutive, and the expert-data-parallel
+    group of edp ranks etp·ep apart (expert gradients, expert optimizer shards)."""
+
+    ep: GroupPlacement
+    etp: GroupPlacement
+    etp_ep: GroupPlacement
+    edp: GroupPlacement
+
+
+def expert_groups(scenario: Scenario, hw: HardwareProfile) -> ExpertGroups | None:
+    """The scenario's expert groups on `hw` (None for a dense model)."""
+    par = scenario.parallel
+    if scenario.model.moe is None:
+        return None
+    etp = par.etp or par.tp
+    edp = par.tp * par.cp * par.dp // (par.ep * etp)
+    return ExpertGroups(
+        ep=strided_group(par.ep, etp, hw),
+        etp=strided_group(etp, 1, hw),
+        etp_ep=strided_group(etp * par.ep, 1, hw),
+        edp=strided_group(edp, etp * par.ep, hw),
+    )

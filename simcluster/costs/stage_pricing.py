@@ -36,8 +36,15 @@ from simcluster.costs.chunk import (
 )
 from simcluster.costs.compute import OPTIMIZER_KIND, elementwise_time_s
 from simcluster.costs.host import chunk_host_s, host_wait_s
-from simcluster.costs.network import GroupPlacement
-from simcluster.costs.placement import cp_group, dp_cp_group, stages_share_node, tp_group
+from simcluster.costs.network import GroupPlacement, collective_time_s
+from simcluster.costs.placement import (
+    ExpertGroups,
+    cp_group,
+    dp_cp_group,
+    expert_groups,
+    stages_share_node,
+    tp_group,
+)
 from simcluster.costs.stage_transfers import (
     amax_group,
     bucket_seconds,
@@ -62,6 +69,7 @@ class PricingLayout:
     tp_comm_overlap: bool
     amax: GroupPlacement | None
     cuda_graph: CudaGraphImpl
+    experts: ExpertGroups | None = None  # a MoE model's expert groups (`costs.placement.expert_groups`)
 
 
 def pricing_layout(scenario: Scenario, hw: HardwareProfile) -> PricingLayout:
@@ -72,6 +80,7 @@ def pricing_layout(scenario: Scenario, hw: HardwareProfile) -> PricingLayout:
         tp_comm_overlap=scenario.tp_comm_overlap_active,
         amax=amax_group(scenario, hw),
         cuda_graph=scenario.training.cuda_graph_impl,
+        experts=expert_groups(scenario, hw),
     )
 
 
@@ -135,6 +144,10 @@ class PricedStage:
     optimizer_s: float
     grad_buckets: tuple[tuple[float, ...], ...] | None  # overlapped reduce-scatter, per chunk
     param_gather: PricedGather | None
+    # MoE: the expert gradients' reduction over the expert-data-parallel group, and (with the
+    # distributed optimizer) the expert parameters' all-gather over it, each per chunk
+    expert_grad_reduce: PricedTransfer | None = None
+    expert_param_gather: PricedGather | None = None
 
 
 class StagePricing:
@@ -152,20 +165,24 @@ class StagePricing:
     def layer(
         self, key: LayerKind | LayerOps, ops: LayerOps, tp: GroupPlacement, dtype: Dtype,
         cp: GroupPlacement = NO_CONTEXT_PARALLEL, tp_comm_overlap: bool = False,
+        experts: ExpertGroups | None = None,
     ) -> ChunkCost:  # fmt: skip
         """`price_layer_ops(ops, …)`, cached by `key`: the layer's kind, or (for the
         embedding, the output layer or a layer without a kind) the ops themselves."""
-        cache_key = (key, tp, dtype, cp, tp_comm_overlap)
+        cache_key = (key, tp, dtype, cp, tp_comm_overlap, experts)
         cost = self._layers.get(cache_key)
         if cost is None:
-            cost = self._layers[cache_key] = price_layer_ops(ops, self.hw, tp, dtype, cp, tp_comm_overlap)
+            cost = self._layers[cache_key] = price_layer_ops(
+                ops, self.hw, tp, dtype, cp, tp_comm_overlap, experts
+            )
         return cost
 
     def segment(self, segment: LayerSegment, layout: PricingLayout) -> ChunkCost:
         """One layer of `segment`'s kind, with the layout's ring and userbuffers."""
         return self.layer(
-            segment.kind, segment.layer, layout.tp, layout.dtype, layout.cp, layout.tp_comm_overlap
-        )
+            segment.kind, segment.layer, layout.tp, layout.dtype, layout.cp, layout.tp_comm_overlap,
+            layout.experts,
+        )  # fmt: skip
 
     def extra(self, ops: LayerOps, layout: PricingLayout) -> ChunkCost:
         """The embedding or the output layer (plain NCCL pricing, no ring)."""
@@ -194,7 +211,9 @@ class StagePricing:
     def layer_of(self, workload: Workload, layout: PricingLayout) -> ChunkCost:
         """The workload's representative layer (`Workload.layer`), as its chunks run it."""
         ops = workload.layer
-        return self.layer(ops, ops, layout.tp, layout.dtype, layout.cp, layout.tp_comm_overlap)
+        return self.layer(
+            ops, ops, layout.tp, layout.dtype, layout.cp, layout.tp_comm_overlap, layout.experts
+        )
 
     def layer_split(self, key: LayerKind | LayerOps, ops: LayerOps, layout: PricingLayout) -> Split:
         """One layer's price split by kind of work (`costs.breakdown.layer_split`), cached by
@@ -202,7 +221,9 @@ class StagePricing:
         cache_key = (key, layout)
         split = self._splits.get(cache_key)
         if split is None:
-            cost = self.layer(key, ops, layout.tp, layout.dtype, layout.cp, layout.tp_comm_overlap)
+            cost = self.layer(
+                key, ops, layout.tp, layout.dtype, layout.cp, layout.tp_comm_overlap, layout.experts
+            )
             split = self._splits[cache_key] = layer_split(
                 ops, cost, self.hw, layout.tp, layout.dtype, layout.cp
             )
@@ -256,6 +277,7 @@ class StagePricing:
                     CollectiveKind.ALL_GATHER, stage.param_gather_bytes / chunks, counts, dp_group
                 )
                 gather = PricedGather(gather_buckets, tr.overlap_param_gather, dp_group.crosses_nodes)
+        expert_reduce, expert_gather = self._expert_transfers(scenario, stage, layout)
         return PricedStage(
             stage=r,
             chunks=tuple(self.chunk(chunk, layout) for chunk in stage.chunks),
@@ -265,8 +287,33 @@ class StagePricing:
             tied_grad_reduce=self._tied(scenario, stage),
             optimizer_s=optimizer_s,
             grad_buckets=buckets,
-            param_gather=gather,
+            param_gather=_with_expert_gather(gather, expert_gather),
+            expert_grad_reduce=expert_reduce,
+            expert_param_gather=expert_gather if gather is None else None,
         )
+
+    def _expert_transfers(
+        self, scenario: Scenario, stage: StageWork, layout: PricingLayout
+    ) -> tuple[PricedTransfer | None, PricedGather | None]:
+        """A MoE stage's expert gradients reduced over the expert-data-parallel group
+        (all-reduce, or reduce-scatter with the distributed optimizer: `grad_reduce_seconds`)
+        and, with the distributed optimizer, its expert parameters all-gathered over it (each
+        chunk's share in one piece: no buckets in this slice)."""
+        groups = layout.experts
+        if groups is None or stage.expert_gradient_bytes == 0 or groups.edp.num_ranks == 1:
+            return None, None
+        tr, edp = scenario.training, groups.edp
+        reduce = self._grad_reduce(edp, stage.expert_gradient_bytes, tr.use_distributed_optimizer)
+        if not tr.use_distributed_optimizer:
+            return reduce, None
+        gather_bytes = stage.expert_param_gather_bytes
+        seconds = self._cached(
+            ("expert gather", edp, gather_bytes),
+            lambda: collective_time_s(CollectiveKind.ALL_GATHER, gather_bytes, edp, self.hw),
+        )
+        chunks = len(stage.chunks)
+        per_chunk = tuple((seconds / chunks,) for _ in range(chunks))
+        return reduce, PricedGather(per_chunk, tr.overlap_param_gather, edp.crosses_nodes)
 
     def _send(
         self, scenario: Scenario, workload: Workload, src: int, dst: int, layout: PricingLayout
@@ -303,3 +350,17 @@ class StagePricing:
             ("tied", same, grad_bytes), lambda: tied_reduce_seconds(self.hw, same, grad_bytes)
         )
         return PricedTransfer(not same, seconds)
+
+
+def _with_expert_gather(gather: PricedGather | None, experts: PricedGather | None) -> PricedGather | None:
+    """The dense parameter gather with the expert all-gather as one more piece of each
+    chunk's gather (the engine gates a task on one collective), serialised with it on the
+    stage's dp channel; the dense gather alone where there is no expert gather. Without a
+    dense gather the expert one stays `PricedStage.expert_param_gather`."""
+    if gather is None or experts is None:
+        return gather
+    return PricedGather(
+        tuple(dense + extra for dense, extra in zip(gather.buckets, experts.buckets, strict=True)),
+        gather.overlapped,
+        gather.crosses_nodes or experts.crosses_nodes,
+    )

@@ -16,6 +16,9 @@ from simcluster.workload.embedding import embedding_ops, output_ops, padded_voca
 from simcluster.workload.fp8 import fp8_copies, quantized_weight_bytes_per_element, te_linear_weight_params
 from simcluster.workload.layer import LayerOps, layer_ops
 from simcluster.workload.layer_config import LayerConfig
+from simcluster.workload.moe_config import ExpertLayout, MoEConfig
+from simcluster.workload.moe_layer import MoELayerSpec, moe_layer_ops
+from simcluster.workload.moe_memory import expert_static_memory
 
 FP32_BYTES = 4
 BF16_BYTES = 2
@@ -44,11 +47,19 @@ class LayerKind:
     """What a transformer layer is, as a small value: the layer one rank runs and the
     context-parallel size that turns its attention into a ring. `build_workload` builds a
     layer's ops from its kind alone, so equal kinds have equal ops and stage pricing
-    (`costs.stage_pricing`) caches a layer's price by its kind. A MoE layer will add its
-    expert configuration here."""
+    (`costs.stage_pricing`) caches a layer's price by its kind. A MoE layer carries its
+    experts (`moe`, `workload.moe_layer.MoELayerSpec`); a dense layer None."""
 
     config: LayerConfig
     cp: int
+    moe: MoELayerSpec | None = None
+
+
+def kind_ops(kind: LayerKind) -> LayerOps:
+    """The ops of one layer of `kind`: the dense layer (context-parallel ring applied), with
+    the MoE MLP in place of its MLP when the kind has experts (`workload.moe_layer`)."""
+    dense = context_parallel_layer_ops(layer_ops(kind.config), kind.config, kind.cp)
+    return dense if kind.moe is None else moe_layer_ops(dense, kind.config, kind.moe)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,15 +110,21 @@ class StageWork:
     optimizer_step_bytes: float
     embedding_grad_bytes: float  # tied word-embedding grads all-reduced, first and last stage (0 if untied)
     param_gather_bytes: float  # distributed optimizer: the updated bf16 parameters all-gathered
+    # MoE: the routed experts' gradients reduced over the expert-data-parallel group, and
+    # (distributed optimizer) their updated bf16 parameters all-gathered over it; the dense
+    # fields above then hold the dense parameters only (over dp·cp)
+    expert_gradient_bytes: float = 0.0
+    expert_param_gather_bytes: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
 class Workload:
     scenario: Scenario
     layer_config: LayerConfig
-    layer: LayerOps
+    layer: LayerOps  # the representative layer: a MoE layer where the model has experts
     stages: tuple[StageWork, ...]
     p2p_bytes: float
+    layer_kind: LayerKind | None = None  # the representative layer's kind
 
     @property
     def num_stages(self) -> int:
@@ -205,13 +222,88 @@ def stage_params_per_rank(
     return params
 
 
+def moe_spec(scenario: Scenario) -> MoELayerSpec | None:
+    """The scenario's experts and their layout (None for a dense model)."""
+    m, par, tr = scenario.model, scenario.parallel, scenario.training
+    if m.moe is None:
+        return None
+    layout = ExpertLayout(tp=par.tp, cp=par.cp, dp=par.dp, ep=par.ep, etp=par.etp)
+    return MoELayerSpec(MoEConfig(**m.moe.model_dump()), layout, tr.moe_token_dispatcher, tr.moe_grouped_gemm)
+
+
+def _segments(
+    dense: LayerSegment, moe: LayerSegment | None, first_layer: int, num_layers: int, first_k_dense: int
+) -> tuple[LayerSegment, ...]:
+    """A chunk's layers `first_layer` .. + `num_layers`: the dense first layers
+    (`--moe-layer-freq`), then MoE layers; one dense segment without experts."""
+    if moe is None:
+        return (replace(dense, num_layers=num_layers),)
+    dense_count = min(num_layers, max(first_k_dense - first_layer, 0))
+    parts = ((dense, dense_count), (moe, num_layers - dense_count))
+    return tuple(replace(segment, num_layers=n) for segment, n in parts if n > 0) or (
+        replace(moe, num_layers=0),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _StageParams:
+    """Per-rank parameters of a stage: the dense ones (optimizer over dp·cp) and the routed
+    experts' (sharded over ep·etp, optimizer over the expert-data-parallel group)."""
+
+    dense: float
+    experts: float
+    static: memory.StaticMemory
+
+
+def _stage_params(
+    scenario: Scenario, stage: int, cfg: LayerConfig, split: PipelineSplit, spec: MoELayerSpec | None,
+    moe_layers: int, grad_bytes: int,
+) -> _StageParams:  # fmt: skip
+    """`stage_params_per_rank`, and for each MoE layer its dense MLP swapped for the router
+    and shared experts (dense) and its routed experts (`moe_memory.expert_static_memory`)."""
+    par, m = scenario.parallel, scenario.model
+    distributed = scenario.training.use_distributed_optimizer
+    params = stage_params_per_rank(scenario, stage, cfg, split)
+    if spec is None or moe_layers == 0:
+        return _StageParams(
+            params, 0.0, memory.static_memory(params, par.dp * par.cp, distributed, grad_bytes)
+        )
+    h, q, kv, norm = m.hidden_size, cfg.query_width, cfg.kv_width, cfg.normalization
+    gated = cfg.activation.gated
+    full = layer_params_per_rank(
+        h, m.ffn_size, par.tp, query_width=q, kv_width=kv, gated=gated, normalization=norm
+    )
+    # without an MLP: fc1 and its bias vanish, fc2's replicated bias (h) too
+    attention_only = layer_params_per_rank(h, 0, par.tp, query_width=q, kv_width=kv, normalization=norm) - h
+    experts = expert_static_memory(m.hidden_size, spec.moe, spec.layout, True, distributed, False, grad_bytes)
+    dense = params - moe_layers * (full - attention_only - experts.dense_params_per_rank)
+    routed = moe_layers * experts.expert_params_per_rank
+    a = memory.static_memory(dense, par.dp * par.cp, distributed, grad_bytes)
+    b = memory.static_memory(routed, spec.layout.expert_dp, distributed, grad_bytes)
+    static = memory.StaticMemory(
+        a.weight_bytes + b.weight_bytes,
+        a.gradient_bytes + b.gradient_bytes,
+        a.optimizer_bytes + b.optimizer_bytes,
+    )
+    return _StageParams(dense, routed, static)
+
+
 def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
     """The scenario's work per stage. `fp8_weight_copies` (the profile's
     `HardwareProfile.fp8_weight_copies`: 2 on Hopper, 1 on Blackwell) counts the FP8 weight
-    copies TE caches under `dtype: fp8`; the one hardware fact the workload needs."""
+    copies TE caches under `dtype: fp8`; the one hardware fact the workload needs. A MoE
+    model's chunks hold a dense segment for its first dense layers and a MoE segment."""
     cfg = layer_config(scenario)
+    spec = moe_spec(scenario)
     kind = LayerKind(cfg, scenario.parallel.cp)
-    layer = context_parallel_layer_ops(layer_ops(cfg), cfg, kind.cp)
+    dense_segment = LayerSegment(kind, kind_ops(kind), 0)
+    moe_segment = None
+    if spec is not None:
+        moe_kind = LayerKind(cfg, scenario.parallel.cp, spec)
+        moe_segment = LayerSegment(moe_kind, kind_ops(moe_kind), 0)
+    first_k = spec.moe.first_k_dense_layers if spec is not None else 0
+    representative = moe_segment or dense_segment
+    layer = representative.layer
     embedding = embedding_ops(cfg, scenario.model.vocab_size)
     output = output_ops(cfg, scenario.model.vocab_size)
     par = scenario.parallel
@@ -223,22 +315,31 @@ def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
             ChunkWork(
                 stage=stage,
                 chunk=chunk,
-                segments=(LayerSegment(kind, layer, split.chunk_layers[stage][chunk]),),
+                segments=_segments(
+                    dense_segment,
+                    moe_segment,
+                    split.layer_offset(stage, chunk),
+                    split.chunk_layers[stage][chunk],
+                    first_k,
+                ),  # fmt: skip
                 embedding=embedding if chunk * par.pp + stage == 0 else None,
                 output=output if chunk * par.pp + stage == last_virtual else None,
             )
             for chunk in range(par.vpp)
         )
-        params = stage_params_per_rank(scenario, stage, cfg, split)
         untied = scenario.model.untie_embeddings_and_output_weights
         tied = par.pp > 1 and stage in (0, par.pp - 1) and not untied
         # the distributed optimizer shards over DP × CP (CP ranks hold identical weights)
         grad_bytes = BF16_BYTES if scenario.training.grad_reduce_in_bf16 else FP32_BYTES
-        shards = par.dp * par.cp if scenario.training.use_distributed_optimizer else 1
+        moe_layers = sum(seg.num_layers for chunk in chunks for seg in chunk.segments if seg.kind.moe)
+        stage_params = _stage_params(scenario, stage, cfg, split, spec, moe_layers, grad_bytes)
+        params, static = stage_params.dense, stage_params.static
+        distributed = scenario.training.use_distributed_optimizer
+        shards = par.dp * par.cp if distributed else 1
         step_bytes = optimizer_step_bytes(params, grad_bytes, shards)
-        static = memory.static_memory(
-            params, par.dp * par.cp, scenario.training.use_distributed_optimizer, grad_bytes
-        )
+        if stage_params.experts:
+            expert_shards = spec.layout.expert_dp if spec is not None and distributed else 1
+            step_bytes += optimizer_step_bytes(stage_params.experts, grad_bytes, expert_shards)
         gather_bytes = BF16_BYTES * params
         if cfg.dtype.quantized:
             # integer-valued: a sum of products of shapes, exact in any order
@@ -265,7 +366,7 @@ def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
         stages.append(
             StageWork(
                 stage=stage,
-                num_params=params,
+                num_params=params + stage_params.experts,
                 static=static,
                 chunks=chunks,
                 dp_gradient_bytes=grad_bytes * params,
@@ -279,13 +380,15 @@ def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
                     if tied
                     else 0.0
                 ),
+                expert_gradient_bytes=grad_bytes * stage_params.experts,
+                expert_param_gather_bytes=BF16_BYTES * stage_params.experts,
             )
         )
     # Per rank, each pipeline message is 1/t of [s/c, b, h]: the sequence shard with SP, or
     # Megatron's scatter/gather split without it (Megatron-core `p2p_communication.py`: the p2p
     # tensor shape is [s/cp, b, h]); cfg.tokens already holds s/c.
     p2p_bytes = cfg.element_bytes * cfg.tokens * cfg.hidden_size / par.tp
-    return Workload(scenario, cfg, layer, tuple(stages), p2p_bytes)
+    return Workload(scenario, cfg, layer, tuple(stages), p2p_bytes, representative.kind)
 
 
 def recompute_workspace_bytes(workload: Workload) -> float:
@@ -294,6 +397,10 @@ def recompute_workspace_bytes(workload: Workload) -> float:
     cfg = workload.layer_config
     if cfg.recompute is Recompute.NONE:
         return 0.0
+    kind = workload.layer_kind
+    if kind is not None and kind.moe is not None:
+        unrecomputed = kind_ops(replace(kind, config=replace(cfg, recompute=Recompute.NONE)))
+        return unrecomputed.saved_bytes - workload.layer.saved_bytes
     return layer_ops(replace(cfg, recompute=Recompute.NONE)).saved_bytes - workload.layer.saved_bytes
 
 

@@ -53,6 +53,15 @@ class Module(enum.Enum):
     CROSS_ENTROPY = "cross_entropy"  # vocab-parallel cross-entropy and its two all-reduces
     FP8_AMAX = "amax"  # FP8 current scaling's amax pass (and its all-reduce)
     FP8_SCALE = "fp8_scale"  # ... and its scale computation
+    ROUTER = "router"  # MoE: the router's gating GEMM (weight replicated on every rank)
+    ROUTER_TOPK = "router_topk"  # ... and its top-k with the score function (softmax / sigmoid)
+    MOE_PERMUTE = "permute"  # the dispatcher's permute of the routed rows (and its all-to-all)
+    MOE_SORT_CHUNKS = "sort_chunks"  # received rows sorted by local expert, and back
+    EXPERT_FC1 = "expert_fc1"  # the routed experts' grouped fc1 (TE GroupedLinear); their
+    EXPERT_FC2 = "expert_fc2"  # weighted SwiGLU is a SWIGLU kernel; the grouped fc2
+    MOE_UNPERMUTE = "unpermute"  # the combine's all-to-all and the scatter-add back to [T, h]
+    SHARED_FC1 = "shared_fc1"  # the shared experts' fc1 (tensor-parallel like the dense MLP)
+    SHARED_FC2 = "shared_fc2"  # the shared experts' fc2
     STANDIN_ALL_GATHER = "standin_all_gather"  # calibration: the one-GPU stand-in's copies
     STANDIN_REDUCE_SCATTER = "standin_reduce_scatter"  # for collectives (`calibration.shapes`)
 
@@ -80,6 +89,20 @@ class CollectiveKind(enum.Enum):
     ALL_REDUCE = "all_reduce"
     ALL_GATHER = "all_gather"
     REDUCE_SCATTER = "reduce_scatter"
+    ALL_TO_ALL = "all_to_all"  # MoE dispatch / combine: `message_bytes` is the busiest rank's buffer
+
+
+class CommGroup(enum.Enum):
+    """Which communicator a layer's collective runs over (Megatron-core parallel_state.py
+    groups): the tensor-parallel group (every dense collective), or under MoE parallel
+    folding the expert-parallel group (ep ranks, stride etp), the expert-tensor-parallel
+    group (etp consecutive ranks) or both together (etp·ep consecutive). The pricing maps
+    each to a `GroupPlacement` (`costs.placement.expert_groups`)."""
+
+    TP = "tp"
+    EP = "ep"
+    ETP = "etp"
+    ETP_EP = "etp_ep"
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +233,7 @@ class Op:
     module: Module = field(kw_only=True)
     pass_: Pass = field(kw_only=True)
     grad_of: GradOf | None = field(default=None, kw_only=True)
+    group: CommGroup = field(default=CommGroup.TP, kw_only=True)
 
     @property
     def flops(self) -> float:
@@ -248,9 +272,10 @@ def flash_attention(name: str, shape: AttentionShape, saved_bytes: float = 0.0, 
 
 def collective(
     name: str, kind: CollectiveKind, message_bytes: float, overlaps_next: bool = False, *, module: Module,
-    pass_: Pass,
+    pass_: Pass, group: CommGroup = CommGroup.TP,
 ) -> Op:  # fmt: skip
-    """`message_bytes` is the full buffer: all-reduce buffer, all-gather output, reduce-scatter input."""
+    """`message_bytes` is the full buffer: all-reduce buffer, all-gather output, reduce-scatter
+    input, all-to-all send (or, at the busiest rank, receive) buffer; `group` the communicator."""
     return Op(
         name=name,
         kind=OpKind.COLLECTIVE,
@@ -259,4 +284,5 @@ def collective(
         overlaps_next=overlaps_next,
         module=module,
         pass_=pass_,
+        group=group,
     )

@@ -45,6 +45,10 @@ def test_every_shipped_scenario_round_trips(path):
     """Every shipped scenario (scenarios/modern/ included) comes back equal from its flags: as
     requested always, and as the validated scenario once all its keys are priced."""
     scenario = load_scenario(path, refuse_unpriced=False)
+    if scenario.model.moe is not None:  # MoE flags are not exported yet (docs/moe.md, Status)
+        with pytest.raises(ConfigError, match="model.moe"):
+            to_megatron_args(scenario)
+        return
     assert _requested(scenario) == scenario
     if not unpriced_keys(scenario):
         assert _read_back(scenario) == scenario

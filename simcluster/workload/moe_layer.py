@@ -1,0 +1,335 @@
+"""The op graph of a mixture-of-experts layer on one rank: the dense layer's attention
+block, then Megatron-core's MoE MLP with the alltoall token dispatcher in place of the MLP.
+
+Megatron-core `MoELayer.forward` (megatron/core/transformer/moe/moe_layer.py, Megatron-LM
+@d98e8a64ddf34856e74b24714e3bedb2f5a39553), forward, per rank and microbatch:
+
+    router GEMM [T, h] x [h, E]   (router.py `TopKRouter.gating`, weight replicated)
+    top-k + score function        (moe_utils.py `topk_routing_with_score_function`)
+    tokens-per-expert all-gather  (etp·ep group, token_dispatcher.py `preprocess`)
+    permute                       (memory-bound; moe_utils.py `permute`)
+    dispatch all-to-all           (ep group: tokens, then probs)
+    [etp > 1: all-gather of tokens and probs over etp]
+    sort by local expert          (when a rank holds several experts)
+    expert fc1, weighted SwiGLU, fc2   (experts.py `TEGroupedMLP`)
+    sort back, [etp > 1: reduce-scatter over etp], combine all-to-all (ep)
+    unpermute                     (scatter-add into [T, h])
+    shared experts (if any)       (shared_experts.py, tensor-parallel like the dense MLP)
+
+Every number comes from the building blocks, not re-derived here: rows from
+`moe.routed_rows` (the busiest expert rank sets the pace: `load_imbalance`), GEMM shapes from
+`moe.expert_gemms`, messages from `moe.dispatch_messages`, permute bytes from
+`moe.permute_bytes`, saved bytes from `moe_memory` (router, permute, experts, shared).
+
+The routed experts' GEMMs are ops of the per-expert shape with `batch` = E/ep local
+experts (`moe.expert_gemms`), not one GEMM of the summed rows: Transformer Engine's
+`GroupedLinear` (`--moe-grouped-gemm`) runs one GEMM per local expert of that expert's
+rows (a cuBLAS grouped GEMM or one stream each), so its efficiency is that of the small
+per-expert shape, which the profile's GEMM model prices by shape; the summed-rows GEMM
+would price a shape no kernel runs. Without `--moe-grouped-gemm` (`SequentialMLP`) the
+same GEMMs are separate ops, one kernel launch each.
+
+Backward: the mirror, each GEMM's input-gradient and weight-gradient GEMMs, each
+collective's mirror (all-to-all <-> all-to-all with the same bytes, all-gather <->
+reduce-scatter), the memory-bound kernels with their forward bytes (the permute's backward
+is the unpermute's gather and vice versa: same rows). The router's top-k backward reads
+and writes [T, E] (3·T·E·e bytes, an estimate: not measured).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, replace
+
+from simcluster.config.choices import Recompute
+from simcluster.config.moe_choices import TokenDispatcher
+from simcluster.workload.layer import LayerOps
+from simcluster.workload.layer_config import LayerConfig
+from simcluster.workload.moe import (
+    INDEX_BYTES,
+    MessageKind,
+    RoutedRows,
+    dispatch_messages,
+    expert_gemms,
+    permute_bytes,
+    routed_rows,
+    shared_expert_shape,
+)
+from simcluster.workload.moe_config import ExpertLayout, MoEConfig
+from simcluster.workload.moe_memory import moe_saved_bytes
+from simcluster.workload.ops import (
+    CollectiveKind,
+    CommGroup,
+    GemmShape,
+    Module,
+    Op,
+    Pass,
+    collective,
+    elementwise,
+    gemm,
+)
+
+DENSE_MLP_MODULES = frozenset({Module.FC1, Module.FC2, Module.SWIGLU, Module.BIAS_GELU, Module.SQUARED_RELU})
+"""The dense MLP's modules (its linears, their TP collectives, the activation): the run of
+ops a MoE layer replaces."""
+
+_GROUPS = {"ep": CommGroup.EP, "etp": CommGroup.ETP, "etp_ep": CommGroup.ETP_EP}
+_KINDS = {
+    MessageKind.ALL_TO_ALL: CollectiveKind.ALL_TO_ALL,
+    MessageKind.ALL_GATHER: CollectiveKind.ALL_GATHER,
+    MessageKind.REDUCE_SCATTER: CollectiveKind.REDUCE_SCATTER,
+}
+_MIRROR = {
+    CollectiveKind.ALL_TO_ALL: CollectiveKind.ALL_TO_ALL,
+    CollectiveKind.ALL_GATHER: CollectiveKind.REDUCE_SCATTER,
+    CollectiveKind.REDUCE_SCATTER: CollectiveKind.ALL_GATHER,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class MoELayerSpec:
+    """What makes a MoE layer's ops differ from its dense layer's: the experts, their layout
+    over the ranks, the dispatcher and whether the experts run as grouped GEMMs."""
+
+    moe: MoEConfig
+    layout: ExpertLayout
+    dispatcher: TokenDispatcher = TokenDispatcher.ALLTOALL
+    grouped_gemm: bool = True
+
+
+def layer_rows(cfg: LayerConfig, spec: MoELayerSpec) -> RoutedRows:
+    """`moe.routed_rows` for the rank's layer (`cfg.seq_length` is already s/cp)."""
+    return routed_rows(cfg.seq_length * spec.layout.cp, cfg.micro_batch_size, spec.moe, spec.layout)
+
+
+def _int_rows(value: float) -> int:
+    return max(round(value), 1)
+
+
+def _expert_gemm_ops(
+    name: str, shape: GemmShape, grouped: bool, module: Module, pass_: Pass, saved: float = 0.0
+) -> tuple[Op, ...]:
+    """One grouped op (`batch` local experts) or, without grouped GEMM, one op per expert;
+    the saved bytes on the first."""
+    if grouped:
+        return (gemm(name, shape, saved, module=module, pass_=pass_),)
+    one = replace(shape, batch=1)
+    return tuple(
+        gemm(f"{name}.{i}", one, saved if i == 0 else 0.0, module=module, pass_=pass_)
+        for i in range(shape.batch)
+    )
+
+
+def _messages(
+    cfg: LayerConfig, spec: MoELayerSpec, rows: RoutedRows
+) -> dict[str, tuple[CollectiveKind, CommGroup, float]]:
+    """The dispatcher's forward collectives by name: kind, group, the busiest rank's bytes."""
+    e = cfg.element_bytes
+    out = {}
+    for message in dispatch_messages(rows, cfg.hidden_size, spec.moe, spec.layout, spec.dispatcher, e, e):
+        out[message.name] = (_KINDS[message.kind], _GROUPS[message.group.value], message.busiest_bytes)
+    return out
+
+
+def _collective_ops(
+    names: tuple[str, ...], messages: dict[str, tuple[CollectiveKind, CommGroup, float]], module: Module,
+    backward: bool,
+) -> tuple[Op, ...]:  # fmt: skip
+    ops = []
+    for name in names:
+        if name not in messages:
+            continue
+        kind, group, size = messages[name]
+        if backward:
+            kind = _MIRROR[kind]
+        label = f"{name}.bwd" if backward else name
+        pass_ = Pass.INPUT_GRAD if backward else Pass.FORWARD
+        ops.append(collective(label, kind, size, module=module, pass_=pass_, group=group))
+    return tuple(ops)
+
+
+def _shared_ops(cfg: LayerConfig, spec: MoELayerSpec) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
+    """The shared experts (forward, backward): a dense SwiGLU MLP of width f_s,
+    tensor-parallel over tp on the s·b/cp tokens (SP gathers them, as the dense MLP's
+    `_tp_enter` / `_tp_exit`); saved: fc1 output and fc2 input (moe_memory `shared`)."""
+    if not spec.moe.shared_expert_ffn_hidden_size:
+        return (), ()
+    e, tokens, h, t = cfg.element_bytes, cfg.tokens, cfg.hidden_size, cfg.tp
+    shape = shared_expert_shape(h, spec.moe, gated=True)
+    fc1, f = shape.fc1_width // t, shape.ffn_hidden_size // t
+    full = e * tokens * h
+    F, B, W = Pass.FORWARD, Pass.INPUT_GRAD, Pass.WEIGHT_GRAD
+    S1, S2, ACT = Module.SHARED_FC1, Module.SHARED_FC2, Module.SWIGLU
+    sp = cfg.sequence_parallel
+    reduce = CollectiveKind.REDUCE_SCATTER if sp else CollectiveKind.ALL_REDUCE
+    forward: list[Op] = []
+    if sp:
+        forward.append(
+            collective("moe.shared.fc1.allgather", CollectiveKind.ALL_GATHER, full, module=S1, pass_=F)
+        )
+    forward += [
+        gemm("moe.shared.fc1", GemmShape(m=tokens, n=fc1, k=h), module=S1, pass_=F),
+        elementwise("moe.shared.swiglu", 3 * e * tokens * f, e * tokens * fc1, module=ACT, pass_=F),
+        gemm("moe.shared.fc2", GemmShape(m=tokens, n=h, k=f), e * tokens * f, module=S2, pass_=F),
+    ]
+    if t > 1:
+        forward.append(collective(f"moe.shared.fc2.{reduce.value}", reduce, full, module=S2, pass_=F))
+    backward: list[Op] = []
+    if sp:
+        backward.append(
+            collective("moe.shared.fc2.allgather.bwd", CollectiveKind.ALL_GATHER, full, module=S2, pass_=B)
+        )
+    backward += [
+        gemm("moe.shared.fc2.dgrad", GemmShape(m=tokens, n=f, k=h), module=S2, pass_=B),
+        gemm("moe.shared.fc2.wgrad", GemmShape(m=f, n=h, k=tokens, accumulate_fp32=True), module=S2, pass_=W),
+        elementwise("moe.shared.swiglu.bwd", 5 * e * tokens * f, module=ACT, pass_=B),
+    ]
+    if sp:
+        backward.append(
+            collective(
+                "moe.shared.fc1.input_allgather.bwd",
+                CollectiveKind.ALL_GATHER,
+                full,
+                True,
+                module=S1,
+                pass_=W,
+            )
+        )
+    backward.append(gemm("moe.shared.fc1.dgrad", GemmShape(m=tokens, n=h, k=fc1), module=S1, pass_=B))
+    if t > 1:
+        backward.append(
+            collective(f"moe.shared.fc1.{reduce.value}.bwd", reduce, full, True, module=S1, pass_=B)
+        )
+    backward.append(
+        gemm(
+            "moe.shared.fc1.wgrad", GemmShape(m=h, n=fc1, k=tokens, accumulate_fp32=True), module=S1, pass_=W
+        )
+    )
+    return tuple(forward), tuple(backward)
+
+
+@functools.lru_cache(maxsize=256)
+def moe_mlp_ops(cfg: LayerConfig, spec: MoELayerSpec) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
+    """The MoE MLP's (forward, backward) ops on the busiest expert rank (module docstring).
+    Forward saved bytes: the block input on the router GEMM (the dense fc1 kept it: the
+    MLP input of docs/memory.md's regions) plus `moe_memory.moe_saved_bytes`, part by part."""
+    moe, layout = spec.moe, spec.layout
+    e, h, E, k = cfg.element_bytes, cfg.hidden_size, moe.num_experts, moe.router_topk
+    rows = layer_rows(cfg, spec)
+    T = _int_rows(rows.tokens)
+    saved = moe_saved_bytes(rows, h, moe, layout, gated=True, element_bytes=e, probs_bytes=e)
+    moved = permute_bytes(rows, h, moe, layout, e, e)
+    fc1, fc2 = expert_gemms(rows, h, moe, layout, gated=True)
+    re = rows.busiest_expert
+    f = fc2.k  # f/etp
+    messages = _messages(cfg, spec, rows)
+    F, B, W = Pass.FORWARD, Pass.INPUT_GRAD, Pass.WEIGHT_GRAD
+    region_in = e * cfg.region_tokens * h
+    grouped = spec.grouped_gemm
+    sort: tuple[Op, ...] = ()
+    sort_back: tuple[Op, ...] = ()
+    if moved.sort_chunks:
+        sort = (elementwise("moe.sort_chunks", moved.sort_chunks, module=Module.MOE_SORT_CHUNKS, pass_=F),)
+        sort_back = (
+            elementwise("moe.sort_chunks", moved.sort_chunks, module=Module.MOE_SORT_CHUNKS, pass_=F),
+        )
+    topk_bytes = T * E * e + T * k * (e + INDEX_BYTES) + T * E * (e + 1)  # logits in; probs, indices, map out
+    shared_forward, shared_backward = _shared_ops(cfg, spec)
+    forward = (
+        gemm("moe.router", GemmShape(m=T, n=E, k=h), region_in, module=Module.ROUTER, pass_=F),
+        elementwise("moe.router_topk", topk_bytes, saved.router, module=Module.ROUTER_TOPK, pass_=F),
+        *_collective_ops(("moe.tokens_per_expert",), messages, Module.MOE_PERMUTE, False),
+        elementwise("moe.permute", moved.permute, saved.permute, module=Module.MOE_PERMUTE, pass_=F),
+        *_collective_ops(
+            ("moe.dispatch", "moe.dispatch_probs", "moe.dispatch_etp", "moe.dispatch_probs_etp"),
+            messages,
+            Module.MOE_PERMUTE,
+            False,
+        ),  # fmt: skip
+        *sort,
+        *_expert_gemm_ops("moe.experts.fc1", fc1, grouped, Module.EXPERT_FC1, F, re * e * h),
+        elementwise(
+            "moe.experts.swiglu",
+            3 * e * re * f + re * e,
+            re * e * fc1.n + re * e,
+            module=Module.SWIGLU,
+            pass_=F,
+        ),  # fmt: skip
+        *_expert_gemm_ops("moe.experts.fc2", fc2, grouped, Module.EXPERT_FC2, F, re * e * f),
+        *sort_back,
+        *_collective_ops(("moe.combine_etp", "moe.combine"), messages, Module.MOE_UNPERMUTE, False),
+        elementwise("moe.unpermute", moved.unpermute, module=Module.MOE_UNPERMUTE, pass_=F),
+        *shared_forward,
+    )
+    sort_bwd = tuple(replace(op, name=f"{op.name}.bwd", pass_=B) for op in sort_back)
+    sort_back_bwd = tuple(replace(op, name=f"{op.name}.bwd", pass_=B) for op in sort)
+    m, local = fc1.m, fc1.batch
+    backward = (
+        *shared_backward,
+        elementwise("moe.unpermute.bwd", moved.unpermute, module=Module.MOE_UNPERMUTE, pass_=B),
+        *_collective_ops(("moe.combine", "moe.combine_etp"), messages, Module.MOE_UNPERMUTE, True),
+        *sort_bwd,
+        *_expert_gemm_ops(
+            "moe.experts.fc2.dgrad", GemmShape(m=m, n=f, k=h, batch=local), grouped, Module.EXPERT_FC2, B
+        ),
+        *_expert_gemm_ops(
+            "moe.experts.fc2.wgrad",
+            GemmShape(m=f, n=h, k=m, batch=local, accumulate_fp32=True),
+            grouped,
+            Module.EXPERT_FC2,
+            W,
+        ),  # fmt: skip
+        elementwise("moe.experts.swiglu.bwd", 5 * e * re * f + 2 * re * e, module=Module.SWIGLU, pass_=B),
+        *_expert_gemm_ops(
+            "moe.experts.fc1.dgrad", GemmShape(m=m, n=h, k=fc1.n, batch=local), grouped, Module.EXPERT_FC1, B
+        ),
+        *_expert_gemm_ops(
+            "moe.experts.fc1.wgrad",
+            GemmShape(m=h, n=fc1.n, k=m, batch=local, accumulate_fp32=True),
+            grouped,
+            Module.EXPERT_FC1,
+            W,
+        ),  # fmt: skip
+        *sort_back_bwd,
+        *_collective_ops(
+            ("moe.dispatch_probs_etp", "moe.dispatch_etp", "moe.dispatch_probs", "moe.dispatch"),
+            messages,
+            Module.MOE_PERMUTE,
+            True,
+        ),  # fmt: skip
+        elementwise("moe.permute.bwd", moved.permute, module=Module.MOE_PERMUTE, pass_=B),
+        elementwise("moe.router_topk.bwd", 3 * T * E * e, module=Module.ROUTER_TOPK, pass_=B),
+        gemm("moe.router.dgrad", GemmShape(m=T, n=h, k=E), module=Module.ROUTER, pass_=B),
+        gemm(
+            "moe.router.wgrad", GemmShape(m=h, n=E, k=T, accumulate_fp32=True), module=Module.ROUTER, pass_=W
+        ),
+    )
+    return forward, backward
+
+
+def _splice(ops: tuple[Op, ...], replacement: tuple[Op, ...]) -> tuple[Op, ...]:
+    """`ops` with its run of dense-MLP ops replaced (the run is contiguous in every pass)."""
+    where = [i for i, op in enumerate(ops) if op.module in DENSE_MLP_MODULES]
+    if not where:
+        return ops
+    first, last = where[0], where[-1]
+    if last - first + 1 != len(where):
+        raise ValueError("the dense MLP's ops are not one contiguous run; cannot place the MoE MLP")
+    return ops[:first] + replacement + ops[last + 1 :]
+
+
+@functools.lru_cache(maxsize=256)
+def moe_layer_ops(dense: LayerOps, cfg: LayerConfig, spec: MoELayerSpec) -> LayerOps:
+    """The dense layer's ops (`dense`, context parallelism and recompute applied) with its
+    MLP replaced by the MoE MLP. Full recompute keeps only the layer input and re-runs the
+    whole forward, MoE block (dispatch included) too; selective recompute touches only the
+    attention core, as in the dense layer (Megatron's default `core_attn`)."""
+    forward, backward = moe_mlp_ops(cfg, spec)
+    if cfg.recompute is Recompute.FULL:
+        forward = tuple(replace(op, saved_bytes=0.0) for op in forward)
+        recompute = _splice(dense.recompute, forward)
+    else:
+        recompute = dense.recompute
+    return LayerOps(
+        _splice(dense.forward, forward), _splice(dense.backward, backward), recompute, dense.fp8_recipe
+    )

@@ -1,0 +1,48 @@
+"""Model and hardware FLOPs of a MoE model for MFU / HFU: Megatron's convention.
+
+Megatron-LM `megatron/training/training.py::num_floating_point_operations`
+(@d98e8a64ddf34856e74b24714e3bedb2f5a39553) counts, per token, the GEMMs of the *active*
+parameters (the top-k routed experts and the shared experts of each MoE layer; the router
+is not counted), the attention core and the logits, times 3 for forward and backward.
+The same here, layer by layer: the `first_k_dense_layers` dense layers as the dense model
+counts them (`flops.layer_forward_flops`), each MoE layer as its attention (the dense
+layer without an MLP) plus `moe.moe_forward_flops` less the router's 2·T·h·E, and the
+logits 2·B·s·h·v. So MFU counts active parameters (docs/moe.md, "Parameters, total and
+active"); the router's GEMM is priced in the op graph but not counted as model FLOPs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from simcluster.config.choices import Recompute
+from simcluster.workload.flops import LayerWidths, layer_forward_flops
+from simcluster.workload.moe import moe_forward_flops
+from simcluster.workload.moe_config import MoEConfig
+
+
+def moe_layer_forward_flops(B: int, s: int, widths: LayerWidths, moe: MoEConfig) -> float:
+    """One MoE layer's forward model FLOPs over B·s tokens: its attention (linear and
+    core) and the active experts, router excluded."""
+    tokens = B * s
+    attention = layer_forward_flops(B, s, replace(widths, ffn_hidden_size=0))
+    experts = moe_forward_flops(tokens, widths.hidden_size, moe, widths.gated)
+    router = 2.0 * tokens * widths.hidden_size * moe.num_experts
+    return attention + experts - router
+
+
+def moe_model_flops(
+    B: int, s: int, L: int, v: int, widths: LayerWidths, moe: MoEConfig, recompute: Recompute
+) -> tuple[float, float]:
+    """(model FLOPs, hardware FLOPs) of one iteration: 3 × the forward; hardware adds what
+    recompute re-runs (selective: the attention core's forward 4·B·s²·width per layer;
+    full: every layer's forward), as `flops.hardware_flops` does for the dense model."""
+    k = min(moe.first_k_dense_layers, L)
+    layers = k * layer_forward_flops(B, s, widths) + (L - k) * moe_layer_forward_flops(B, s, widths, moe)
+    logits = 2.0 * B * s * widths.hidden_size * v
+    model = 3.0 * (layers + logits)
+    if recompute is Recompute.SELECTIVE:
+        return model, model + L * 4.0 * B * s * s * widths.attention_width
+    if recompute is Recompute.FULL:
+        return model, model + layers
+    return model, model
