@@ -12,7 +12,7 @@ from simcluster.config.moe_choices import TokenDispatcher
 from simcluster.config.scenario import load_scenario
 from tests.paths import ROOT
 
-QWEN = ROOT / "scenarios" / "moe" / "qwen3-30b-a3b-h100.yaml"
+QWEN = ROOT / "tests" / "data" / "moe" / "qwen3-30b-a3b-head-dim-64.yaml"
 DENSE = ROOT / "scenarios" / "modern" / "llama3-8b-h100.yaml"
 
 

@@ -20,7 +20,7 @@ from simcluster.workload.moe_groups import group_spans
 from simcluster.workload.ops import CollectiveKind
 from tests.paths import ROOT
 
-QWEN = ROOT / "scenarios" / "moe" / "qwen3-30b-a3b-h100.yaml"
+QWEN = ROOT / "tests" / "data" / "moe" / "qwen3-30b-a3b-head-dim-64.yaml"
 H100 = "h100-sxm5-80gb"
 
 

@@ -23,7 +23,7 @@ from simcluster.workload.ops import CollectiveKind, CommGroup, Module, OpKind, P
 from tests.paths import ROOT
 
 MIXTRAL = ROOT / "scenarios" / "moe" / "mixtral-8x7b-h100.yaml"
-QWEN = ROOT / "scenarios" / "moe" / "qwen3-30b-a3b-h100.yaml"
+QWEN = ROOT / "tests" / "data" / "moe" / "qwen3-30b-a3b-head-dim-64.yaml"
 EXPERT_MODULES = {Module.ROUTER, Module.EXPERT_FC1, Module.EXPERT_FC2, Module.SHARED_FC1, Module.SHARED_FC2}
 
 
