@@ -61,12 +61,9 @@ def _mfu_rows(result: SimulationResult) -> list[list[object]]:
         [f"MFU (of {of_peak})", f"{100 * result.mfu:.1f} %"],
         [f"HFU (of {of_peak})", f"{100 * result.hfu:.1f} %"],
     ]
-    if result.fp8_peak_mfu is not None and result.fp8_peak_flop_per_s:
-        fp8_peak = units.flop_per_s_to_tflop_per_s(result.fp8_peak_flop_per_s)
-        rows.append([f"MFU of the FP8 peak ({fp8_peak:,.0f} TFLOP/s)", f"{100 * result.fp8_peak_mfu:.1f} %"])
-    if result.fp4_peak_mfu is not None and result.fp4_peak_flop_per_s:
-        fp4_peak = units.flop_per_s_to_tflop_per_s(result.fp4_peak_flop_per_s)
-        rows.append([f"MFU of the FP4 peak ({fp4_peak:,.0f} TFLOP/s)", f"{100 * result.fp4_peak_mfu:.1f} %"])
+    for name, peak_s, mfu, _ in _low_precision_peaks(result):
+        low_peak = units.flop_per_s_to_tflop_per_s(peak_s)
+        rows.append([f"MFU of the {name} peak ({low_peak:,.0f} TFLOP/s)", f"{100 * mfu:.1f} %"])
     return rows
 
 
@@ -79,6 +76,16 @@ FP8_MFU_NOTE = (
     "FP8 run: MFU and HFU divide by the BF16 peak (so they can pass 90 %); to compare runs of "
     "different precision or GPU, compare tokens/s per GPU (or model TFLOP/s per GPU)."
 )
+
+
+def _low_precision_peaks(result: SimulationResult) -> list[tuple[str, float, float, str]]:
+    """(precision, its dense peak FLOP/s, the run's MFU of it, the note) for an FP8 or FP4
+    run; empty for the others."""
+    candidates = (
+        ("FP8", result.fp8_peak_flop_per_s, result.fp8_peak_mfu, FP8_MFU_NOTE),
+        ("FP4", result.fp4_peak_flop_per_s, result.fp4_peak_mfu, FP4_MFU_NOTE),
+    )
+    return [(name, peak, mfu, note) for name, peak, mfu, note in candidates if peak and mfu is not None]
 
 
 def format_result(result: SimulationResult) -> str:
@@ -101,10 +108,8 @@ def format_result(result: SimulationResult) -> str:
             ],
         ],
     )
-    if result.fp8_peak_mfu is not None:
-        summary += "\n" + FP8_MFU_NOTE
-    if result.fp4_peak_mfu is not None:
-        summary += "\n" + FP4_MFU_NOTE
+    for *_, note in _low_precision_peaks(result):
+        summary += "\n" + note
     breakdown = format_table(
         ["time (mean stage)", "time", "share"],
         [[k, format_duration(v), f"{100 * v / t:.1f} %"] for k, v in result.time_breakdown_s.items()],
@@ -162,13 +167,11 @@ def format_summary(results: Sequence[SimulationResult]) -> str:
             for r in results
         ],
     )
-    fp8 = [r.scenario for r in results if r.fp8_peak_mfu is not None]
-    fp4 = [r.scenario for r in results if r.fp4_peak_mfu is not None]
-    return (
-        table
-        + (f"\n{', '.join(fp8)}: {FP8_MFU_NOTE}" if fp8 else "")
-        + (f"\n{', '.join(fp4)}: {FP4_MFU_NOTE}" if fp4 else "")
-    )
+    noted: dict[str, list[str]] = {FP8_MFU_NOTE: [], FP4_MFU_NOTE: []}
+    for r in results:
+        for *_, note in _low_precision_peaks(r):
+            noted[note].append(r.scenario)
+    return table + "".join(f"\n{', '.join(names)}: {note}" for note, names in noted.items() if names)
 
 
 def _not_fitting(result: SimulationResult) -> str:

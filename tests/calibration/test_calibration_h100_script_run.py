@@ -37,8 +37,13 @@ def symbolic() -> list[float]:
 
 
 @pytest.fixture(scope="module")
-def static() -> list[float]:
-    return _gpu_bound(_checks("microbench_static_rows.json", FOLDER / "layer_timing_fused.json"))
+def static_checks() -> list[LayerCheck]:
+    return _checks("microbench_static_rows.json", FOLDER / "layer_timing_fused.json")
+
+
+@pytest.fixture(scope="module")
+def static(static_checks: list[LayerCheck]) -> list[float]:
+    return _gpu_bound(static_checks)
 
 
 def test_both_microbench_files_are_fused_and_sustained() -> None:
@@ -89,11 +94,11 @@ def test_the_shipped_profile_on_fused_layers_it_never_saw() -> None:
     assert statistics.median(errors) == pytest.approx(-0.048, abs=0.005)
 
 
-def test_host_bound_fused_runs_come_closer_with_the_host_term() -> None:
+def test_host_bound_fused_runs_come_closer_with_the_host_term(static_checks: list[LayerCheck]) -> None:
     """The 18 host-bound fused runs (h 6144 b 1, t 2-8): priced one op after another with the
     fitted per-op host time, the median miss falls from 31.6 % to 19.1 %; the term is crude
     (one figure per op, fitted on a tiny layer), not a fit to these runs."""
-    summary = summarize(_checks("microbench_static_rows.json", FOLDER / "layer_timing_fused.json"))
+    summary = summarize(static_checks)
     assert summary.num_host_bound == 18
     assert summary.host_bound_device_median_abs_error == pytest.approx(0.316, abs=0.005)
     assert summary.host_bound_with_host_median_abs_error == pytest.approx(0.191, abs=0.005)
