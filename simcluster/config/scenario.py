@@ -39,8 +39,14 @@ from simcluster.config.layer_rules import (
     query_groups_or_default,
 )
 from simcluster.config.layer_shape import Indivisible, ffn_hidden_size_or_default, indivisible_sizes
-from simcluster.config.moe_choices import RouterScore, TokenDispatcher
-from simcluster.config.moe_config import ExpertLayout, MoEConfig, check_moe_parallel
+from simcluster.config.moe_choices import RecomputeModule, RouterScore, TokenDispatcher
+from simcluster.config.moe_config import (
+    ExpertLayout,
+    MLAConfig,
+    MoEConfig,
+    check_mla_attention,
+    check_moe_parallel,
+)
 from simcluster.config.pipeline_split import PipelineSplit, SplitRequest, pipeline_split, split_problems
 from simcluster.config.strict import StrictModel
 
@@ -75,6 +81,19 @@ class MoESpec(StrictModel):
     router_score: RouterScore = RouterScore.SOFTMAX
 
 
+class MLASpec(StrictModel):
+    """`model.mla`: DeepSeek multi-latent attention (Megatron-core `--multi-latent-attention`;
+    `config.moe_config.MLAConfig` holds the same fields and their rules, docs/moe.md)."""
+
+    q_lora_rank: int | None = Field(
+        gt=0, description="Megatron --q-lora-rank; null = one linear_q_proj (no query bottleneck)"
+    )
+    kv_lora_rank: int = Field(gt=0, description="Megatron --kv-lora-rank")
+    qk_head_dim: int = Field(gt=0, description="Megatron --qk-head-dim")
+    qk_pos_emb_head_dim: int = Field(ge=0, description="Megatron --qk-pos-emb-head-dim (decoupled RoPE)")
+    v_head_dim: int = Field(gt=0, description="Megatron --v-head-dim")
+
+
 class ModelSpec(StrictModel):
     """Transformer shape (Korthikanti Table 1: L, h, a, s, v)."""
 
@@ -107,6 +126,29 @@ class ModelSpec(StrictModel):
         description="Megatron --attention-dropout (default 0.1); 0 keeps no s² mask in the unfused core",
     )
     moe: MoESpec | None = Field(default=None, description="mixture of experts; absent = dense (docs/moe.md)")
+    kv_channels: int | None = Field(
+        default=None,
+        gt=0,
+        description="Megatron --kv-channels: the per-head width of Q, K and V; default hidden_size / "
+        "num_attention_heads (Qwen3 and gpt-oss set it apart)",
+    )
+    mla: MLASpec | None = Field(
+        default=None, description="multi-latent attention (DeepSeek-V2/V3); absent = standard attention"
+    )
+    mtp_num_layers: int = Field(
+        default=0, ge=0, description="Megatron --mtp-num-layers: DeepSeek-V3 multi-token prediction layers"
+    )
+    window_size: int | None = Field(
+        default=None,
+        gt=0,
+        description="Megatron --window-size (w, 0): sliding-window attention, a query sees w keys before "
+        "it; null = full causal attention",
+    )
+    window_attn_skip_freq: int | None = Field(
+        default=None,
+        gt=0,
+        description="Megatron --window-attn-skip-freq N: every N-th layer (1-based) keeps full attention",
+    )
 
     @property
     def query_groups(self) -> int:
@@ -116,6 +158,11 @@ class ModelSpec(StrictModel):
     @property
     def ffn_size(self) -> int:
         return ffn_hidden_size_or_default(self.hidden_size, self.ffn_hidden_size)
+
+    @property
+    def head_dim(self) -> int:
+        """d_h: `kv_channels`, or hidden_size / num_attention_heads (Megatron's default)."""
+        return self.kv_channels or self.hidden_size // self.num_attention_heads
 
 
 class ParallelSpec(StrictModel):
@@ -214,6 +261,11 @@ class TrainingSpec(StrictModel):
     )
     moe_grouped_gemm: bool = Field(
         default=True, description="Megatron --moe-grouped-gemm: the experts as TE grouped GEMMs"
+    )
+    recompute_modules: list[RecomputeModule] | None = Field(
+        default=None,
+        description="Megatron-core --recompute-modules under recompute: selective (core_attn, moe_act, "
+        "moe, shared_experts, layernorm, mla_up_proj, mlp); null = core_attn, Megatron's default",
     )
 
 
@@ -360,6 +412,47 @@ def cross_field_problems(scenario: Scenario, refuse_unpriced: bool = True) -> li
     problems += [_shape_problem(bad) for bad in shape if bad.field == "seq_length"]
     problems += modern_layout_problems(scenario, refuse_unpriced)
     problems += moe_problems(scenario)
+    problems += attention_variant_problems(scenario)
+    return problems
+
+
+def attention_variant_problems(scenario: Scenario) -> list[str]:
+    """Megatron-core's rules for MLA, sliding windows, multi-token prediction and
+    `--recompute-modules` (docs/moe.md), phrased on the YAML fields."""
+    m, tr = scenario.model, scenario.training
+    problems: list[str] = []
+    if m.mla is not None:
+        try:
+            check_mla_attention(MLAConfig(**m.mla.model_dump()), m.num_attention_heads, m.num_query_groups)
+        except ValueError as error:
+            problems.append(str(error).replace("MLAConfig.", "model.mla."))
+    if m.window_attn_skip_freq is not None and m.window_size is None:
+        problems.append(
+            f"model.window_attn_skip_freq: value {m.window_attn_skip_freq}: needs model.window_size "
+            "(which layers keep full attention only means something with a window)"
+        )
+    if m.window_size is not None and m.mla is not None:
+        problems.append(f"model.window_size: value {m.window_size}: not allowed with model.mla")
+    modules = tr.recompute_modules
+    if modules is not None:
+        names = ", ".join(module.value for module in modules)
+        if tr.recompute is not Recompute.SELECTIVE:
+            problems.append(
+                f"training.recompute_modules: value [{names}]: needs training.recompute: selective "
+                f"(Megatron-core reads --recompute-modules only with --recompute-granularity selective), "
+                f"got {tr.recompute.value}"
+            )
+        needs = {
+            RecomputeModule.MOE: ("model.moe", m.moe),
+            RecomputeModule.MOE_ACT: ("model.moe", m.moe),
+            RecomputeModule.SHARED_EXPERTS: ("model.moe", m.moe),
+            RecomputeModule.MLA_UP_PROJ: ("model.mla", m.mla),
+        }
+        problems += [
+            f"training.recompute_modules: {module.value!r} needs {needs[module][0]} (the module it re-runs)"
+            for module in dict.fromkeys(modules)
+            if module in needs and needs[module][1] is None
+        ]
     return problems
 
 
@@ -410,7 +503,17 @@ def moe_problems(scenario: Scenario) -> list[str]:
 # (context parallelism, the uneven splits, FP8 and both overlaps are priced); the rule stays
 # for the next key that loads before it is priced.
 NOT_MODELLED_YET_MESSAGE = "not modelled by this version of the simulator yet"
-NOT_MODELLED_YET: dict[str, Callable[[Scenario], bool]] = {}
+NOT_MODELLED_YET: dict[str, Callable[[Scenario], bool]] = {
+    "model.kv_channels": lambda s: s.model.head_dim != s.model.hidden_size // s.model.num_attention_heads,
+    "model.mla": lambda s: s.model.mla is not None,
+    "model.mtp_num_layers": lambda s: s.model.mtp_num_layers > 0,
+    "model.window_size": lambda s: s.model.window_size is not None,
+    "model.window_attn_skip_freq": lambda s: s.model.window_attn_skip_freq is not None,
+    "training.recompute_modules": lambda s: (
+        s.training.recompute_modules is not None
+        and set(s.training.recompute_modules) != {RecomputeModule.CORE_ATTN}
+    ),
+}
 
 
 def unpriced_keys(scenario: Scenario) -> list[str]:

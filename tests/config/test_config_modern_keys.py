@@ -91,9 +91,28 @@ def test_a_key_not_priced_yet_is_refused_by_name(key):
         "training.attention_backend": "flash",
         "training.overlap_param_gather": True,
         "training.tp_comm_overlap": True,
+        "model.kv_channels": 64,
+        "model.mla": {
+            "q_lora_rank": 64,
+            "kv_lora_rank": 32,
+            "qk_head_dim": 32,
+            "qk_pos_emb_head_dim": 16,
+            "v_head_dim": 32,
+        },
+        "model.mtp_num_layers": 1,
+        "model.window_size": 32,
+        "model.window_attn_skip_freq": 2,
+        "training.recompute_modules": ["core_attn", "mlp"],
+    }
+    # what a key needs beside it to pass Megatron's own rules
+    companions = {
+        "model.window_attn_skip_freq": ("model", {"window_size": 32}),
+        "training.recompute_modules": ("training", {"recompute": "selective"}),
     }
     section, field = key.split(".")
     data = _with(section, **{field: values[key]})
+    if key in companions:
+        data[companions[key][0]].update(companions[key][1])
     data["parallel"]["sequence_parallel"] = True
     data["training"]["use_distributed_optimizer"] = True
     assert f"{key}: value" in _problems(data)
@@ -101,9 +120,17 @@ def test_a_key_not_priced_yet_is_refused_by_name(key):
 
 
 def test_every_key_of_the_contract_is_priced_now():
-    """cp, the uneven splits, FP8 and both overlaps have landed: nothing is refused as not
-    modelled (the parametrized refusal test above has no key left to check)."""
-    assert NOT_MODELLED_YET == {}
+    """cp, the uneven splits, FP8 and both overlaps have landed: of issue 11's keys nothing is
+    refused as not modelled; what is left are issue 18's attention variants, still wiring."""
+    issue_18 = {
+        "model.kv_channels",
+        "model.mla",
+        "model.mtp_num_layers",
+        "model.window_size",
+        "model.window_attn_skip_freq",
+        "training.recompute_modules",
+    }
+    assert set(NOT_MODELLED_YET) <= issue_18
     data = _with("parallel", cp=2, sequence_parallel=True)
     data["training"].update(
         dtype="fp8",

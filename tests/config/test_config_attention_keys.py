@@ -1,0 +1,117 @@
+"""`model.kv_channels`, `model.mla`, `model.mtp_num_layers`, `model.window_size` /
+`window_attn_skip_freq` and `training.recompute_modules`: their defaults keep every
+scenario as it was, Megatron-core's rules give one clear error each, and a key the
+simulator does not price yet is refused by name rather than priced as if it were unset."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from simcluster.config import ConfigError, parse_scenario
+from simcluster.config.moe_choices import RecomputeModule
+from simcluster.config.scenario import NOT_MODELLED_YET_MESSAGE, load_scenario, unpriced_keys
+from tests.paths import ROOT
+
+QWEN = ROOT / "tests" / "data" / "moe" / "qwen3-30b-a3b-head-dim-64.yaml"
+DENSE = ROOT / "scenarios" / "modern" / "llama3-8b-h100.yaml"
+MLA = {
+    "q_lora_rank": 1536,
+    "kv_lora_rank": 512,
+    "qk_head_dim": 128,
+    "qk_pos_emb_head_dim": 64,
+    "v_head_dim": 128,
+}
+
+
+def _data(path=DENSE):
+    return yaml.safe_load(path.read_text())
+
+
+def _problems(data) -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        parse_scenario(data, "bad.yaml")
+    assert "bad.yaml" in str(caught.value)
+    return caught.value.problems
+
+
+def test_defaults_leave_every_shipped_scenario_as_it_was():
+    for path in sorted((ROOT / "scenarios").rglob("*.yaml")):
+        m, tr = load_scenario(path).model, load_scenario(path).training
+        assert m.kv_channels is None and m.mla is None and m.mtp_num_layers == 0
+        assert m.window_size is None and m.window_attn_skip_freq is None
+        assert tr.recompute_modules is None
+        assert m.head_dim == m.hidden_size // m.num_attention_heads
+
+
+def test_kv_channels_equal_to_the_default_is_priced_and_another_value_is_refused():
+    data = _data()
+    m = data["model"]
+    m["kv_channels"] = m["hidden_size"] // m["num_attention_heads"]
+    assert unpriced_keys(parse_scenario(copy.deepcopy(data), "ok.yaml")) == []
+    m["kv_channels"] = 2 * m["kv_channels"]
+    (problem,) = _problems(data)
+    assert problem.startswith("model.kv_channels: value 256") and NOT_MODELLED_YET_MESSAGE in problem
+
+
+def test_mla_with_gqa_groups_is_an_error():
+    data = _data()  # Llama 3 8B: 32 heads, 8 query groups
+    data["model"]["mla"] = dict(MLA)
+    problems = _problems(data)
+    assert any("model.num_query_groups=8" in p and "model.mla" in p for p in problems), problems
+
+
+def test_mla_without_groups_loads_and_is_refused_until_priced():
+    data = _data()
+    del data["model"]["num_query_groups"]
+    data["model"]["mla"] = dict(MLA)
+    (problem,) = _problems(copy.deepcopy(data))
+    assert problem.startswith("model.mla:") and NOT_MODELLED_YET_MESSAGE in problem
+    data["model"]["mla"]["kv_lora_rank"] = 0
+    assert any("kv_lora_rank" in p for p in _problems(data))
+
+
+def test_window_skip_frequency_needs_a_window():
+    data = _data()
+    data["model"]["window_attn_skip_freq"] = 2
+    problems = _problems(data)
+    assert any(
+        p.startswith("model.window_attn_skip_freq: value 2: needs model.window_size") for p in problems
+    )
+
+
+@pytest.mark.parametrize(
+    ("recompute", "modules", "expected"),
+    [
+        ("none", ["core_attn"], "needs training.recompute: selective"),
+        ("full", ["mlp"], "needs training.recompute: selective"),
+        ("selective", ["moe_act"], "'moe_act' needs model.moe"),
+        ("selective", ["mla_up_proj"], "'mla_up_proj' needs model.mla"),
+        ("selective", ["gdn_norm_out"], "recompute_modules"),
+    ],
+)
+def test_recompute_modules_rules(recompute, modules, expected):
+    data = _data()
+    data["training"]["recompute"] = recompute
+    data["training"]["recompute_modules"] = modules
+    problems = _problems(data)
+    assert any(expected in p for p in problems), problems
+
+
+def test_recompute_modules_core_attn_is_selective_as_today():
+    data = _data()
+    data["training"]["recompute"] = "selective"
+    data["training"]["recompute_modules"] = ["core_attn"]
+    scenario = parse_scenario(data, "ok.yaml")
+    assert scenario.training.recompute_modules == [RecomputeModule.CORE_ATTN]
+    assert unpriced_keys(scenario) == []
+
+
+def test_moe_recompute_modules_load_and_are_refused_until_priced():
+    data = _data(QWEN)
+    data["training"]["recompute"] = "selective"
+    data["training"]["recompute_modules"] = ["core_attn", "moe_act"]
+    (problem,) = _problems(data)
+    assert problem.startswith("training.recompute_modules:") and NOT_MODELLED_YET_MESSAGE in problem
