@@ -25,6 +25,11 @@ from simcluster.config.megatron_flags import (
     MODEL_INTS,
     SOURCE,
 )
+from simcluster.config.megatron_moe_export import (
+    issue18_model_flags,
+    issue18_training_flags,
+    moe_parallel_flags,
+)
 from simcluster.config.scenario import Scenario
 
 
@@ -147,12 +152,6 @@ def to_megatron_args(scenario: Scenario, gpus_per_node: int | None = None) -> st
     """
     if scenario.training.schedule is ScheduleKind.GPIPE:
         raise ConfigError(SOURCE, ["training.schedule: value 'gpipe': Megatron-LM has no GPipe schedule"])
-    if scenario.model.moe is not None:
-        # a command line without --num-experts would train a dense model: refuse, not drop
-        raise ConfigError(
-            SOURCE,
-            ["model.moe: export of the MoE flags is not written yet (docs/moe.md, Status); dense only"],
-        )
     world = scenario.num_gpus
     per_node = gpus_per_node if gpus_per_node and world % gpus_per_node == 0 else world
     flash_attn_2 = scenario.training.attention_kernel is AttentionKernel.FLASH_ATTN_2
@@ -166,5 +165,7 @@ def to_megatron_args(scenario: Scenario, gpus_per_node: int | None = None) -> st
         str(per_node),
         "pretrain_gpt.py",
     ]
-    flags += _model_flags(scenario) + _training_flags(scenario) + _parallel_flags(scenario)
+    flags += _model_flags(scenario) + issue18_model_flags(scenario.model)
+    flags += _training_flags(scenario) + issue18_training_flags(scenario)
+    flags += _parallel_flags(scenario) + moe_parallel_flags(scenario.parallel)
     return shlex.join(flags)

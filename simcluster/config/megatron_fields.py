@@ -16,6 +16,7 @@ from simcluster.config.megatron_flags import (
     MODEL_FLOATS,
     MODEL_INTS,
 )
+from simcluster.config.megatron_moe import read_recompute_modules
 
 _NORMALIZATION = {"LayerNorm": "layernorm", "RMSNorm": "rmsnorm"}
 _POSITION = {"learned_absolute": "learned", "rope": "rope"}
@@ -109,12 +110,16 @@ def _virtual_pipeline(read: FlagReader, num_layers: int, pp: int, extra: int, ex
     return derived
 
 
-def _recompute(read: FlagReader, notes: list[str], demoted: dict[str, str]) -> Recompute:
+def _recompute(read: FlagReader, notes: list[str]) -> Recompute:
     granularity = read.text("recompute-granularity")
     if granularity is None and read.switch("recompute-activations"):
         granularity = "selective"  # Megatron: --recompute-activations means selective
     if granularity is None and read.switch("checkpoint-activations"):
         granularity = "full"  # the 2021 flag: full, uniform, one layer per checkpoint
+    if read.switch("moe-layer-recompute"):  # deprecated: selective with the `moe` module
+        if granularity == "full":
+            read.problems.append("--moe-layer-recompute with --recompute-granularity full: Megatron raises")
+        granularity = granularity or "selective"
     modules = read.values("recompute-modules")
     if modules is not None and granularity != "selective":
         notes.append("--recompute-modules without --recompute-granularity selective has no effect")
@@ -125,9 +130,6 @@ def _recompute(read: FlagReader, notes: list[str], demoted: dict[str, str]) -> R
     if granularity not in ("full", "selective"):
         read.problems.append(f"--recompute-granularity: value {granularity!r}: allowed: full, selective")
         return Recompute.NONE
-    if granularity == "selective" and modules is not None and set(modules) != {"core_attn"}:
-        # Megatron-core's default module list is core_attn, which is what selective prices.
-        demoted["recompute-modules"] = "recompute of modules other than core_attn (simulated as core_attn)"
     method, group = read.text("recompute-method"), read.integer("recompute-num-layers")
     if granularity == "full" and (method == "block" or (group or 1) > 1):
         notes.append(
@@ -267,12 +269,14 @@ def read_training(read: FlagReader, dp: int, notes: list[str], demoted: dict[str
     training: dict[str, Any] = {
         "micro_batch_size": micro,
         "global_batch_size": global_batch,
-        "recompute": _recompute(read, notes, demoted).value,
+        "recompute": _recompute(read, notes).value,
         "schedule": "1f1b",  # Megatron has no GPipe schedule
         "dtype": _dtype(read, notes).value,
         "overlap_grad_reduce": read.switch("overlap-grad-reduce"),
         "use_distributed_optimizer": read.switch("use-distributed-optimizer"),
     }
+    if (modules := read_recompute_modules(read, training["recompute"], demoted)) is not None:
+        training["recompute_modules"] = modules
     if (backend := _attention_backend(read, notes)) != "unfused":
         training["attention_backend"] = backend
     switches = ("overlap-param-gather", "tp-comm-overlap", "grad-reduce-in-bf16", "fp8-param-gather")

@@ -64,7 +64,23 @@ KEY_FLAGS: dict[str, tuple[str, ...]] = {
         "cuda-graph-modules",
         "cuda-graph-scope",
     ),
-}
+    # issue 18 (config/megatron_moe.py)
+    "model.moe": (
+        "num-experts", "moe-router-topk", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size",
+        "moe-layer-freq", "moe-expert-capacity-factor", "moe-router-score-function",
+    ),
+    "model.kv_channels": ("kv-channels",),
+    "model.mla": ("multi-latent-attention", "q-lora-rank", "kv-lora-rank", "qk-head-dim",
+                  "qk-pos-emb-head-dim", "v-head-dim"),
+    "model.mtp_num_layers": ("mtp-num-layers",),
+    "model.window_size": ("window-size",),
+    "model.window_attn_skip_freq": ("window-attn-skip-freq",),
+    "parallel.ep": ("expert-model-parallel-size",),
+    "parallel.etp": ("expert-tensor-parallel-size",),
+    "training.moe_token_dispatcher": ("moe-token-dispatcher-type", "moe-enable-deepep"),
+    "training.moe_grouped_gemm": ("moe-grouped-gemm",),
+    "training.recompute_modules": ("recompute-modules", "moe-layer-recompute"),
+}  # fmt: skip
 
 # Flags read into the scenario (beyond MODEL_INTS); everything else is sorted below.
 USED = {
@@ -97,6 +113,12 @@ IGNORED = {
     "node-rank", "master-addr", "master-port", "standalone", "max-restarts", "rdzv-backend",
     "rdzv-endpoint", "rdzv-id", "rdzv-conf", "monitor-interval", "no-python", "module",
     "cuda-graph-warmup-steps",
+    # MoE / MLA / MTP values with no cost in a step: a learning rate, logging, checkpoint
+    # conversion, a scalar on the routing weights, RoPE scaling, which tokens a capacity drops
+    "moe-router-bias-update-rate", "moe-per-layer-logging", "moe-use-upcycling",
+    "moe-upcycling-granularity", "moe-router-topk-scaling-factor", "moe-token-drop-policy",
+    "mtp-loss-scaling-factor", "rotary-scaling-factor", "mscale",
+    "mscale-all-dim", "cache-mla-latents",
 }  # fmt: skip
 IGNORED_PREFIXES = (
     "log-", "tensorboard-", "wandb-", "save-", "load-", "no-load-", "no-save-", "eval-", "exit-",
@@ -105,8 +127,6 @@ IGNORED_PREFIXES = (
 
 # Known flags with no model in the simulator (always), and why.
 NOT_MODELLED = {
-    "num-experts": "mixture of experts",
-    "expert-model-parallel-size": "expert parallelism",
     "disable-bias-linear": "bias-free linears (biases are modelled)",
     "overlap-p2p-comm": "overlapped pipeline p2p",
     "distribute-saved-activations": "distributed saved activations",
@@ -127,6 +147,27 @@ NOT_MODELLED = {
         "time priced as the unfused loss's kernels)"
     ),
     # TE cross_entropy.py::CrossEntropyFunction writes the gradient into the logits in place
+    # MoE options without a scenario key (transformer_config.py fields, Megatron-LM @d98e8a64)
+    "moe-router-load-balancing-type": "the load-balancing loss kernels (aux_loss, seq_aux_loss, sinkhorn)",
+    "moe-aux-loss-coeff": "the auxiliary load-balancing loss kernels",
+    "moe-z-loss-coeff": "the router z-loss kernels",
+    "moe-input-jitter-eps": "the router's input jitter",
+    "moe-router-dtype": "the router's fp32 / fp64 logits (simulated in the training dtype)",
+    "moe-router-fusion": "the fused router kernels",
+    "moe-permute-fusion": "the fused permute / unpermute kernels",
+    "moe-router-num-groups": "group-limited routing (no scenario key yet)",
+    "moe-router-group-topk": "group-limited routing (no scenario key yet)",
+    "moe-router-enable-expert-bias": "the per-expert routing bias (auxiliary-loss-free balancing)",
+    "moe-router-pre-softmax": "softmax before top-k (the top-k then softmax order is priced)",
+    "moe-pad-expert-input-to-capacity": "expert inputs padded to capacity (no scenario key yet)",
+    "moe-shared-expert-overlap": "the shared expert overlapped with the dispatch",
+    "moe-flex-dispatcher-backend": "the flex dispatcher's backend (DeepEP / HybridEP priced as one)",
+    "moe-router-padding-for-fp8": "the routing map padded for FP8 GEMMs",
+    "moe-apply-probs-on-input": "the routing probabilities applied before the experts",
+    "moe-use-legacy-grouped-gemm": "the legacy grouped-GEMM kernels (priced as TE's)",
+    "moe-router-force-load-balancing": "forced balanced routing (model.moe.load_imbalance 1.0 is the same)",
+    "mla-down-proj-fusion": "the fused MLA down-projection",
+    "qk-layernorm": "the query / key layer norms",
     "cross-entropy-fusion-impl": (
         "the loss kernel (te saves the 16-bit logits, 2·s·b·V/t, instead of the fp32 softmax, "
         "4·s·b·V/t; priced as native)"
@@ -149,6 +190,13 @@ KEY_REASONS = {
     "training.attention_backend": "the attention kernel (the paper's unfused attention is priced)",
     "training.overlap_param_gather": "overlapped parameter all-gather",
     "training.tp_comm_overlap": "overlapped tensor-parallel communication",
+    "model.kv_channels": "a per-head width other than hidden_size / num_attention_heads",
+    "model.mla": "multi-latent attention (standard attention is priced)",
+    "model.mtp_num_layers": "multi-token prediction layers",
+    "model.window_size": "sliding-window attention (full causal attention is priced)",
+    "model.window_attn_skip_freq": "sliding-window attention (full causal attention is priced)",
+    "training.recompute_modules": "recompute of modules other than core_attn (simulated as core_attn)",
+    "training.moe_token_dispatcher": "the token dispatcher (simulated as alltoall)",
 }
 
 

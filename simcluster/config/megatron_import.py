@@ -33,6 +33,7 @@ from simcluster.config.megatron_flags import (
     SOURCE,
     bucket,
 )
+from simcluster.config.megatron_moe import read_issue18_model, read_moe_parallel, read_moe_training
 from simcluster.config.scenario import (
     NOT_MODELLED_YET_MESSAGE,
     Scenario,
@@ -125,6 +126,15 @@ def _checked(requested: dict[str, Any], notes: list[str]) -> Scenario:
         raise ConfigError(SOURCE, error.problems + [f"note: {note}" for note in notes]) from None
 
 
+def _reset(mapping: dict[str, Any], key: str) -> None:
+    """`key` back at its default in `mapping`."""
+    section, name = key.split(".")
+    if key == "training.dtype":
+        mapping[section][name] = Dtype.BF16.value  # FP8 keeps bf16 outside its GEMMs
+    else:
+        mapping[section].pop(name, None)
+
+
 def _without_unpriced(
     requested: dict[str, Any], scenario: Scenario, flags: dict[str, list[str]], demoted: dict[str, str]
 ) -> dict[str, Any]:
@@ -132,14 +142,37 @@ def _without_unpriced(
     flags that set it become "not modelled"."""
     runnable = copy.deepcopy(requested)
     for key in unpriced_keys(scenario):
-        section, name = key.split(".")
-        if key == "training.dtype":
-            runnable[section][name] = Dtype.BF16.value  # FP8 keeps bf16 outside its GEMMs
-        else:
-            runnable[section].pop(name, None)
+        _reset(runnable, key)
         for flag in KEY_FLAGS[key]:
             if flag in flags:
                 demoted[flag] = f"{KEY_REASONS[key]}; {key} is {NOT_MODELLED_YET_MESSAGE}"
+    return runnable
+
+
+def _without_refused_for_moe(
+    requested: dict[str, Any], flags: dict[str, list[str]], demoted: dict[str, str], notes: list[str]
+) -> dict[str, Any]:
+    """The mapping with each key the scenario's MoE rules refuse as not modelled yet
+    (`scenario.moe_problems`: "training.moe_token_dispatcher: value allgather: not modelled
+    … for a MoE model") back at its default, its flags "not modelled", as for the keys of
+    NOT_MODELLED_YET. Read from the scenario's own refusals, so a value the simulator
+    learns to price is kept without a change here."""
+    try:
+        parse_scenario(requested, SOURCE, refuse_unpriced=False)
+        return requested
+    except ConfigError as error:
+        problems = [problem for problem in error.problems if NOT_MODELLED_YET_MESSAGE in problem]
+    refused = [key for key in KEY_FLAGS if any(problem.startswith(f"{key}: value ") for problem in problems)]
+    runnable = copy.deepcopy(requested)
+    for key in refused:
+        section, name = key.split(".")
+        value = requested[section].get(name)
+        reason = f"{KEY_REASONS.get(key, key)}; {key} {value} is {NOT_MODELLED_YET_MESSAGE} for a MoE model"
+        _reset(runnable, key)
+        given = [flag for flag in KEY_FLAGS[key] if flag in flags]
+        demoted.update(dict.fromkeys(given, reason))
+        if not given:  # Megatron's default, e.g. the allgather dispatcher
+            notes.append(f"{reason}; no flag set it (Megatron's default): the scenario keeps its default")
     return runnable
 
 
@@ -174,8 +207,11 @@ def parse_megatron_args(
     demoted: dict[str, str] = {}
     tp = read.integer("tensor-model-parallel-size") or 1
     model = read_model(read, tp, notes)
+    read_issue18_model(read, model, notes, demoted)
     parallel = read_parallel(read, model.get("num_layers") or 1, num_gpus, notes)
+    read_moe_parallel(read, parallel)
     training = read_training(read, parallel["dp"], notes, demoted)
+    read_moe_training(read, training, "moe" in model, notes)
     read_environment(launcher, training, notes)
     if read.problems:
         raise ConfigError(SOURCE, read.problems)
@@ -186,10 +222,11 @@ def parse_megatron_args(
         "parallel": parallel,
         "training": training,
     }
-    full = _checked(requested, notes)
-    scenario = _without_unpriced(requested, full, flags, demoted)
+    priced = _without_refused_for_moe(requested, flags, demoted, notes)
+    full = _checked(priced, notes)
+    scenario = _without_unpriced(priced, full, flags, demoted)
     kept: tuple[str, ...] = ()
-    if scenario != requested:
+    if scenario != priced:
         try:
             parse_scenario(scenario, SOURCE)
         except ConfigError as error:  # e.g. 126 layers on pp 16 x vpp 8 need the uneven split
@@ -197,7 +234,7 @@ def parse_megatron_args(
                 f"the run cannot be simulated without the keys not priced yet ({'; '.join(error.problems)}): "
                 "the scenario keeps them as given, and `simcluster run` refuses it until they are priced"
             )
-            scenario = copy.deepcopy(requested)
+            scenario = copy.deepcopy(priced)
             kept = tuple(flag for key in unpriced_keys(full) for flag in KEY_FLAGS[key] if flag in flags)
         else:
             if full.parallel.cp > 1 and "cp" not in scenario["parallel"]:

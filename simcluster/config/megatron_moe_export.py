@@ -1,0 +1,83 @@
+"""The keys of issue 18 -> Megatron-LM flags (`export-megatron`, `plan`): the reverse of
+`megatron_moe`, written so that `import-megatron` reads them back to the same keys.
+
+Where Megatron's default differs from the scenario's the flag is always written: the
+dispatcher (Megatron's default allgather, the scenario's alltoall) and, for a MoE model,
+`--moe-grouped-gemm` (off in Megatron) when grouped GEMM is on. `model.moe.load_imbalance`
+has no flag (the router decides it in a real run): it is not exported and imports as 1.0.
+"""
+
+from __future__ import annotations
+
+from simcluster.config.errors import ConfigError
+from simcluster.config.megatron_flags import SOURCE
+from simcluster.config.moe_choices import TokenDispatcher
+from simcluster.config.moe_config import MoEConfig
+from simcluster.config.scenario import ModelSpec, ParallelSpec, Scenario
+
+
+def _moe_flags(model: ModelSpec) -> list[str]:
+    moe = model.moe
+    if moe is None:
+        return []
+    flags = ["--num-experts", str(moe.num_experts), "--moe-router-topk", str(moe.router_topk)]
+    flags += ["--moe-ffn-hidden-size", str(moe.ffn_hidden_size)]
+    if moe.shared_expert_ffn_hidden_size:
+        flags += ["--moe-shared-expert-intermediate-size", str(moe.shared_expert_ffn_hidden_size)]
+    if moe.first_k_dense_layers:
+        config = MoEConfig(**moe.model_dump())
+        flags += ["--moe-layer-freq", config.megatron_moe_layer_freq(model.num_layers)]
+    if moe.capacity_factor is not None:
+        flags += ["--moe-expert-capacity-factor", repr(moe.capacity_factor)]
+    flags += ["--moe-router-score-function", moe.router_score.value]
+    return flags
+
+
+def issue18_model_flags(model: ModelSpec) -> list[str]:
+    """`--num-experts` and the MoE sizes, `--kv-channels`, `--multi-latent-attention` with
+    every MLA size (`--q-lora-rank` left out when null: Megatron's default is no query
+    bottleneck), `--mtp-num-layers`, `--window-size w,0` and `--window-attn-skip-freq N`."""
+    flags = _moe_flags(model)
+    if model.kv_channels is not None:
+        flags += ["--kv-channels", str(model.kv_channels)]
+    if (mla := model.mla) is not None:
+        flags.append("--multi-latent-attention")
+        if mla.q_lora_rank is not None:
+            flags += ["--q-lora-rank", str(mla.q_lora_rank)]
+        flags += ["--kv-lora-rank", str(mla.kv_lora_rank), "--qk-head-dim", str(mla.qk_head_dim)]
+        flags += ["--qk-pos-emb-head-dim", str(mla.qk_pos_emb_head_dim), "--v-head-dim", str(mla.v_head_dim)]
+    if model.mtp_num_layers:
+        flags += ["--mtp-num-layers", str(model.mtp_num_layers)]
+    if model.window_size is not None:
+        flags += ["--window-size", f"{model.window_size},0"]  # TE's (left, right): causal
+    if model.window_attn_skip_freq is not None:
+        flags += ["--window-attn-skip-freq", str(model.window_attn_skip_freq)]
+    return flags
+
+
+def moe_parallel_flags(parallel: ParallelSpec) -> list[str]:
+    """`--expert-model-parallel-size` (ep > 1), `--expert-tensor-parallel-size` (when set;
+    null is Megatron's default, tp)."""
+    flags = ["--expert-model-parallel-size", str(parallel.ep)] if parallel.ep > 1 else []
+    if parallel.etp is not None:
+        flags += ["--expert-tensor-parallel-size", str(parallel.etp)]
+    return flags
+
+
+def issue18_training_flags(scenario: Scenario) -> list[str]:
+    """A MoE model's `--moe-token-dispatcher-type` (always: Megatron's default is allgather)
+    and `--moe-grouped-gemm`; `--recompute-modules` when the list is set."""
+    tr = scenario.training
+    flags: list[str] = []
+    if scenario.model.moe is not None:
+        dispatcher = tr.moe_token_dispatcher
+        flags += ["--moe-token-dispatcher-type", TokenDispatcher(dispatcher).value]
+        if tr.moe_grouped_gemm:
+            flags.append("--moe-grouped-gemm")
+    if tr.recompute_modules == []:
+        # arguments.py: nargs="+"; an empty list has no command line
+        problem = "training.recompute_modules: value []: Megatron's --recompute-modules takes one or more"
+        raise ConfigError(SOURCE, [problem])
+    if tr.recompute_modules is not None:
+        flags += ["--recompute-modules", *(module.value for module in tr.recompute_modules)]
+    return flags
