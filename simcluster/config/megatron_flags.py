@@ -204,8 +204,12 @@ def bucket(name: str) -> str:
     """used / not_modelled / ignored / unknown, before knowing which keys are priced."""
     if name in MODEL_INTS or name in USED:
         return "used"
-    if name in NOT_MODELLED or name.startswith(("moe-", "fp8")):
+    if name in NOT_MODELLED:
         return "not_modelled"
-    if name in IGNORED or name.startswith(IGNORED_PREFIXES):
+    if name in IGNORED:  # before the prefixes: a few moe- flags have no cost
+        return "ignored"
+    if name.startswith(("moe-", "fp8")):
+        return "not_modelled"
+    if name.startswith(IGNORED_PREFIXES):
         return "ignored"
     return "unknown"
