@@ -26,9 +26,9 @@ from simcluster.config.megatron_flags import (
     SOURCE,
 )
 from simcluster.config.megatron_moe_export import (
-    issue18_model_flags,
-    issue18_training_flags,
+    moe_and_attention_flags,
     moe_parallel_flags,
+    moe_training_flags,
 )
 from simcluster.config.scenario import Scenario
 
@@ -165,7 +165,7 @@ def to_megatron_args(scenario: Scenario, gpus_per_node: int | None = None) -> st
         str(per_node),
         "pretrain_gpt.py",
     ]
-    flags += _model_flags(scenario) + issue18_model_flags(scenario.model)
-    flags += _training_flags(scenario) + issue18_training_flags(scenario)
+    flags += _model_flags(scenario) + moe_and_attention_flags(scenario.model)
+    flags += _training_flags(scenario) + moe_training_flags(scenario)
     flags += _parallel_flags(scenario) + moe_parallel_flags(scenario.parallel)
     return shlex.join(flags)

@@ -33,7 +33,7 @@ from simcluster.config.megatron_flags import (
     SOURCE,
     bucket,
 )
-from simcluster.config.megatron_moe import read_issue18_model, read_moe_parallel, read_moe_training
+from simcluster.config.megatron_moe import read_moe_and_attention, read_moe_parallel, read_moe_training
 from simcluster.config.scenario import (
     NOT_MODELLED_YET_MESSAGE,
     Scenario,
@@ -126,6 +126,16 @@ def _checked(requested: dict[str, Any], notes: list[str]) -> Scenario:
         raise ConfigError(SOURCE, error.problems + [f"note: {note}" for note in notes]) from None
 
 
+# Keys that only mean something beside another's value: reset with it (FP8 / FP4 training
+# simulated in bf16 drops its recipe and its low-precision parameter gather).
+_COMPANIONS = {
+    "training.dtype": (
+        "training.fp8_recipe", "training.fp8_param_gather",
+        "training.fp4_recipe", "training.fp4_param_gather",
+    ),
+}  # fmt: skip
+
+
 def _reset(mapping: dict[str, Any], key: str) -> None:
     """`key` back at its default in `mapping`."""
     section, name = key.split(".")
@@ -168,8 +178,10 @@ def _without_refused_for_moe(
         section, name = key.split(".")
         value = requested[section].get(name)
         reason = f"{KEY_REASONS.get(key, key)}; {key} {value} is {NOT_MODELLED_YET_MESSAGE} for a MoE model"
-        _reset(runnable, key)
-        given = [flag for flag in KEY_FLAGS[key] if flag in flags]
+        keys = (key, *_COMPANIONS.get(key, ()))
+        for reset in keys:
+            _reset(runnable, reset)
+        given = [flag for reset in keys for flag in KEY_FLAGS[reset] if flag in flags]
         demoted.update(dict.fromkeys(given, reason))
         if not given:  # Megatron's default, e.g. the allgather dispatcher
             notes.append(f"{reason}; no flag set it (Megatron's default): the scenario keeps its default")
@@ -207,7 +219,7 @@ def parse_megatron_args(
     demoted: dict[str, str] = {}
     tp = read.integer("tensor-model-parallel-size") or 1
     model = read_model(read, tp, notes)
-    read_issue18_model(read, model, notes, demoted)
+    read_moe_and_attention(read, model, notes, demoted)
     parallel = read_parallel(read, model.get("num_layers") or 1, num_gpus, notes)
     read_moe_parallel(read, parallel)
     training = read_training(read, parallel["dp"], notes, demoted)

@@ -179,7 +179,7 @@ def _window(read: FlagReader, model: dict[str, Any], notes: list[str]) -> None:
         model["window_attn_skip_freq"] = pattern
 
 
-def read_issue18_model(
+def read_moe_and_attention(
     read: FlagReader, model: dict[str, Any], notes: list[str], demoted: dict[str, str]
 ) -> None:
     """Add `moe`, `kv_channels`, `mla`, `mtp_num_layers`, `window_size` and

@@ -33,7 +33,7 @@ def _moe_flags(model: ModelSpec) -> list[str]:
     return flags
 
 
-def issue18_model_flags(model: ModelSpec) -> list[str]:
+def moe_and_attention_flags(model: ModelSpec) -> list[str]:
     """`--num-experts` and the MoE sizes, `--kv-channels`, `--multi-latent-attention` with
     every MLA size (`--q-lora-rank` left out when null: Megatron's default is no query
     bottleneck), `--mtp-num-layers`, `--window-size w,0` and `--window-attn-skip-freq N`."""
@@ -64,7 +64,7 @@ def moe_parallel_flags(parallel: ParallelSpec) -> list[str]:
     return flags
 
 
-def issue18_training_flags(scenario: Scenario) -> list[str]:
+def moe_training_flags(scenario: Scenario) -> list[str]:
     """A MoE model's `--moe-token-dispatcher-type` (always: Megatron's default is allgather)
     and `--moe-grouped-gemm`; `--recompute-modules` when the list is set."""
     tr = scenario.training

@@ -6,12 +6,15 @@ and what the scenario cannot say is one clear error."""
 from __future__ import annotations
 
 import copy
+import json
 import shlex
 
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from typer.testing import CliRunner
 
+from simcluster.cli import app
 from simcluster.config import ConfigError, load_scenario
 from simcluster.config.megatron_args import parse_megatron_args, to_megatron_args
 from simcluster.config.megatron_flags import KEY_FLAGS, bucket
@@ -377,3 +380,36 @@ def test_random_moe_scenarios_round_trip(scenario):
     imported = parse_megatron_args(_flags(scenario), scenario.hardware, scenario.name)
     if not unpriced_keys(scenario) and imported.scenario == imported.requested:
         assert imported.validated() == scenario
+
+
+def test_an_fp8_moe_line_the_simulator_refuses_imports_in_bf16_with_its_fp8_flags_not_modelled():
+    """Where FP8 experts are refused for a MoE model, the FP8 flags (format, recipe, FP8
+    parameter gather) are all not modelled and the scenario, in bf16, loads; where they
+    are priced, the scenario keeps them."""
+    fp8 = "--fp8-format hybrid --fp8-recipe blockwise --fp8-param-gather --use-distributed-optimizer"
+    line = f"{MOE_LINE} {fp8}"
+    imported = parse_megatron_args(line, "h100-sxm5-80gb")
+    scenario = imported.validated()
+    demoted = {flag.split()[0].rstrip(":") for flag in imported.not_modelled}
+    fp8_flags = {"--fp8-format", "--fp8-recipe", "--fp8-param-gather"}
+    if scenario.training.dtype.value == "bf16":
+        assert fp8_flags <= demoted and not scenario.training.fp8_param_gather
+    else:
+        assert not fp8_flags & demoted and scenario.training.fp8_param_gather
+    assert imported.requested["training"]["dtype"] == "fp8"
+
+
+def test_cli_export_and_import_of_a_moe_scenario(tmp_path):
+    """`export-megatron mixtral --json` gives Megatron's MoE flags; `import-megatron` of that
+    line writes a YAML that loads as the same scenario."""
+    runner = CliRunner()
+    exported = runner.invoke(app, ["export-megatron", str(MIXTRAL), "--json"])
+    assert exported.exit_code == 0, exported.output
+    payload = json.loads(exported.stdout)
+    assert {"--num-experts", "--expert-model-parallel-size", "--moe-grouped-gemm"} <= set(payload["args"])
+    out = tmp_path / "mixtral-8x7b-h100.yaml"
+    imported = runner.invoke(
+        app, ["import-megatron", payload["command"], "--hardware", "h100-sxm5-80gb", "--out", str(out)]
+    )
+    assert imported.exit_code == 0, imported.output
+    assert load_scenario(out) == load_scenario(MIXTRAL)
