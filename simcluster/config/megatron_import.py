@@ -153,9 +153,9 @@ def _without_unpriced(
     runnable = copy.deepcopy(requested)
     for key in unpriced_keys(scenario):
         _reset(runnable, key)
-        for flag in KEY_FLAGS[key]:
+        for flag in KEY_FLAGS.get(key, ()):  # a key no flag sets has none to list
             if flag in flags:
-                demoted[flag] = f"{KEY_REASONS[key]}; {key} is {NOT_MODELLED_YET_MESSAGE}"
+                demoted[flag] = f"{KEY_REASONS.get(key, key)}; {key} is {NOT_MODELLED_YET_MESSAGE}"
     return runnable
 
 
@@ -247,7 +247,9 @@ def parse_megatron_args(
                 "the scenario keeps them as given, and `simcluster run` refuses it until they are priced"
             )
             scenario = copy.deepcopy(priced)
-            kept = tuple(flag for key in unpriced_keys(full) for flag in KEY_FLAGS[key] if flag in flags)
+            kept = tuple(
+                flag for key in unpriced_keys(full) for flag in KEY_FLAGS.get(key, ()) if flag in flags
+            )
         else:
             if full.parallel.cp > 1 and "cp" not in scenario["parallel"]:
                 notes.append(

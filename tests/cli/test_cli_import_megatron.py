@@ -330,12 +330,21 @@ def test_uneven_splits_and_virtual_stages():
         parse_megatron_args(f"{explicit} --num-layers-per-virtual-pipeline-stage 1")
 
 
-def test_recompute_modules_other_than_core_attn_are_not_modelled():
+def test_recompute_modules_other_than_core_attn_are_not_modelled_while_the_key_is_refused():
+    """--recompute-modules sets training.recompute_modules: while the simulator refuses
+    modules other than core_attn (NOT_MODELLED_YET) the flag is not modelled and the
+    scenario keeps selective without the list; once priced, the list is kept."""
+    from simcluster.config.scenario import NOT_MODELLED_YET
+
     imported = parse_megatron_args(
         f"{MINIMAL} --recompute-granularity selective --recompute-modules core_attn mlp"
     )
     assert imported.scenario["training"]["recompute"] == "selective"
-    assert any(line.startswith("--recompute-modules core_attn mlp: ") for line in imported.not_modelled)
+    assert imported.requested["training"]["recompute_modules"] == ["core_attn", "mlp"]
+    refused = "training.recompute_modules" in NOT_MODELLED_YET
+    flagged = any(line.startswith("--recompute-modules core_attn mlp: ") for line in imported.not_modelled)
+    assert flagged == refused
+    assert ("recompute_modules" in imported.scenario["training"]) != refused
 
 
 def test_llama3_line_drops_nothing_now_that_every_key_is_priced():
