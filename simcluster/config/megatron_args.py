@@ -3,8 +3,10 @@
 
 The parts: `megatron_flags` (which flag is used, ignored, not modelled or unknown),
 `megatron_cmdline` (shell words -> flags -> typed values), `megatron_fields` (flags -> the
-model / parallel / training mappings), `megatron_import` (the scenario, and what happened to
-each flag) and `megatron_export` (scenario -> flags). This module keeps the one
+model / parallel / training mappings), `megatron_moe` (the MoE, MLA, MTP, window,
+kv-channels and recompute-module flags; `megatron_pattern` reads Megatron's per-layer
+patterns), `megatron_import` (the scenario, and what happened to each flag) and
+`megatron_export` / `megatron_moe_export` (scenario -> flags). This module keeps the one
 import path the rest of the package and its users rely on.
 """
 

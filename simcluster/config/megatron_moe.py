@@ -87,6 +87,8 @@ def _first_k_dense(read: FlagReader, num_layers: int) -> int:
 def _mixture_of_experts(
     read: FlagReader, model: dict[str, Any], notes: list[str], demoted: dict[str, str]
 ) -> None:
+    """`model.moe` from `--num-experts` (Megatron's `num_moe_experts`; absent: dense) and the
+    router / expert sizes beside it."""
     experts = read.integer("num-experts")
     if experts is None:
         if given := [f"--{flag}" for flag in MOE_MODEL_FLAGS if read.has(flag)]:
@@ -118,6 +120,8 @@ def _mixture_of_experts(
 
 
 def _multi_latent_attention(read: FlagReader, model: dict[str, Any], notes: list[str]) -> None:
+    """`model.mla` from `--multi-latent-attention` (arguments.py core_transformer_config_from_args
+    then builds an MLATransformerConfig) and the five sizes of _add_mla_args."""
     if not read.switch("multi-latent-attention"):
         if given := [f"--{flag}" for flag in MLA_SIZE_FLAGS if read.has(flag)]:
             notes.append(f"{' '.join(given)} without --multi-latent-attention: no effect (Megatron)")

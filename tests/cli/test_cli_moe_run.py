@@ -44,13 +44,11 @@ def test_run_json_on_moe_scenarios(path):
 
 
 def test_tools_that_would_drop_the_experts_refuse_instead():
-    """export-megatron has no MoE flags yet and memory --measure's torch layer no MoE block:
-    each refuses with one clear error rather than describing a dense model."""
+    """memory --measure's torch layer has no MoE block: it refuses with one clear error rather
+    than measuring a dense model; export-megatron writes the MoE flags (--num-experts …)."""
     path = str(SCENARIOS[0])
     exported = CliRunner().invoke(app, ["export-megatron", path])
-    assert (
-        exported.exit_code == 2 and "model.moe: export of the MoE flags is not written yet" in exported.output
-    )
+    assert exported.exit_code == 0 and "--num-experts" in exported.output
     measured = CliRunner().invoke(app, ["memory", path, "--measure"])
     assert measured.exit_code == 2 and "no MoE block" in measured.output
     predicted = CliRunner().invoke(app, ["memory", path])
