@@ -353,6 +353,9 @@ def _pre_mlp_norm(dense_forward: tuple[Op, ...]) -> Op:
     return next(op for op in reversed(dense_forward[:first]) if op.module is Module.LAYERNORM)
 
 
+_ACTIVATIONS = frozenset({Module.SWIGLU, Module.BIAS_GELU, Module.SQUARED_RELU})
+
+
 def _zero(op: Op) -> Op:
     return replace(op, saved_bytes=0.0)
 
@@ -385,7 +388,9 @@ def moe_recompute_ops(
     unless `layernorm` (tested)."""
     if cfg.recompute is not Recompute.SELECTIVE:
         return forward, ()
-    act = next(i for i, op in enumerate(forward) if op.module is Module.EXPERT_FC2) - 1
+    fc1_last = max(i for i, op in enumerate(forward) if op.module is Module.EXPERT_FC1)
+    fc2_first = next(i for i, op in enumerate(forward) if op.module is Module.EXPERT_FC2)
+    activation = tuple(op for op in forward[fc1_last + 1 : fc2_first] if op.module in _ACTIVATIONS)
     shared = [i for i, op in enumerate(forward) if op.module in (Module.SHARED_FC1, Module.SHARED_FC2)]
     shared_ops = forward[shared[0] : shared[-1] + 1] if shared else ()
     rerun: list[Op] = []
@@ -404,5 +409,5 @@ def moe_recompute_ops(
     if cfg.recomputes(RecomputeModule.SHARED_EXPERTS):
         rerun += [_zero(op) for op in shared_ops]
     if cfg.recomputes(RecomputeModule.MOE_ACT):
-        rerun.append(_zero(forward[act]))
+        rerun += [_zero(op) for op in activation]
     return tuple(ops), tuple(rerun)
