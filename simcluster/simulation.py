@@ -311,11 +311,12 @@ def run_simulation(
     B, s, L, v = tr.global_batch_size, m.seq_length, m.num_layers, m.vocab_size
     widths = flops.layer_widths(workload.layer_config)
     model_flops = flops.model_flops(B, s, L, v, widths)
-    hardware_flops = flops.hardware_flops(B, s, L, v, widths, tr.recompute)
-    paper_hardware_flops = flops.paper_hardware_flops(B, s, L, v, widths, tr.recompute)
+    modules = workload.layer_config.recompute_modules
+    hardware_flops = flops.hardware_flops(B, s, L, v, widths, tr.recompute, modules)
+    paper_hardware_flops = flops.paper_hardware_flops(B, s, L, v, widths, tr.recompute, modules)
     if m.moe is not None:  # Megatron's active-parameter count (workload.moe_mfu)
         model_flops, hardware_flops = moe_model_flops(
-            B, s, L, v, widths, MoEConfig(**m.moe.model_dump()), tr.recompute
+            B, s, L, v, widths, MoEConfig(**m.moe.model_dump()), tr.recompute, modules
         )
         paper_hardware_flops = hardware_flops
     peak = hw.peak_flop_per_s(tr.dtype)

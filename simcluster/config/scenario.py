@@ -453,6 +453,30 @@ def attention_variant_problems(scenario: Scenario) -> list[str]:
             for module in dict.fromkeys(modules)
             if module in needs and needs[module][1] is None
         ]
+        problems += _recompute_module_problems(scenario, modules)
+    return problems
+
+
+def _recompute_module_problems(scenario: Scenario, modules: list[RecomputeModule]) -> list[str]:
+    """Megatron-core's `TransformerConfig.__post_init__` rules for `--recompute-modules`
+    (transformer_config.py @d98e8a64ddf34856e74b24714e3bedb2f5a39553), and the one module
+    not priced yet: `mla_up_proj`, until MLA is."""
+    tr, problems = scenario.training, []
+    if RecomputeModule.MOE_ACT in modules and not tr.moe_grouped_gemm:
+        problems.append(
+            "training.recompute_modules: 'moe_act' needs training.moe_grouped_gemm: true "
+            "(Megatron-core: moe_act recompute is only supported with moe_grouped_gemm)"
+        )
+    fp8_output_discarding = {RecomputeModule.MOE_ACT, RecomputeModule.LAYERNORM} & set(modules)
+    if fp8_output_discarding and tr.dtype is Dtype.FP8 and tr.fp8_recipe is Fp8Recipe.DELAYED:
+        names = ", ".join(sorted(repr(module.value) for module in fp8_output_discarding))
+        problems.append(
+            f"training.recompute_modules: {names} with training.dtype fp8 needs a training.fp8_recipe "
+            "other than delayed (Megatron-core: delayed scaling does not support moe_act and "
+            "layernorm recompute for fp8)"
+        )
+    if RecomputeModule.MLA_UP_PROJ in modules and scenario.model.mla is not None:
+        problems.append(f"training.recompute_modules: 'mla_up_proj': {NOT_MODELLED_YET_MESSAGE}")
     return problems
 
 
@@ -509,10 +533,6 @@ NOT_MODELLED_YET: dict[str, Callable[[Scenario], bool]] = {
     "model.mtp_num_layers": lambda s: s.model.mtp_num_layers > 0,
     "model.window_size": lambda s: s.model.window_size is not None,
     "model.window_attn_skip_freq": lambda s: s.model.window_attn_skip_freq is not None,
-    "training.recompute_modules": lambda s: (
-        s.training.recompute_modules is not None
-        and set(s.training.recompute_modules) != {RecomputeModule.CORE_ATTN}
-    ),
 }
 
 

@@ -19,6 +19,7 @@ import functools
 from dataclasses import replace
 
 from simcluster.config.choices import PositionEmbedding, Recompute
+from simcluster.config.moe_choices import RecomputeModule
 from simcluster.workload.layer import LayerOps, flash_attention_shape
 from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.ops import Module, Op, OpKind, Pass, RingAttention
@@ -119,7 +120,8 @@ def ring_held_bytes(cfg: LayerConfig) -> float:
     stays beside it. Only MHA without RoPE keeps the views (sbh3d): a RoPE'd Q/K, or any GQA
     split (K, V of another shape than Q), is made contiguous by TE; selective recompute's
     checkpoint is counted by `qkv_output_held_bytes`."""
-    if cfg.recompute is not Recompute.NONE or cfg.position_embedding is PositionEmbedding.ROPE:
+    checkpointed = cfg.recompute is Recompute.FULL or cfg.recomputes(RecomputeModule.CORE_ATTN)
+    if checkpointed or cfg.position_embedding is PositionEmbedding.ROPE:
         return 0.0
     if cfg.query_groups != cfg.num_attention_heads:
         return 0.0

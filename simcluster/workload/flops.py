@@ -39,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simcluster.config.choices import Recompute
+from simcluster.config.moe_choices import RecomputeModule
 from simcluster.workload.layer_config import LayerConfig
 
 
@@ -112,10 +113,34 @@ def model_flops(B: int, s: int, L: int, v: int, widths: LayerWidths) -> float:
     return _factored(72.0, B, s, L, v, widths, (1, 6), 12)
 
 
-def hardware_flops(B: int, s: int, L: int, v: int, widths: LayerWidths, recompute: Recompute) -> float:
+def custom_modules(recompute: Recompute, modules: frozenset[RecomputeModule] | None) -> bool:
+    """Selective recompute with `--recompute-modules` other than Megatron's default [core_attn]
+    (None is the default)."""
+    return recompute is Recompute.SELECTIVE and modules is not None and modules != {RecomputeModule.CORE_ATTN}
+
+
+def selective_rerun_flops(B: int, s: int, widths: LayerWidths, modules: frozenset[RecomputeModule]) -> float:
+    """GEMM FLOPs one dense layer re-runs under selective recompute of `modules`: the
+    attention core's forward 4Bs²·width with `core_attn`, the MLP's 2Bs·glu·h·ffn with `mlp`
+    (`layernorm` re-runs no GEMM; the MoE modules act on MoE layers, `workload.moe_mfu`)."""
+    glu = 3 if widths.gated else 2
+    core = 4 * B * s * s * widths.attention_width if RecomputeModule.CORE_ATTN in modules else 0
+    mlp = (
+        2 * B * s * glu * widths.hidden_size * widths.ffn_hidden_size if RecomputeModule.MLP in modules else 0
+    )
+    return float(core + mlp)
+
+
+def hardware_flops(
+    B: int, s: int, L: int, v: int, widths: LayerWidths, recompute: Recompute,
+    recompute_modules: frozenset[RecomputeModule] | None = None,
+) -> float:  # fmt: skip
     """Model FLOPs plus what recomputation re-runs: full, one layer forward per layer
     (Narayanan Eq. 3: 96BsLh²(1 + s/(6h) + v/(16hL)) at ffn = 4h); selective, the attention
-    core's forward 4Bs²·width per layer (72BsLh²(… + 2s/(9h) …)); none, nothing."""
+    core's forward 4Bs²·width per layer (72BsLh²(… + 2s/(9h) …)), or with other
+    `recompute_modules` what they re-run (`selective_rerun_flops`); none, nothing."""
+    if recompute_modules is not None and custom_modules(recompute, recompute_modules):
+        return model_flops(B, s, L, v, widths) + L * selective_rerun_flops(B, s, widths, recompute_modules)
     if recompute is Recompute.SELECTIVE:
         return _factored(72.0, B, s, L, v, widths, (2, 9), 12)
     if recompute is Recompute.FULL:
@@ -123,10 +148,15 @@ def hardware_flops(B: int, s: int, L: int, v: int, widths: LayerWidths, recomput
     return model_flops(B, s, L, v, widths)
 
 
-def paper_hardware_flops(B: int, s: int, L: int, v: int, widths: LayerWidths, recompute: Recompute) -> float:
+def paper_hardware_flops(
+    B: int, s: int, L: int, v: int, widths: LayerWidths, recompute: Recompute,
+    recompute_modules: frozenset[RecomputeModule] | None = None,
+) -> float:  # fmt: skip
     """The paper's hardware FLOPs, which Table 5's HFU column follows: Eq. 8 for selective
     (72BsLh²(1 + s/(3h) + v/(12hL)), counting 12Bs²h per layer for a re-run that costs
-    4Bs²h), otherwise `hardware_flops`."""
+    4Bs²h), otherwise (and for `recompute_modules` the paper does not have) `hardware_flops`."""
+    if custom_modules(recompute, recompute_modules):
+        return hardware_flops(B, s, L, v, widths, recompute, recompute_modules)
     if recompute is Recompute.SELECTIVE:
         return _factored(72.0, B, s, L, v, widths, (1, 3), 12)
     return hardware_flops(B, s, L, v, widths, recompute)

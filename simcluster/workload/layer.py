@@ -23,6 +23,7 @@ import functools
 from dataclasses import dataclass, replace
 
 from simcluster.config.choices import Activation, Fp8Recipe, PositionEmbedding, Recompute
+from simcluster.config.moe_choices import RecomputeModule
 from simcluster.workload.fp8 import amax_pass_ops, fp8_saved_forward
 from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.ops import (
@@ -75,31 +76,66 @@ def layer_ops(cfg: LayerConfig) -> LayerOps:
 
 def _layer_ops_16bit(cfg: LayerConfig) -> LayerOps:
     core = _attention_core_forward(cfg)
-    forward = _attention_block_forward(cfg, core) + _mlp_block_forward(cfg)
+    attention, mlp = _attention_block_forward(cfg, core), _mlp_block_forward(cfg)
     backward = _mlp_block_backward(cfg) + _attention_block_backward(cfg)
-    if cfg.recompute is Recompute.SELECTIVE and cfg.flash:
-        # Megatron-core `--recompute-modules core_attn` (the default module): the checkpoint
-        # keeps Q, K, V (the storage the kernel would save) and proj still keeps O, so only
-        # the LSE is freed; the backward re-runs the flash forward
-        # (`attention.py::_checkpointed_attention_forward`).
-        q, k = _slice_bytes(cfg, cfg.query_width), _slice_bytes(cfg, cfg.kv_width)
+    if cfg.recompute is Recompute.FULL:
+        # Only the layer input (layer-norm 1's input) is kept: Table 2 row 6.
+        forward = attention + mlp
+        forward = (forward[0],) + tuple(_with_saved(op, 0.0) for op in forward[1:])
+        return LayerOps(forward, backward, recompute=tuple(_with_saved(op, 0.0) for op in forward))
+    # Selective: each `--recompute-modules` entry the dense layer reads, in the order the
+    # backward re-runs them (the MLP's backward comes first). `layernorm` changes nothing
+    # here: in Megatron-core's TE layer spec both norms are fused into the QKV and fc1
+    # LayerNormLinears (`input_layernorm` and `pre_mlp_layernorm` are IdentityOp,
+    # models/gpt/gpt_layer_specs.py), and TransformerLayer checkpoints a norm only when it
+    # is not IdentityOp (transformer_layer.py `recompute_input_layernorm`); a MoE layer's
+    # pre-MLP norm is a TENorm of its own (`workload.moe_layer`).
+    recompute: tuple[Op, ...] = ()
+    if cfg.recomputes(RecomputeModule.MLP):
+        mlp, mlp_recompute = _mlp_checkpoint(mlp)
+        recompute += mlp_recompute
+    forward = attention + mlp
+    if cfg.recomputes(RecomputeModule.CORE_ATTN):
+        forward, core_recompute = _core_attn_checkpoint(cfg, forward, core)
+        recompute += core_recompute
+    return LayerOps(forward, backward, recompute)
+
+
+def _core_attn_checkpoint(
+    cfg: LayerConfig, forward: tuple[Op, ...], core: tuple[Op, ...]
+) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
+    """`--recompute-modules core_attn` (Megatron's default module and the paper's selective
+    recompute): the forward with the checkpoint's saved bytes, and the core re-run in the
+    backward (`attention.py::_checkpointed_attention_forward`; Megatron checkpoints the core
+    whatever its kernel, with a warning that a fused one may not need it)."""
+    recompute = tuple(_with_saved(op, 0.0) for op in core)
+    q, k = _slice_bytes(cfg, cfg.query_width), _slice_bytes(cfg, cfg.kv_width)
+    if cfg.flash:
+        # the checkpoint keeps Q, K, V (the storage the kernel would save) and proj still
+        # keeps O, so only the LSE is freed; the backward re-runs the flash forward
         kept = {Module.FLASH: q + 2 * k + qkv_output_held_bytes(cfg), Module.PROJ: q}
         # the kernels, not proj's TP collective (it belongs to the same module)
         kernels = {op for op in forward if op.collective is None and op.module in kept}
         forward = tuple(_with_saved(op, kept[op.module]) if op in kernels else op for op in forward)
-        return LayerOps(forward, backward, recompute=tuple(_with_saved(op, 0.0) for op in core))
-    if cfg.recompute is Recompute.SELECTIVE:
-        # Only the checkpoint's inputs Q, K, V stay (4sbh/t on QKᵀ, 2sbh/t on ×V): Table 2 row 4/5.
-        # With GQA they are K and V before the per-head repeat (k wide each).
-        q, k = _slice_bytes(cfg, cfg.query_width), _slice_bytes(cfg, cfg.kv_width)
-        kept = {Module.QK: q + k + qkv_output_held_bytes(cfg), Module.AV: k}
-        forward = tuple(_with_saved(op, kept.get(op.module, 0.0)) if op in core else op for op in forward)
-        return LayerOps(forward, backward, recompute=tuple(_with_saved(op, 0.0) for op in core))
-    if cfg.recompute is Recompute.FULL:
-        # Only the layer input (layer-norm 1's input) is kept: Table 2 row 6.
-        forward = (forward[0],) + tuple(_with_saved(op, 0.0) for op in forward[1:])
-        return LayerOps(forward, backward, recompute=tuple(_with_saved(op, 0.0) for op in forward))
-    return LayerOps(forward, backward, recompute=())
+        return forward, recompute
+    # Only the checkpoint's inputs Q, K, V stay (4sbh/t on QKᵀ, 2sbh/t on ×V): Table 2 row 4/5.
+    # With GQA they are K and V before the per-head repeat (k wide each).
+    kept = {Module.QK: q + k + qkv_output_held_bytes(cfg), Module.AV: k}
+    forward = tuple(_with_saved(op, kept.get(op.module, 0.0)) if op in core else op for op in forward)
+    return forward, recompute
+
+
+def _mlp_checkpoint(mlp: tuple[Op, ...]) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
+    """`--recompute-modules mlp` on a dense layer (transformer_layer.py `recompute_mlp`,
+    `tensor_parallel.checkpoint(self.mlp, False, pre_mlp_layernorm_output)`): the MLP (in
+    the TE spec the fc1 LayerNormLinear with norm 2 fused, fc1, the activation, fc2 and
+    their TP collectives) keeps only its input, norm 2's input, which the checkpoint saves
+    in place of the norm; fc1's ln_out, the activation's input and fc2's input are dropped
+    and the backward re-runs the MLP's forward. The bias-dropout-add after it is outside
+    the checkpoint and keeps its mask. Returns the block's forward and its re-run."""
+    checkpointed, after = mlp[:-1], mlp[-1:]
+    recompute = tuple(_with_saved(op, 0.0) for op in checkpointed)
+    return (checkpointed[0],) + recompute[1:] + after, recompute
 
 
 def qkv_output_held_bytes(cfg: LayerConfig) -> float:
@@ -119,7 +155,7 @@ def qkv_output_held_bytes(cfg: LayerConfig) -> float:
     one it accepts (TE `get_qkv_layout`), which is exactly these cases, and saves the
     copies (see the real layer's `ops.te_qkv_layout`). 0 otherwise, and at the paper's
     layer (MHA, learned positions: Q, K, V stay views of the one output)."""
-    if cfg.recompute is not Recompute.SELECTIVE:
+    if not cfg.recomputes(RecomputeModule.CORE_ATTN):
         return 0.0
     rope = cfg.position_embedding is PositionEmbedding.ROPE
     groups, per_group = cfg.kv_heads_per_rank, cfg.num_attention_heads // cfg.query_groups

@@ -29,6 +29,7 @@ from simcluster.config.layer_rules import (
     query_groups_or_default,
 )
 from simcluster.config.layer_shape import ffn_hidden_size_or_default, indivisible_sizes
+from simcluster.config.moe_choices import RecomputeModule
 
 _SIZES = ("hidden_size", "num_attention_heads", "seq_length", "micro_batch_size", "ffn_hidden_size", "tp")
 
@@ -65,6 +66,7 @@ class LayerConfig:
     attention_dropout: float = 0.1
     fp8_recipe: Fp8Recipe = Fp8Recipe.DELAYED
     attention_kernel: AttentionKernel = AttentionKernel.AUTO
+    recompute_modules: frozenset[RecomputeModule] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -80,13 +82,20 @@ class LayerConfig:
         object.__setattr__(self, "attention_backend", AttentionBackend(self.attention_backend))
         object.__setattr__(self, "fp8_recipe", Fp8Recipe(self.fp8_recipe))
         object.__setattr__(self, "attention_kernel", AttentionKernel(self.attention_kernel))
+        object.__setattr__(
+            self, "recompute_modules", _selective_modules(self.recompute, self.recompute_modules)
+        )
         owner = type(self).__name__
         for name in _SIZES:
             if getattr(self, name) < 1:
                 raise ValueError(f"{owner}.{name} must be >= 1, got {getattr(self, name)}")
         shape = indivisible_sizes(
-            self.hidden_size, self.num_attention_heads, self.ffn_hidden_size, self.seq_length,
-            self.tp, self.sequence_parallel,
+            self.hidden_size,
+            self.num_attention_heads,
+            self.ffn_hidden_size,
+            self.seq_length,
+            self.tp,
+            self.sequence_parallel,
         )
         for bad in shape + query_group_problems(self.num_attention_heads, self.query_groups, self.tp):
             raise ValueError(
@@ -104,6 +113,11 @@ class LayerConfig:
             raise ValueError(
                 f"{owner}.attention_backend=flash needs 16-bit activations, got dtype={self.dtype.value}"
             )
+
+    def recomputes(self, module: RecomputeModule) -> bool:
+        """`module` is checkpointed under selective recompute (Megatron-core
+        `--recompute-modules`; never under none or full, where the layer is all or nothing)."""
+        return self.recompute_modules is not None and module in self.recompute_modules
 
     @property
     def flash(self) -> bool:
@@ -181,3 +195,16 @@ class LayerConfig:
     def score_elements(self) -> float:
         """Elements of the attention-score tensor on a rank: a·s²·b / t."""
         return float(self.micro_batch_size * self.heads_per_rank * self.seq_length**2)
+
+
+def _selective_modules(
+    recompute: Recompute, modules: frozenset[RecomputeModule] | None
+) -> frozenset[RecomputeModule] | None:
+    """The modules selective recompute checkpoints: `modules` as given (an empty set
+    checkpoints nothing), Megatron-core's default [core_attn] when None
+    (transformer_config.py `__post_init__`); None without selective recompute, where
+    Megatron reads no `--recompute-modules`, so `replace(cfg, recompute=...)` never carries
+    a stale set."""
+    if Recompute(recompute) is not Recompute.SELECTIVE:
+        return None
+    return frozenset({RecomputeModule.CORE_ATTN}) if modules is None else frozenset(modules)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from simcluster.config.choices import Activation, Recompute
 from simcluster.config.layer_rules import query_groups_or_default
+from simcluster.config.moe_choices import RecomputeModule
 
 
 class Table2Row(enum.Enum):
@@ -83,6 +84,7 @@ def layer_activation_bytes(
     attention_dropout: bool = True,
     element_bytes: int = 2,
     rope: bool = False,
+    recompute_modules: frozenset[RecomputeModule] | None = None,
 ) -> float:
     """Activation bytes per layer per rank for every layer option (docs/memory.md, "Activation
     memory of the modern layer"): Table 2 generalised, with q = h, k = g·h/a,
@@ -98,7 +100,13 @@ def layer_activation_bytes(
     a view of the QKV output, sb·e·(q·[RoPE or Q copied] + k·[RoPE])/t (Q is copied when a
     rank holds several groups of several heads; `layer.qkv_output_held_bytes`). Full recompute
     keeps the layer input, sb·e·h·r. At the defaults this is `table2_bytes_per_layer`.
-    The norms' fp32 statistics are not counted (Table 2 does not count layer norm's)."""
+    The norms' fp32 statistics are not counted (Table 2 does not count layer norm's).
+
+    `recompute_modules` (selective only; None = [core_attn], Megatron's default): the
+    attention terms above are the checkpoint's only with `core_attn`; `mlp` keeps of the
+    MLP only its input (norm 2's, already in the regions), so the MLP term and fc1's input
+    sb·e·h·r go; `layernorm` changes nothing in a dense TE layer (both norms are fused
+    into the linears: docs/moe.md, "recompute_modules (simulator)")."""
     e = element_bytes
     f = ffn or 4 * h
     g = query_groups_or_default(a, query_groups)
@@ -107,17 +115,22 @@ def layer_activation_bytes(
     sb = float(s) * b
     if recompute is Recompute.FULL:
         return sb * e * h * r
+    selective = recompute is Recompute.SELECTIVE
+    core_attn = selective and (recompute_modules is None or RecomputeModule.CORE_ATTN in recompute_modules)
+    mlp_checkpoint = selective and recompute_modules is not None and RecomputeModule.MLP in recompute_modules
     regions = sb * h * r * (4 * e + (2 * MASK_BYTES if hidden_dropout else 0))
     mlp = sb * e * f * (2 if activation is Activation.SWIGLU else 1) / t + sb * e * f / t
+    if mlp_checkpoint:
+        regions, mlp = regions - sb * e * h * r, 0.0
     held = 0.0
-    if recompute is Recompute.SELECTIVE:
+    if core_attn:
         groups_per_rank, heads_per_group = g // t, a // g
         query_copied = rope or (groups_per_rank > 1 and heads_per_group > 1)
         held = sb * e * ((q if query_copied else 0) + (k if rope else 0)) / t
     if flash:
-        lse = 0.0 if recompute is Recompute.SELECTIVE else FLASH_LSE_BYTES * sb * a / t
+        lse = 0.0 if core_attn else FLASH_LSE_BYTES * sb * a / t
         attention = sb * e * (2 * q + 2 * k) / t + lse + held
-    elif recompute is Recompute.SELECTIVE:
+    elif core_attn:
         attention = sb * e * (q + 2 * k) / t + sb * e * q / t + held
     else:
         probs = e + (e + MASK_BYTES if attention_dropout else 0)

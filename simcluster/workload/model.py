@@ -17,7 +17,7 @@ from simcluster.workload.fp8 import fp8_copies, quantized_weight_bytes_per_eleme
 from simcluster.workload.layer import LayerOps, layer_ops
 from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.moe_config import ExpertLayout, MoEConfig
-from simcluster.workload.moe_layer import MoELayerSpec, moe_layer_ops
+from simcluster.workload.moe_layer import MoELayerSpec, moe_layer_config, moe_layer_ops
 from simcluster.workload.moe_memory import expert_static_memory
 
 FP32_BYTES = 4
@@ -58,8 +58,9 @@ class LayerKind:
 def kind_ops(kind: LayerKind) -> LayerOps:
     """The ops of one layer of `kind`: the dense layer (context-parallel ring applied), with
     the MoE MLP in place of its MLP when the kind has experts (`workload.moe_layer`)."""
-    dense = context_parallel_layer_ops(layer_ops(kind.config), kind.config, kind.cp)
-    return dense if kind.moe is None else moe_layer_ops(dense, kind.config, kind.moe)
+    cfg = kind.config if kind.moe is None else moe_layer_config(kind.config)
+    dense = context_parallel_layer_ops(layer_ops(cfg), cfg, kind.cp)
+    return dense if kind.moe is None else moe_layer_ops(dense, cfg, kind.moe)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +160,7 @@ def layer_config(scenario: Scenario) -> LayerConfig:
         attention_dropout=m.attention_dropout,
         fp8_recipe=tr.fp8_recipe,
         attention_kernel=tr.attention_kernel,
+        recompute_modules=None if tr.recompute_modules is None else frozenset(tr.recompute_modules),
     )
 
 

@@ -42,7 +42,7 @@ import functools
 from dataclasses import dataclass, replace
 
 from simcluster.config.choices import Recompute
-from simcluster.config.moe_choices import TokenDispatcher
+from simcluster.config.moe_choices import RecomputeModule, TokenDispatcher
 from simcluster.workload.layer import LayerOps
 from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.moe import (
@@ -318,18 +318,96 @@ def _splice(ops: tuple[Op, ...], replacement: tuple[Op, ...]) -> tuple[Op, ...]:
     return ops[:first] + replacement + ops[last + 1 :]
 
 
+def moe_layer_config(cfg: LayerConfig) -> LayerConfig:
+    """`cfg` for a MoE layer: without `mlp` among the recompute modules, which Megatron-core
+    reads only on a dense layer (transformer_layer.py: `recompute_mlp` is set `if not
+    self.is_moe_layer`), so the dense ops a MoE layer starts from carry no MLP checkpoint."""
+    modules = cfg.recompute_modules
+    if modules is None or RecomputeModule.MLP not in modules:
+        return cfg
+    return replace(cfg, recompute_modules=modules - {RecomputeModule.MLP})
+
+
 @functools.lru_cache(maxsize=256)
 def moe_layer_ops(dense: LayerOps, cfg: LayerConfig, spec: MoELayerSpec) -> LayerOps:
     """The dense layer's ops (`dense`, context parallelism and recompute applied) with its
     MLP replaced by the MoE MLP. Full recompute keeps only the layer input and re-runs the
-    whole forward, MoE block (dispatch included) too; selective recompute touches only the
-    attention core, as in the dense layer (Megatron's default `core_attn`)."""
+    whole forward, MoE block (dispatch included) too; selective recompute applies the MoE
+    block's `--recompute-modules` (`moe_recompute_ops`) on top of the dense layer's (the
+    attention core under Megatron's default `core_attn`)."""
     forward, backward = moe_mlp_ops(cfg, spec)
     if cfg.recompute is Recompute.FULL:
         forward = tuple(replace(op, saved_bytes=0.0) for op in forward)
         recompute = _splice(dense.recompute, forward)
     else:
-        recompute = dense.recompute
+        forward, rerun = moe_recompute_ops(cfg, forward, _pre_mlp_norm(dense.forward))
+        recompute = rerun + dense.recompute
     return LayerOps(
         _splice(dense.forward, forward), _splice(dense.backward, backward), recompute, dense.fp8_recipe
     )
+
+
+def _pre_mlp_norm(dense_forward: tuple[Op, ...]) -> Op:
+    """The dense layer's pre-MLP norm: the last norm before its MLP run."""
+    first = next(i for i, op in enumerate(dense_forward) if op.module in DENSE_MLP_MODULES)
+    return next(op for op in reversed(dense_forward[:first]) if op.module is Module.LAYERNORM)
+
+
+_ACTIVATIONS = frozenset({Module.SWIGLU, Module.BIAS_GELU, Module.SQUARED_RELU})
+
+
+def _zero(op: Op) -> Op:
+    return replace(op, saved_bytes=0.0)
+
+
+def moe_recompute_ops(
+    cfg: LayerConfig, forward: tuple[Op, ...], pre_mlp_norm: Op
+) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
+    """The MoE MLP's forward (`moe_mlp_ops`) with the selective `--recompute-modules` it
+    reads applied, and the forward ops its backward re-runs, in the order it re-runs them.
+    Megatron-core @d98e8a64ddf34856e74b24714e3bedb2f5a39553:
+
+    - `layernorm`: the pre-MLP norm (a TENorm of its own in a MoE layer's TE spec, unlike
+      the dense layer's, fused into fc1) runs under `CheckpointWithoutOutput`
+      (transformer_layer.py `_forward_pre_mlp_layernorm`): its output, the block input the
+      router GEMM (and the shared experts' fc1, the same storage) keep, e·T·h, is freed
+      after the MLP and the norm re-runs before the MLP's backward.
+    - `moe`: `MoELayer.forward` checkpoints the whole block on its input
+      (`tensor_parallel.checkpoint(custom_forward, ...)`): it keeps only that input (the
+      router's) and re-runs every forward op, dispatch and combine included.
+    - `shared_experts`: `shared_experts_compute` checkpoints the shared MLP on the block
+      input: its fc1 output and fc2 input are freed, its forward (with its TP collectives)
+      re-runs.
+    - `moe_act`: the experts' activation runs under `CheckpointWithoutOutput`
+      (experts.py `TEGroupedMLP`): fc2's input is freed after fc2, the activation re-runs
+      from the fc1 output and probs it keeps.
+
+    The checkpoints nest as in Megatron: inside `moe`, a `shared_experts` or `moe_act`
+    checkpoint runs again when the backward reaches it, so those ops re-run twice. The
+    saved bytes equal `moe_memory.moe_saved_bytes(recompute=...)` plus the block input
+    unless `layernorm` (tested)."""
+    if cfg.recompute is not Recompute.SELECTIVE:
+        return forward, ()
+    fc1_last = max(i for i, op in enumerate(forward) if op.module is Module.EXPERT_FC1)
+    fc2_first = next(i for i, op in enumerate(forward) if op.module is Module.EXPERT_FC2)
+    activation = tuple(op for op in forward[fc1_last + 1 : fc2_first] if op.module in _ACTIVATIONS)
+    shared = [i for i, op in enumerate(forward) if op.module in (Module.SHARED_FC1, Module.SHARED_FC2)]
+    shared_ops = forward[shared[0] : shared[-1] + 1] if shared else ()
+    rerun: list[Op] = []
+    ops = list(forward)
+    if cfg.recomputes(RecomputeModule.MOE_ACT):
+        ops = [_zero(op) if op.module is Module.EXPERT_FC2 else op for op in ops]
+    if cfg.recomputes(RecomputeModule.SHARED_EXPERTS) and shared:
+        ops[shared[0] : shared[-1] + 1] = [_zero(op) for op in shared_ops]
+    if cfg.recomputes(RecomputeModule.MOE):
+        # the checkpoint keeps its input, the router GEMM's saved block input
+        ops = [op if op.module is Module.ROUTER else _zero(op) for op in ops]
+        rerun += [_zero(op) for op in forward]
+    if cfg.recomputes(RecomputeModule.LAYERNORM):
+        ops = [_zero(op) if op.module is Module.ROUTER else op for op in ops]
+        rerun.insert(0, _zero(pre_mlp_norm))
+    if cfg.recomputes(RecomputeModule.SHARED_EXPERTS):
+        rerun += [_zero(op) for op in shared_ops]
+    if cfg.recomputes(RecomputeModule.MOE_ACT):
+        rerun += [_zero(op) for op in activation]
+    return tuple(ops), tuple(rerun)

@@ -16,8 +16,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from simcluster.config.choices import Recompute
-from simcluster.workload.flops import LayerWidths, layer_forward_flops
-from simcluster.workload.moe import moe_forward_flops
+from simcluster.config.moe_choices import RecomputeModule
+from simcluster.workload.flops import LayerWidths, custom_modules, layer_forward_flops, selective_rerun_flops
+from simcluster.workload.moe import moe_forward_flops, shared_expert_shape
 from simcluster.workload.moe_config import MoEConfig
 
 
@@ -32,17 +33,44 @@ def moe_layer_forward_flops(B: int, s: int, widths: LayerWidths, moe: MoEConfig)
 
 
 def moe_model_flops(
-    B: int, s: int, L: int, v: int, widths: LayerWidths, moe: MoEConfig, recompute: Recompute
-) -> tuple[float, float]:
+    B: int, s: int, L: int, v: int, widths: LayerWidths, moe: MoEConfig, recompute: Recompute,
+    recompute_modules: frozenset[RecomputeModule] | None = None,
+) -> tuple[float, float]:  # fmt: skip
     """(model FLOPs, hardware FLOPs) of one iteration: 3 × the forward; hardware adds what
-    recompute re-runs (selective: the attention core's forward 4·B·s²·width per layer;
-    full: every layer's forward), as `flops.hardware_flops` does for the dense model."""
+    recompute re-runs (selective: the attention core's forward 4·B·s²·width per layer, or
+    what other `recompute_modules` re-run, `moe_rerun_flops`; full: every layer's forward),
+    as `flops.hardware_flops` does for the dense model."""
     k = min(moe.first_k_dense_layers, L)
     layers = k * layer_forward_flops(B, s, widths) + (L - k) * moe_layer_forward_flops(B, s, widths, moe)
     logits = 2.0 * B * s * widths.hidden_size * v
     model = 3.0 * (layers + logits)
+    if recompute_modules is not None and custom_modules(recompute, recompute_modules):
+        dense = replace(widths, ffn_hidden_size=0)  # a MoE layer reads no `mlp`
+        rerun = k * selective_rerun_flops(B, s, widths, recompute_modules) + (L - k) * (
+            selective_rerun_flops(B, s, dense, recompute_modules)
+            + moe_rerun_flops(B, s, widths, moe, recompute_modules)
+        )
+        return model, model + rerun
     if recompute is Recompute.SELECTIVE:
         return model, model + L * 4.0 * B * s * s * widths.attention_width
     if recompute is Recompute.FULL:
         return model, model + layers
     return model, model
+
+
+def moe_rerun_flops(
+    B: int, s: int, widths: LayerWidths, moe: MoEConfig, modules: frozenset[RecomputeModule]
+) -> float:
+    """GEMM FLOPs a MoE block re-runs under selective recompute, counted as the model FLOPs
+    are (no router): `moe` its routed and shared experts; `shared_experts` the shared ones
+    again (the checkpoint inside `moe`'s runs once more, `moe_layer.moe_recompute_ops`);
+    `moe_act` and `layernorm` no GEMM."""
+    tokens = B * s
+    shared = tokens * shared_expert_shape(widths.hidden_size, moe, widths.gated).forward_flops_per_token
+    block = (
+        moe_forward_flops(tokens, widths.hidden_size, moe, widths.gated)
+        - 2.0 * tokens * widths.hidden_size * moe.num_experts
+    )
+    return (block if RecomputeModule.MOE in modules else 0.0) + (
+        shared if RecomputeModule.SHARED_EXPERTS in modules else 0.0
+    )

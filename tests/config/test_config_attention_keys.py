@@ -109,9 +109,53 @@ def test_recompute_modules_core_attn_is_selective_as_today():
     assert unpriced_keys(scenario) == []
 
 
-def test_moe_recompute_modules_load_and_are_refused_until_priced():
-    data = _data(QWEN)
+def test_every_recompute_module_but_mla_up_proj_is_priced():
+    """core_attn, mlp, layernorm (dense); moe_act, moe, shared_experts (MoE) load and are
+    priced: no key is left unpriced."""
+    for path, modules in (
+        (DENSE, ["core_attn", "mlp", "layernorm"]),
+        (QWEN, ["core_attn", "moe_act", "moe", "shared_experts", "layernorm", "mlp"]),
+    ):
+        data = _data(path)
+        data["training"]["recompute"] = "selective"
+        data["training"]["recompute_modules"] = modules
+        scenario = parse_scenario(data, "ok.yaml")
+        assert scenario.training.recompute_modules == [RecomputeModule(m) for m in modules]
+        assert unpriced_keys(scenario) == []
+
+
+def test_mla_up_proj_stays_refused_with_mla():
+    """mla_up_proj re-runs MLA's up projections, which are not priced yet: one clear error
+    (beside model.mla's own until MLA lands)."""
+    data = _data()
+    del data["model"]["num_query_groups"]
+    data["model"]["mla"] = dict(MLA)
     data["training"]["recompute"] = "selective"
-    data["training"]["recompute_modules"] = ["core_attn", "moe_act"]
+    data["training"]["recompute_modules"] = ["core_attn", "mla_up_proj"]
+    problems = _problems(data)
+    assert any(
+        p.startswith("training.recompute_modules: 'mla_up_proj'") and NOT_MODELLED_YET_MESSAGE in p
+        for p in problems
+    ), problems
+
+
+def test_moe_act_needs_grouped_gemm():
+    """Megatron-core: "moe_act in recompute_modules is only supported with moe_grouped_gemm"."""
+    data = _data(QWEN)
+    data["training"].update(recompute="selective", recompute_modules=["moe_act"], moe_grouped_gemm=False)
     (problem,) = _problems(data)
-    assert problem.startswith("training.recompute_modules:") and NOT_MODELLED_YET_MESSAGE in problem
+    assert problem.startswith("training.recompute_modules: 'moe_act' needs training.moe_grouped_gemm")
+
+
+@pytest.mark.parametrize(("recipe", "refused"), [("delayed", True), ("tensorwise", False)])
+def test_layernorm_recompute_with_fp8_needs_a_recipe_other_than_delayed(recipe, refused):
+    """Megatron-core: "Delayed scaling does not support moe_act and layernorm recompute for fp8"."""
+    data = _data()
+    data["training"].update(
+        recompute="selective", recompute_modules=["layernorm"], dtype="fp8", fp8_recipe=recipe
+    )
+    if refused:
+        (problem,) = _problems(data)
+        assert "'layernorm' with training.dtype fp8" in problem and "delayed" in problem
+    else:
+        assert parse_scenario(data, "ok.yaml").training.fp8_recipe.value == recipe

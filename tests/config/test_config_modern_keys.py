@@ -102,12 +102,10 @@ def test_a_key_not_priced_yet_is_refused_by_name(key):
         "model.mtp_num_layers": 1,
         "model.window_size": 32,
         "model.window_attn_skip_freq": 2,
-        "training.recompute_modules": ["core_attn", "mlp"],
     }
     # what a key needs beside it to pass Megatron's own rules
     companions = {
         "model.window_attn_skip_freq": ("model", {"window_size": 32}),
-        "training.recompute_modules": ("training", {"recompute": "selective"}),
     }
     section, field = key.split(".")
     data = _with(section, **{field: values[key]})
@@ -128,7 +126,6 @@ def test_every_key_of_the_contract_is_priced_now():
         "model.mtp_num_layers",
         "model.window_size",
         "model.window_attn_skip_freq",
-        "training.recompute_modules",
     }
     assert set(NOT_MODELLED_YET) <= issue_18
     data = _with("parallel", cp=2, sequence_parallel=True)

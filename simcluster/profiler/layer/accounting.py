@@ -44,6 +44,7 @@ from simcluster.config.choices import (
     PositionEmbedding,
     Recompute,
 )
+from simcluster.config.moe_choices import RecomputeModule
 from simcluster.profiler.layer.parallel import ShardStandInComm
 from simcluster.profiler.layer.spec import LayerSpec
 from simcluster.profiler.layer.transformer import layer_input, local_layer
@@ -185,10 +186,11 @@ def negligible_buffers(spec: LayerSpec, device_type: str = "cpu") -> dict[str, i
     if spec.recompute is Recompute.FULL:
         return {"layernorm_stats": 0}
     tokens = spec.local_seq_length * spec.micro_batch_size
+    norms = 1 if spec.recomputes(RecomputeModule.MLP) else 2  # norm 2 inside the mlp checkpoint
     if spec.normalization is Normalization.RMSNORM:
-        return {"layernorm_stats": 2 * tokens * 4}
+        return {"layernorm_stats": norms * tokens * 4}
     stat_bytes = 4 if device_type == "cuda" or spec.dtype is Dtype.FP32 else spec.dtype.num_bytes
-    return {"layernorm_stats": 2 * 2 * tokens * stat_bytes}
+    return {"layernorm_stats": norms * 2 * tokens * stat_bytes}
 
 
 def section4_terms(spec: LayerSpec) -> dict[str, int]:
@@ -211,6 +213,8 @@ def section4_terms(spec: LayerSpec) -> dict[str, int]:
     rest of that output where Q or K is a new tensor: eS·q/t for a RoPE'd or copied Q (a
     rank with several groups of several heads), eS·k/t for a RoPE'd K
     (`workload.layer.qkv_output_held_bytes`). Full recompute keeps the layer input eTh only.
+    The core's checkpoint is `core_attn`'s (Megatron's default module); `mlp` keeps of the
+    MLP only norm 2's input (already a norm input), dropping fc1's, the activation's and fc2's.
     RoPE's tables are not activations (row 4). Norm statistics are in `negligible_buffers`.
     """
     e, t, h = spec.dtype.num_bytes, spec.tp, spec.hidden_size
@@ -219,7 +223,7 @@ def section4_terms(spec: LayerSpec) -> dict[str, int]:
         return {"layer_input": e * region * h}
     q, k, f = spec.query_width, spec.kv_width, spec.ffn_hidden_size
     flash = spec.attention_backend is AttentionBackend.FLASH
-    selective = spec.recompute is Recompute.SELECTIVE
+    selective = spec.recomputes(RecomputeModule.CORE_ATTN)  # the core's checkpoint
     terms = {"norm_inputs": 2 * e * region * h, "qkv_input": e * region * h}
     if flash or selective or k == q:
         terms["attention_qkv"] = _exact(Fraction(e * full * (q + 2 * k), t))
@@ -240,9 +244,10 @@ def section4_terms(spec: LayerSpec) -> dict[str, int]:
         dropped = spec.attention_dropout > 0  # else ×V keeps the softmax output itself
         terms["attention_scores"] = (2 * e + 1) * scores if dropped else e * scores
     terms["attention_output"] = _exact(Fraction(e * full * q, t))  # O, proj's input
-    terms["fc1_input"] = e * region * h
-    terms["activation_input"] = _exact(Fraction(e * full * spec.fc1_width, t))
-    terms["fc2_input"] = _exact(Fraction(e * full * f, t))
+    if not spec.recomputes(RecomputeModule.MLP):  # else the checkpoint keeps norm 2's input only
+        terms["fc1_input"] = e * region * h
+        terms["activation_input"] = _exact(Fraction(e * full * spec.fc1_width, t))
+        terms["fc2_input"] = _exact(Fraction(e * full * f, t))
     if spec.hidden_dropout > 0:
         terms["dropout_masks"] = 2 * region * h
     return terms

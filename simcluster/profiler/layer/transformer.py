@@ -50,6 +50,7 @@ from simcluster.config.choices import (
     PositionEmbedding,
     Recompute,
 )
+from simcluster.config.moe_choices import RecomputeModule
 from simcluster.profiler.layer.context_parallel import (
     contiguous_runs,
     local_positions,
@@ -154,8 +155,16 @@ class ParallelTransformerLayer(nn.Module):
         x = self._bias_dropout_add(self._attention(self._norm(x, "ln1")),
                                    self.proj_bias, residual, "attention_output")
         residual = x
-        return self._bias_dropout_add(self._mlp(self._norm(x, "ln2")),
-                                      self.fc2_bias, residual, "mlp_output")
+        if self.spec.recomputes(RecomputeModule.MLP):
+            # Megatron-core `--recompute-modules mlp`: the MLP (TE's fc1 LayerNormLinear with
+            # norm 2 inside) checkpointed on its input, which is all it keeps
+            mlp = checkpoint(self._norm_mlp, x, use_reentrant=False, preserve_rng_state=True)
+        else:
+            mlp = self._norm_mlp(x)
+        return self._bias_dropout_add(mlp, self.fc2_bias, residual, "mlp_output")
+
+    def _norm_mlp(self, x: Tensor) -> Tensor:
+        return self._mlp(self._norm(x, "ln2"))
 
     def _norm(self, x: Tensor, name: str) -> Tensor:
         weight = getattr(self, f"{name}_weight")
@@ -182,7 +191,7 @@ class ParallelTransformerLayer(nn.Module):
             k = apply_rope(k, self.rope_cos, self.rope_sin, self.regions)
         core = (self._flash_core if spec.attention_backend is AttentionBackend.FLASH
                 else self._attention_core)
-        if spec.recompute is Recompute.SELECTIVE:
+        if spec.recomputes(RecomputeModule.CORE_ATTN):
             context = checkpoint(core, q, k, v, use_reentrant=False, preserve_rng_state=True)
         else:
             context = core(q, k, v)
