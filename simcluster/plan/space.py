@@ -23,11 +23,19 @@ overlap_grad_reduce), fp8_param_gather (the distributed optimizer) and tp_comm_o
 where it does not. Otherwise a base asking for them, as Megatron's published large runs do,
 would drop every layout without those axes (dp = 1 among them) from the search.
 Values of the numeric axes are capped as in sweeps: vpp ≤ 8 and micro_batch_size ≤ 16.
+
+A MoE model (`model.moe`) also searches its expert layout (docs/moe.md, "plan and sweep
+over ep"): ep over the divisors of num_experts (the sweep axis's `auto`), etp over
+Megatron's two common choices, 1 and tp (its default), written into each layout as a
+number. Megatron-core folds the expert groups into tp · cp · dp, so the loader keeps a
+layout only if ep · etp divides it. A dense model searches ep 1 and etp null (tp) only:
+its layouts, their order and the answer are those of a search without the expert axes.
+`choices` pins any axis to a list of values (the CLI's `--ep` / `--etp`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import product
 from typing import Any
@@ -41,6 +49,8 @@ PLAN_AXES: tuple[str, ...] = (
     "tp",
     "pp",
     "cp",
+    "ep",
+    "etp",
     "vpp",
     "micro_batch_size",
     "sequence_parallel",
@@ -52,9 +62,24 @@ PLAN_AXES: tuple[str, ...] = (
 
 DP_ONLY_AXES = ("use_distributed_optimizer", "overlap_grad_reduce")
 
+EXPERT_AXES = ("ep", "etp")
+"""Searched only for a MoE model (`plan_axes`)."""
+
+ETP_IS_TP = "tp"
+"""The etp value that stands for "the layout's tp" (Megatron's default expert tensor
+parallelism), resolved per layout; a dense model's etp stays null."""
+
 PLAN_ONLY_SECTIONS = {"cp": "parallel"}
 """Plan axes that are not sweep axes, with their scenario section; their values are
 computed here (`_cp_values`)."""
+
+
+def plan_axes(base: Scenario) -> tuple[str, ...]:
+    """The axes a plan of `base` searches and shows: `PLAN_AXES`, without ep and etp for a
+    dense model."""
+    if base.model.moe is not None:
+        return PLAN_AXES
+    return tuple(name for name in PLAN_AXES if name not in EXPERT_AXES)
 
 
 def axis_section(name: str) -> str:
@@ -83,11 +108,18 @@ class SearchSpace:
         return count
 
 
-def search_space(base: Scenario, hardware: HardwareProfile, num_gpus: int) -> SearchSpace:
+def search_space(
+    base: Scenario,
+    hardware: HardwareProfile,
+    num_gpus: int,
+    choices: Mapping[str, Sequence[AxisValue]] | None = None,
+) -> SearchSpace:
+    """The values of every axis in `PLAN_AXES`; `choices` replaces an axis's values by the
+    listed ones (PlanError for an axis that is not searched or a value it cannot take)."""
     context = AutoContext(base=base, num_gpus=num_gpus, global_batch_sizes=(base.training.global_batch_size,))
     values: dict[str, tuple[AxisValue, ...]] = {}
     for name in PLAN_AXES:
-        if name in PLAN_ONLY_SECTIONS:
+        if name in PLAN_ONLY_SECTIONS or name == "etp":
             continue
         auto = AXES[name].auto
         assert auto is not None, f"plan axis {name} has no auto values"
@@ -95,8 +127,41 @@ def search_space(base: Scenario, hardware: HardwareProfile, num_gpus: int) -> Se
     per_node = hardware.network.gpus_per_node
     values["tp"] = tuple(t for t in values["tp"] if int(t) <= per_node)
     values["cp"] = _cp_values(base, num_gpus, per_node)
+    values["etp"] = (ETP_IS_TP, 1) if base.model.moe is not None else (ETP_IS_TP,)
+    values.update(_chosen(base, choices or {}))
     values = {name: values[name] for name in PLAN_AXES}
     return SearchSpace(base=base, hardware=hardware, num_gpus=num_gpus, values=values)
+
+
+def _chosen(base: Scenario, choices: Mapping[str, Sequence[AxisValue]]) -> dict[str, tuple[AxisValue, ...]]:
+    """`choices` checked: a searched axis, values that axis takes, none twice; ep and etp
+    only for a MoE model, ep dividing num_experts (Megatron-core's rule, `check_moe_parallel`)."""
+    chosen: dict[str, tuple[AxisValue, ...]] = {}
+    for name, raw in choices.items():
+        option = f"--{name.replace('_', '-')}"
+        if name not in plan_axes(base):
+            allowed = ", ".join(plan_axes(base))
+            why = " (expert parallelism needs model.moe)" if name in EXPERT_AXES else ""
+            raise PlanError(f"{option}: not searched for this model{why}; axes: {allowed}")
+        if not raw:
+            raise PlanError(f"{option}: give at least one value")
+        parsed = []
+        for value in raw:
+            try:
+                parsed.append(AXES[name].parse(value) if name in AXES else int(value))
+            except (TypeError, ValueError) as error:
+                raise PlanError(f"{option}: {error}") from None
+        if len(set(parsed)) < len(parsed):
+            raise PlanError(f"{option}: values {', '.join(map(str, parsed))}: a value is listed twice")
+        moe = base.model.moe
+        if name == "ep" and moe is not None and (bad := [v for v in parsed if moe.num_experts % int(v)]):
+            allowed = ", ".join(map(str, divisors(moe.num_experts)))
+            raise PlanError(
+                f"{option}: value {bad[0]}: must divide model.moe.num_experts ({moe.num_experts}): "
+                f"each expert-parallel rank holds whole experts; allowed: {allowed}"
+            )
+        chosen[name] = tuple(parsed)
+    return chosen
 
 
 def _cp_values(base: Scenario, num_gpus: int, gpus_per_node: int) -> tuple[int, ...]:
@@ -129,6 +194,19 @@ def _dependent_switches(base_training: dict[str, Any], layout: dict[str, AxisVal
     return {name: bool(base_training.get(name)) and allowed for name, allowed in found.items()}
 
 
+def _expert_tp(layout: dict[str, AxisValue], etp_values: tuple[AxisValue, ...], moe: bool) -> int | None:
+    """The layout's etp as the scenario gets it: null for a dense model, the layout's tp for
+    `ETP_IS_TP`; 0 when this number is `ETP_IS_TP`'s too (tp == 1 searches etp 1 once)."""
+    if not moe:
+        return None
+    tp, etp = int(layout["tp"]), layout["etp"]
+    if etp == ETP_IS_TP:
+        return tp
+    if int(etp) == tp and ETP_IS_TP in etp_values:
+        return 0  # the same layout as etp = tp, enumerated there
+    return int(etp)
+
+
 def _scenario(base: dict[str, Any], layout: dict[str, AxisValue], dp: int) -> Scenario:
     """`base` (a scenario's JSON form) with the layout's values, dp, the 1F1B schedule and
     the switches that depend on them (`_dependent_switches`)."""
@@ -150,6 +228,7 @@ def candidates(space: SearchSpace) -> Iterator[Scenario]:
     loader accepts, in `product()` order of `PLAN_AXES`."""
     names = list(space.values)
     base = space.base.model_dump(mode="json")
+    moe = space.base.model.moe is not None
     for combination in product(*space.values.values()):
         layout = dict(zip(names, combination))
         model_parallel = int(layout["tp"]) * int(layout["cp"]) * int(layout["pp"])
@@ -158,6 +237,10 @@ def candidates(space: SearchSpace) -> Iterator[Scenario]:
         dp = space.num_gpus // model_parallel
         if dp == 1 and any(layout[name] for name in DP_ONLY_AXES):
             continue
+        etp = _expert_tp(layout, space.values["etp"], moe)
+        if etp == 0:
+            continue
+        layout["etp"] = etp  # type: ignore[assignment]  # null for a dense model
         scenario = _scenario(base, layout, dp)
         if not cross_field_problems(scenario):
             yield scenario

@@ -12,7 +12,7 @@ from typing import Any
 
 from simcluster.config.errors import ConfigError
 from simcluster.config.scenario import Scenario, parse_scenario
-from simcluster.sweep.axes import AXES, LAYOUT_COLUMNS, MODEL_COLUMN, AxisValue
+from simcluster.sweep.axes import AXES, EXPERT_AXIS_DEFAULTS, LAYOUT_COLUMNS, MODEL_COLUMN, AxisValue
 from simcluster.sweep.spec import SweepSpec
 
 
@@ -54,14 +54,20 @@ class Expansion:
 
 def config_id(layout: dict[str, AxisValue | None]) -> str:
     """Canonical id: every layout field in `LAYOUT_COLUMNS` order, `name=value` joined by ','
-    (booleans as true/false). The resume key: equal layouts give equal ids, whatever the spec."""
+    (booleans as true/false), the expert axes only away from their defaults (ep 1, etp null:
+    a dense model's ids are those written before ep / etp were axes). The resume key: equal
+    layouts give equal ids, whatever the spec."""
 
     def text(value: AxisValue | None) -> str:
         if isinstance(value, bool):
             return "true" if value else "false"
         return "-" if value is None else str(value)
 
-    return ",".join(f"{name}={text(layout[name])}" for name in LAYOUT_COLUMNS)
+    return ",".join(
+        f"{name}={text(layout[name])}"
+        for name in LAYOUT_COLUMNS
+        if name not in EXPERT_AXIS_DEFAULTS or layout[name] != EXPERT_AXIS_DEFAULTS[name]
+    )
 
 
 def _layout(spec: SweepSpec, base: Scenario, chosen: dict[str, AxisValue]) -> dict[str, AxisValue | None]:
