@@ -5,6 +5,7 @@ the scenario loader's own rules as the filter. A combination the loader would re
 from __future__ import annotations
 
 import copy
+import re
 from collections import Counter
 from dataclasses import dataclass
 from itertools import product
@@ -25,6 +26,13 @@ class SweepConfig:
     scenario: Scenario
 
 
+def problem_field(problem: str) -> str:
+    """The field a loader problem names: its leading dotted name ("parallel.ep" of both
+    "parallel.ep: value 2: ..." and the MoE rules' "parallel.ep=4 with etp=2 is not allowed")."""
+    found = re.match(r"[\w.]+", problem)
+    return found.group(0) if found else problem.split(":", 1)[0]
+
+
 @dataclass(frozen=True, slots=True)
 class Expansion:
     """The valid configurations in expansion order, and the rejected ones with reasons."""
@@ -38,7 +46,7 @@ class Expansion:
 
     def invalid_by_field(self) -> dict[str, int]:
         """How many combinations each field's rule rejected (a combination may count twice)."""
-        fields = Counter(problem.split(":", 1)[0] for _, problems in self.invalid for problem in problems)
+        fields = Counter(problem_field(problem) for _, problems in self.invalid for problem in problems)
         return dict(fields.most_common())
 
     def common_problems(self, count: int = 3) -> list[str]:
@@ -47,7 +55,7 @@ class Expansion:
         first: dict[str, str] = {}
         for _, problems in self.invalid:
             for problem in problems:
-                first.setdefault(problem.split(":", 1)[0], problem)
+                first.setdefault(problem_field(problem), problem)
         top = list(self.invalid_by_field().items())[:count]
         return [f"{first[field]} ({n} of {self.num_combinations} combinations)" for field, n in top]
 
