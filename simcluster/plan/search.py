@@ -160,22 +160,50 @@ def check_headroom(headroom_fraction: float) -> None:
         raise PlanError(problem)
 
 
+STATIC_FREE_FIELDS = {
+    "parallel": ("sequence_parallel",),
+    "training": ("micro_batch_size", "recompute", "overlap_grad_reduce", "overlap_param_gather"),
+}
+"""Searched fields a stage's weights, gradients and optimizer state do not depend on
+(activations and communication only): layouts that differ only in them share one static
+memory (`static_key`; a test checks it against each layout's own workload)."""
+
+
+def static_key(scenario: Scenario) -> Scenario:
+    """`scenario` with the `STATIC_FREE_FIELDS` blanked (None): equal keys, equal static
+    memory. A key only, never simulated."""
+    update = {
+        section: getattr(scenario, section).model_copy(update=dict.fromkeys(names, None))
+        for section, names in STATIC_FREE_FIELDS.items()
+    }
+    return scenario.model_copy(update=update)
+
+
 def prepare(
     space: SearchSpace, limit_bytes: float, progress: bool = False, pricing: StagePricing | None = None
 ) -> list[Candidate]:
     """Every layout with its static memory and, when that fits under `limit_bytes`, its
-    time bound (infinite otherwise: it is pruned without one), in enumeration order."""
+    time bound (infinite otherwise: it is pruned without one), in enumeration order. The
+    static memory is the workload's (expert weights and gradients sharded over ep·etp, their
+    optimizer state over the expert-data-parallel group), computed once per `static_key`:
+    a layout pruned by it costs no workload."""
     pricing = pricing or StagePricing(space.hardware)
     prepared = []
     layouts = list(candidates(space))
+    statics: dict[Scenario, float] = {}
     with StderrProgress("plan: bounds") as bar:
         if progress:
             bar.start(len(layouts))
         for index, scenario in enumerate(layouts):
-            workload = build_workload(scenario, space.hardware.fp8_weight_copies)
-            static = max(stage.static.total_bytes for stage in workload.stages)
+            key = static_key(scenario)
+            workload = None
+            if key not in statics:
+                workload = build_workload(scenario, space.hardware.fp8_weight_copies)
+                statics[key] = max(stage.static.total_bytes for stage in workload.stages)
+            static = statics[key]
             bound = math.inf
             if static <= limit_bytes:
+                workload = workload or build_workload(scenario, space.hardware.fp8_weight_copies)
                 bound = lower_bound_s(bound_inputs(scenario, space.hardware, workload, pricing))
             prepared.append(Candidate(index, scenario, bound, static))
             if progress:

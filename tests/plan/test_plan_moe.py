@@ -7,8 +7,9 @@ import math
 
 import pytest
 
+from simcluster.config.scenario import Scenario
 from simcluster.plan import PlanError, plan_layouts
-from simcluster.plan.search import prepare
+from simcluster.plan.search import prepare, static_key
 from simcluster.plan.space import PLAN_AXES, candidates, plan_axes, search_space
 from simcluster.workload.model import build_workload
 from tests.plan.plan_world import a100, tiny_moe_scenario, tiny_scenario
@@ -108,3 +109,18 @@ def test_dense_model_searches_without_expert_axes():
         "tp", "pp", "cp", "vpp", "micro_batch_size", "sequence_parallel", "recompute",
         "use_distributed_optimizer", "overlap_grad_reduce",
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("base", [tiny_scenario(), tiny_moe_scenario()], ids=["dense", "moe"])
+def test_copied_layouts_equal_loaded_scenarios_and_share_static_memory_by_key(base):
+    """Each layout (copied from the base, not validated again) equals the scenario the loader
+    makes of its JSON, hash included; layouts with one `static_key` have one static memory."""
+    statics: dict[Scenario, set[float]] = {}
+    space = search_space(base, a100(), 8, {"micro_batch_size": (1, 4)})
+    for scenario in candidates(space):
+        loaded = Scenario.model_validate(scenario.model_dump(mode="json"))
+        assert loaded == scenario and hash(loaded) == hash(scenario)
+        stages = build_workload(scenario).stages
+        statics.setdefault(static_key(scenario), set()).add(max(stage.static.total_bytes for stage in stages))
+    assert all(len(values) == 1 for values in statics.values())
+    assert len(statics) < sum(1 for _ in candidates(space)) / 4
