@@ -329,11 +329,21 @@ def explain_no_layout(space: SearchSpace) -> str:
     m, training = space.base.model, space.base.training
     below, above = usable_gpu_counts(space, space.num_gpus)
     near = " or ".join(str(n) for n in (below, above) if n is not None)
+    if m.moe is not None:
+        eps = ", ".join(map(str, space.values["ep"]))
+        etps = ", ".join(map(str, space.values["etp"]))
+        experts = (
+            f"; for this MoE model also ep * etp dividing tp * cp * dp (Megatron-core's expert "
+            f"folding), with ep one of {eps} and etp one of {etps}"
+        )
+    else:
+        experts = ""
     return (
         f"--gpus: value {space.num_gpus}: no layout of this model uses exactly {space.num_gpus} GPUs. "
         "The GPU count must be tp * cp * pp * dp with tp dividing num_attention_heads "
         f"({m.num_attention_heads}) and ffn_hidden_size ({m.ffn_size}) and at most gpus_per_node "
         f"({space.hardware.network.gpus_per_node}), {_cp_rule(space)}, {_pp_rule(space)}, and "
         f"dp dividing global_batch_size ({training.global_batch_size}) with at least one sample "
-        f"per micro-batch; {f'usable counts near it: {near}' if near else 'no usable count within 64 of it'}"
+        f"per micro-batch{experts}; "
+        f"{f'usable counts near it: {near}' if near else 'no usable count within 64 of it'}"
     )

@@ -62,3 +62,12 @@ def test_bad_ep_exits_2_naming_the_option(tmp_path, model, args, message):
     result = _plan(_write(tmp_path, model), "--gpus", 4, *args)
     assert result.exit_code == 2
     assert message in " ".join(result.output.split())
+
+
+def test_pinned_ep_no_layout_can_hold_names_the_folding_rule(tmp_path):
+    """--ep 8 on 2 GPUs: no layout folds 8 expert ranks into tp·cp·dp ≤ 2; the error says so."""
+    result = _plan(_write(tmp_path, TINY_MOE), "--gpus", 2, "--ep", "8")
+    assert result.exit_code == 2
+    assert "ep * etp dividing tp * cp * dp (Megatron-core's expert folding), with ep one of 8" in " ".join(
+        result.output.split()
+    )
