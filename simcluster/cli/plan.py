@@ -23,6 +23,21 @@ _LABELS = {
 }
 
 
+def _int_list(name: str, text: str) -> list[int]:
+    """`--ep 8,16,32`: the comma-separated positive integers (PlanError naming the option)."""
+    from simcluster.plan import PlanError
+
+    values = []
+    for item in text.split(","):
+        try:
+            values.append(int(item.strip()))
+        except ValueError:
+            raise PlanError(
+                f"--{name}: value {item.strip()!r} in {text!r}: allowed: positive integers, comma-separated"
+            ) from None
+    return values
+
+
 def _value(scenario: object, column: str) -> str:
     from simcluster.plan.space import axis_section
 
@@ -61,9 +76,9 @@ def format_plan(result: PlanResult) -> str:
         "",
         f"best: {describe_layout(winner.scenario)}",
         "Megatron-LM:",
-        winner.megatron_args,
+        winner.megatron_args or f"(not written: {winner.megatron_args_problem})",
     ]
-    common = [column for column in layout_columns() if column not in differing]
+    common = [column for column in layout_columns(result.axes) if column not in differing]
     if winner.scenario.parallel.cp == 1:
         common = [column for column in common if column != "cp"]  # cp shown only when used
     if len(result.candidates) > 1 and common:
@@ -91,10 +106,23 @@ def plan(
     json_output: Annotated[bool, typer.Option("--json", help="print the answer as JSON")] = False,
     workers: Annotated[int, typer.Option(min=1, help="local processes that simulate")] = 1,
     progress: Annotated[bool, typer.Option(help="progress bars on stderr")] = True,
+    ep: Annotated[
+        str | None,
+        typer.Option(
+            help="MoE: expert-parallel sizes to try, e.g. 8 or 8,16,32 (default: divisors of num_experts)"
+        ),
+    ] = None,
+    etp: Annotated[
+        str | None,
+        typer.Option(
+            help="MoE: expert tensor-parallel sizes to try, e.g. 1 (default: 1 and the layout's tp)"
+        ),
+    ] = None,
     hwprofiles: HwProfiles = None,
 ) -> None:
     """Search tp, pp, vpp, micro-batch, sequence parallelism, recompute and the distributed
-    optimizer for the fastest layouts that fit; print them and the winner's Megatron flags."""
+    optimizer (and a MoE model's ep and etp) for the fastest layouts that fit; print them and
+    the winner's Megatron flags."""
     from simcluster.plan import PlanError, plan_layouts
     from simcluster.plan.base import load_plan_scenario
 
@@ -102,12 +130,14 @@ def plan(
     path = scenario_file(scenario)
     try:
         base = load_plan_scenario(path, hardware)
-        if base.model.moe is not None:  # the search has no ep / etp axis yet (docs/moe.md, Status)
-            fail(f"{path}: model.moe: plan does not search MoE layouts (ep, etp) yet; run the scenario")
         profile = load_profile(base.hardware, relative_to=path)
+        choices = {
+            name: _int_list(name, text) for name, text in (("ep", ep), ("etp", etp)) if text is not None
+        }
         result = plan_layouts(
-            base, profile, gpus, headroom_fraction=headroom, top=top, workers=workers, progress=progress
-        )
+            base, profile, gpus, headroom_fraction=headroom, top=top, workers=workers, progress=progress,
+            choices=choices,
+        )  # fmt: skip
     except (ConfigError, PlanError) as error:
         fail(error)
     if json_output:

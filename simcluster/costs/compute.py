@@ -281,7 +281,28 @@ def _interp_log(x: float, points: list[tuple[float, float]]) -> float:
     return float(np.interp(math.log(x), np.log([p[0] for p in points]), [p[1] for p in points]))
 
 
+_RATES: dict[int, tuple[HardwareProfile, dict[tuple[GemmShape, Dtype], float]]] = {}
+_RATES_MAX_PROFILES = 16
+
+
 def measured_gemm_flop_per_s(shape: GemmShape, hw: HardwareProfile, dtype: Dtype = Dtype.BF16) -> float:
+    """`_measured_gemm_flop_per_s`, remembered per profile object (a pure function of the
+    shape, dtype and the frozen profile; the entry holds the profile, so its id cannot be
+    reused while cached): a plan prices the same GEMM shapes in thousands of layouts, and
+    the interpolation over the measured points was 40 % of a MoE plan's bound time."""
+    entry = _RATES.get(id(hw))
+    if entry is None or entry[0] is not hw:
+        if len(_RATES) >= _RATES_MAX_PROFILES:
+            _RATES.clear()
+        entry = _RATES[id(hw)] = (hw, {})
+    rates = entry[1]
+    rate = rates.get((shape, dtype))
+    if rate is None:
+        rate = rates[(shape, dtype)] = _measured_gemm_flop_per_s(shape, hw, dtype)
+    return rate
+
+
+def _measured_gemm_flop_per_s(shape: GemmShape, hw: HardwareProfile, dtype: Dtype) -> float:
     """Rate interpolated from `gemm_points` (module docstring), at most the best measured
     GEMM (peak · gemm_max_efficiency). The points are 16-bit measurements; an fp32 GEMM is
     scaled by the profile's fp32 / bf16 peak ratio."""

@@ -26,12 +26,13 @@ import gc
 import math
 import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
 from simcluster import memory_plan, units
+from simcluster.config.errors import ConfigError
 from simcluster.config.hardware import HardwareProfile
 from simcluster.config.megatron_args import to_megatron_args
 from simcluster.config.scenario import Scenario
@@ -51,10 +52,12 @@ from simcluster.plan.space import (
     axis_section,
     candidates,
     explain_no_layout,
+    plan_axes,
     search_space,
 )
 from simcluster.profiler.bench.progress import StderrProgress
 from simcluster.simulation import run_simulation
+from simcluster.sweep.axes import AxisValue
 from simcluster.workload.model import build_workload
 
 DEFAULT_TOP = 10
@@ -93,14 +96,20 @@ class PlanCandidate:
     tokens_per_s_per_gpu: float
     peak_memory_bytes: float
     capacity_bytes: float
-    megatron_args: str
+    megatron_args: str | None  # None where the export refuses the layout (`megatron_args_problem`)
     lower_bound_s: float
+    megatron_args_problem: str | None = None
 
     @property
     def headroom_bytes(self) -> float:
         return self.capacity_bytes - self.peak_memory_bytes
 
     def to_json_dict(self) -> dict[str, Any]:
+        problem = (
+            {}
+            if self.megatron_args_problem is None
+            else {"megatron_args_problem": self.megatron_args_problem}
+        )
         return {
             "scenario": self.scenario.model_dump(mode="json"),
             "iteration_time_s": self.iteration_time_s,
@@ -111,6 +120,7 @@ class PlanCandidate:
             "headroom_bytes": self.headroom_bytes,
             "megatron_args": self.megatron_args,
             "lower_bound_s": self.lower_bound_s,
+            **problem,  # why megatron_args is null, only then
         }
 
 
@@ -126,6 +136,7 @@ class PlanResult:
     pruned_bound: int  # never visited: their bound exceeds the K-th best time
     simulated: int
     elapsed_s: float
+    axes: tuple[str, ...] = ()  # the searched axes (`space.plan_axes`): ep and etp for a MoE model
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
@@ -139,7 +150,7 @@ class PlanResult:
             "hardware": self.hardware,
             "headroom_fraction": self.headroom_fraction,
             "capacity_bytes": self.capacity_bytes,
-            "axes": list(PLAN_AXES),
+            "axes": list(self.axes),
         }
 
 
@@ -149,22 +160,50 @@ def check_headroom(headroom_fraction: float) -> None:
         raise PlanError(problem)
 
 
+STATIC_FREE_FIELDS = {
+    "parallel": ("sequence_parallel",),
+    "training": ("micro_batch_size", "recompute", "overlap_grad_reduce", "overlap_param_gather"),
+}
+"""Searched fields a stage's weights, gradients and optimizer state do not depend on
+(activations and communication only): layouts that differ only in them share one static
+memory (`static_key`; a test checks it against each layout's own workload)."""
+
+
+def static_key(scenario: Scenario) -> Scenario:
+    """`scenario` with the `STATIC_FREE_FIELDS` blanked (None): equal keys, equal static
+    memory. A key only, never simulated."""
+    update = {
+        section: getattr(scenario, section).model_copy(update=dict.fromkeys(names, None))
+        for section, names in STATIC_FREE_FIELDS.items()
+    }
+    return scenario.model_copy(update=update)
+
+
 def prepare(
     space: SearchSpace, limit_bytes: float, progress: bool = False, pricing: StagePricing | None = None
 ) -> list[Candidate]:
     """Every layout with its static memory and, when that fits under `limit_bytes`, its
-    time bound (infinite otherwise: it is pruned without one), in enumeration order."""
+    time bound (infinite otherwise: it is pruned without one), in enumeration order. The
+    static memory is the workload's (expert weights and gradients sharded over ep·etp, their
+    optimizer state over the expert-data-parallel group), computed once per `static_key`:
+    a layout pruned by it costs no workload."""
     pricing = pricing or StagePricing(space.hardware)
     prepared = []
     layouts = list(candidates(space))
+    statics: dict[Scenario, float] = {}
     with StderrProgress("plan: bounds") as bar:
         if progress:
             bar.start(len(layouts))
         for index, scenario in enumerate(layouts):
-            workload = build_workload(scenario, space.hardware.fp8_weight_copies)
-            static = max(stage.static.total_bytes for stage in workload.stages)
+            key = static_key(scenario)
+            workload = None
+            if key not in statics:
+                workload = build_workload(scenario, space.hardware.fp8_weight_copies)
+                statics[key] = max(stage.static.total_bytes for stage in workload.stages)
+            static = statics[key]
             bound = math.inf
             if static <= limit_bytes:
+                workload = workload or build_workload(scenario, space.hardware.fp8_weight_copies)
                 bound = lower_bound_s(bound_inputs(scenario, space.hardware, workload, pricing))
             prepared.append(Candidate(index, scenario, bound, static))
             if progress:
@@ -302,13 +341,15 @@ def _smallest_peak(prepared: Iterable[Candidate], hw: HardwareProfile) -> tuple[
 def describe_layout(scenario: Scenario) -> str:
     par, tr = scenario.parallel, scenario.training
     layout = {**par.model_dump(mode="json"), **tr.model_dump(mode="json")}
-    names = [name for name in layout_columns() if name != "cp" or par.cp > 1]  # cp only when used
+    names = [
+        name for name in layout_columns(plan_axes(scenario)) if name != "cp" or par.cp > 1
+    ]  # cp when used
     return ", ".join(f"{name} {layout[name]}" for name in names)
 
 
-def layout_columns() -> list[str]:
-    """tp, pp, dp and the other searched axes: a layout's columns, in output order."""
-    return ["tp", "pp", "dp", *PLAN_AXES[2:]]
+def layout_columns(axes: tuple[str, ...] = PLAN_AXES) -> list[str]:
+    """tp, pp, dp and the other searched `axes`: a layout's columns, in output order."""
+    return ["tp", "pp", "dp", *axes[2:]]
 
 
 def _no_fit_error(prepared: list[Candidate], space: SearchSpace, headroom: float) -> PlanError:
@@ -334,15 +375,26 @@ def _layout_name(base: str, scenario: Scenario) -> str:
     )
     flags = "".join(f"-{label}" for label, on in switches if on)
     cp = f"-cp{par.cp}" if par.cp > 1 else ""
+    experts = f"-ep{par.ep}-etp{par.etp}" if scenario.model.moe is not None else ""
     return (
-        f"{base}-tp{par.tp}{cp}-pp{par.pp}-dp{par.dp}-vpp{par.vpp}-mbs{tr.micro_batch_size}"
+        f"{base}-tp{par.tp}{cp}-pp{par.pp}-dp{par.dp}{experts}-vpp{par.vpp}-mbs{tr.micro_batch_size}"
         f"{flags}-{tr.recompute.value}"
     )
+
+
+def _megatron_args(scenario: Scenario, hw: HardwareProfile) -> tuple[str | None, str | None]:
+    """The launch line, or None and why the export refuses it (the MoE flags are written by
+    `config.megatron_export` once they are supported)."""
+    try:
+        return to_megatron_args(scenario, hw.network.gpus_per_node), None
+    except ConfigError as error:
+        return None, "; ".join(error.problems)
 
 
 def _answer(candidate: Candidate, evaluation: Evaluation, hw: HardwareProfile) -> PlanCandidate:
     scenario = candidate.scenario
     scenario = scenario.model_copy(update={"name": _layout_name(scenario.name, scenario)})
+    args, problem = _megatron_args(scenario, hw)
     tokens = scenario.training.global_batch_size * scenario.model.seq_length
     return PlanCandidate(
         scenario=scenario,
@@ -351,7 +403,8 @@ def _answer(candidate: Candidate, evaluation: Evaluation, hw: HardwareProfile) -
         tokens_per_s_per_gpu=tokens / (evaluation.iteration_time_s * scenario.num_gpus),
         peak_memory_bytes=evaluation.peak_memory_bytes,
         capacity_bytes=capacity_bytes(hw),
-        megatron_args=to_megatron_args(scenario, hw.network.gpus_per_node),
+        megatron_args=args,
+        megatron_args_problem=problem,
         lower_bound_s=candidate.bound_s,
     )
 
@@ -366,16 +419,17 @@ def plan_layouts(
     workers: int = 1,
     use_bound: bool = True,
     progress: bool = False,
+    choices: Mapping[str, Sequence[AxisValue]] | None = None,
 ) -> PlanResult:
     """The `top` fastest layouts of `base`'s model on `num_gpus` GPUs of `hardware` that
     leave `headroom_fraction` of memory free. `use_bound=False` simulates every layout that
-    fits (the exhaustive answer the bound must reproduce). Raises PlanError on input no
-    layout can serve."""
+    fits (the exhaustive answer the bound must reproduce); `choices` pins axes to listed
+    values (`space.search_space`). Raises PlanError on input no layout can serve."""
     start_s = time.perf_counter()
     check_headroom(headroom_fraction)
     if num_gpus < 1 or top < 1:
         raise PlanError(f"--gpus {num_gpus} / --top {top}: both must be positive integers")
-    space = search_space(base, hardware, num_gpus)
+    space = search_space(base, hardware, num_gpus, choices)
     limit = memory_limit_bytes(hardware, headroom_fraction)
     pricing = StagePricing(hardware)  # the bounds' prices serve the simulations too
     prepared = prepare(space, limit, progress, pricing)
@@ -407,6 +461,7 @@ def plan_layouts(
         pruned_bound=tally.pruned_bound,
         simulated=tally.simulated,
         elapsed_s=time.perf_counter() - start_s,
+        axes=plan_axes(base),
     )
 
 
@@ -414,7 +469,7 @@ def differing_axes(result: PlanResult) -> list[str]:
     """The layout columns (tp, pp, dp and the searched axes) whose value is not the same
     in every candidate of the answer."""
     differing = []
-    for column in layout_columns():
+    for column in layout_columns(result.axes):
         section = axis_section(column)
         values = {getattr(getattr(c.scenario, section), column) for c in result.candidates}
         if len(values) > 1:

@@ -23,11 +23,20 @@ overlap_grad_reduce), fp8_param_gather (the distributed optimizer) and tp_comm_o
 where it does not. Otherwise a base asking for them, as Megatron's published large runs do,
 would drop every layout without those axes (dp = 1 among them) from the search.
 Values of the numeric axes are capped as in sweeps: vpp ≤ 8 and micro_batch_size ≤ 16.
+
+A MoE model (`model.moe`) also searches its expert layout (docs/moe.md, "plan and sweep
+over ep"): ep over the divisors of num_experts (the sweep axis's `auto`), etp over
+Megatron's two common choices, 1 and tp (its default), written into each layout as a
+number. Megatron-core folds the expert groups into tp · cp · dp, so the loader keeps a
+layout only if ep · etp divides it. A dense model searches ep 1 and etp null (tp) only:
+its layouts, their order and the answer are those of a search without the expert axes.
+`choices` pins any axis to a list of values (the CLI's `--ep` / `--etp`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import enum
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import product
 from typing import Any
@@ -41,6 +50,8 @@ PLAN_AXES: tuple[str, ...] = (
     "tp",
     "pp",
     "cp",
+    "ep",
+    "etp",
     "vpp",
     "micro_batch_size",
     "sequence_parallel",
@@ -52,9 +63,24 @@ PLAN_AXES: tuple[str, ...] = (
 
 DP_ONLY_AXES = ("use_distributed_optimizer", "overlap_grad_reduce")
 
+EXPERT_AXES = ("ep", "etp")
+"""Searched only for a MoE model (`plan_axes`)."""
+
+ETP_IS_TP = "tp"
+"""The etp value that stands for "the layout's tp" (Megatron's default expert tensor
+parallelism), resolved per layout; a dense model's etp stays null."""
+
 PLAN_ONLY_SECTIONS = {"cp": "parallel"}
 """Plan axes that are not sweep axes, with their scenario section; their values are
 computed here (`_cp_values`)."""
+
+
+def plan_axes(base: Scenario) -> tuple[str, ...]:
+    """The axes a plan of `base` searches and shows: `PLAN_AXES`, without ep and etp for a
+    dense model."""
+    if base.model.moe is not None:
+        return PLAN_AXES
+    return tuple(name for name in PLAN_AXES if name not in EXPERT_AXES)
 
 
 def axis_section(name: str) -> str:
@@ -83,11 +109,18 @@ class SearchSpace:
         return count
 
 
-def search_space(base: Scenario, hardware: HardwareProfile, num_gpus: int) -> SearchSpace:
+def search_space(
+    base: Scenario,
+    hardware: HardwareProfile,
+    num_gpus: int,
+    choices: Mapping[str, Sequence[AxisValue]] | None = None,
+) -> SearchSpace:
+    """The values of every axis in `PLAN_AXES`; `choices` replaces an axis's values by the
+    listed ones (PlanError for an axis that is not searched or a value it cannot take)."""
     context = AutoContext(base=base, num_gpus=num_gpus, global_batch_sizes=(base.training.global_batch_size,))
     values: dict[str, tuple[AxisValue, ...]] = {}
     for name in PLAN_AXES:
-        if name in PLAN_ONLY_SECTIONS:
+        if name in PLAN_ONLY_SECTIONS or name == "etp":
             continue
         auto = AXES[name].auto
         assert auto is not None, f"plan axis {name} has no auto values"
@@ -95,8 +128,41 @@ def search_space(base: Scenario, hardware: HardwareProfile, num_gpus: int) -> Se
     per_node = hardware.network.gpus_per_node
     values["tp"] = tuple(t for t in values["tp"] if int(t) <= per_node)
     values["cp"] = _cp_values(base, num_gpus, per_node)
+    values["etp"] = (ETP_IS_TP, 1) if base.model.moe is not None else (ETP_IS_TP,)
+    values.update(_chosen(base, choices or {}))
     values = {name: values[name] for name in PLAN_AXES}
     return SearchSpace(base=base, hardware=hardware, num_gpus=num_gpus, values=values)
+
+
+def _chosen(base: Scenario, choices: Mapping[str, Sequence[AxisValue]]) -> dict[str, tuple[AxisValue, ...]]:
+    """`choices` checked: a searched axis, values that axis takes, none twice; ep and etp
+    only for a MoE model, ep dividing num_experts (Megatron-core's rule, `check_moe_parallel`)."""
+    chosen: dict[str, tuple[AxisValue, ...]] = {}
+    for name, raw in choices.items():
+        option = f"--{name.replace('_', '-')}"
+        if name not in plan_axes(base):
+            allowed = ", ".join(plan_axes(base))
+            why = " (expert parallelism needs model.moe)" if name in EXPERT_AXES else ""
+            raise PlanError(f"{option}: not searched for this model{why}; axes: {allowed}")
+        if not raw:
+            raise PlanError(f"{option}: give at least one value")
+        parsed = []
+        for value in raw:
+            try:
+                parsed.append(AXES[name].parse(value) if name in AXES else int(value))
+            except (TypeError, ValueError) as error:
+                raise PlanError(f"{option}: {error}") from None
+        if len(set(parsed)) < len(parsed):
+            raise PlanError(f"{option}: values {', '.join(map(str, parsed))}: a value is listed twice")
+        moe = base.model.moe
+        if name == "ep" and moe is not None and (bad := [v for v in parsed if moe.num_experts % int(v)]):
+            allowed = ", ".join(map(str, divisors(moe.num_experts)))
+            raise PlanError(
+                f"{option}: value {bad[0]}: must divide model.moe.num_experts ({moe.num_experts}): "
+                f"each expert-parallel rank holds whole experts; allowed: {allowed}"
+            )
+        chosen[name] = tuple(parsed)
+    return chosen
 
 
 def _cp_values(base: Scenario, num_gpus: int, gpus_per_node: int) -> tuple[int, ...]:
@@ -129,27 +195,56 @@ def _dependent_switches(base_training: dict[str, Any], layout: dict[str, AxisVal
     return {name: bool(base_training.get(name)) and allowed for name, allowed in found.items()}
 
 
-def _scenario(base: dict[str, Any], layout: dict[str, AxisValue], dp: int) -> Scenario:
-    """`base` (a scenario's JSON form) with the layout's values, dp, the 1F1B schedule and
-    the switches that depend on them (`_dependent_switches`)."""
-    parallel = {name: layout[name] for name in PLAN_AXES if axis_section(name) == "parallel"}
-    training = {name: layout[name] for name in PLAN_AXES if axis_section(name) == "training"}
-    dependent = _dependent_switches(base["training"], layout)
-    data = {
-        **base,
-        "parallel": {**base["parallel"], **parallel, "dp": dp},
-        "training": {
-            **base["training"], **training, **dependent, "schedule": ScheduleKind.ONE_F_ONE_B.value
-        },
-    }  # fmt: skip
-    return Scenario.model_validate(data)
+def _expert_tp(layout: dict[str, AxisValue], etp_values: tuple[AxisValue, ...], moe: bool) -> int | None:
+    """The layout's etp as the scenario gets it: null for a dense model, the layout's tp for
+    `ETP_IS_TP`; 0 when this number is `ETP_IS_TP`'s too (tp == 1 searches etp 1 once)."""
+    if not moe:
+        return None
+    tp, etp = int(layout["tp"]), layout["etp"]
+    if etp == ETP_IS_TP:
+        return tp
+    if int(etp) == tp and ETP_IS_TP in etp_values:
+        return 0  # the same layout as etp = tp, enumerated there
+    return int(etp)
+
+
+_PARALLEL_AXES = tuple(name for name in PLAN_AXES if axis_section(name) == "parallel")
+_TRAINING_AXES = tuple(name for name in PLAN_AXES if axis_section(name) == "training")
+
+
+def _scenario(
+    base: Scenario, base_training: dict[str, Any], layout: dict[str, AxisValue], dp: int
+) -> Scenario:
+    """`base` with the layout's values, dp, the 1F1B schedule and the switches that depend
+    on them (`_dependent_switches`). Copied, not validated again: every value is one its
+    field's type accepts (an axis's own, enum names as members), the per-field checks hold
+    for them, and `candidates` applies the loader's cross-field rules; a test checks the copy
+    equals the loaded scenario (about 40x cheaper than validating, a plan's main cost)."""
+    training = {name: _typed(name, layout[name]) for name in _TRAINING_AXES}
+    dependent = _dependent_switches(base_training, layout)
+    parallel = {name: layout[name] for name in _PARALLEL_AXES}
+    update = {
+        "parallel": base.parallel.model_copy(update={**parallel, "dp": dp}),
+        "training": base.training.model_copy(
+            update={**training, **dependent, "schedule": ScheduleKind.ONE_F_ONE_B}
+        ),
+    }
+    return base.model_copy(update=update)
+
+
+def _typed(name: str, value: AxisValue) -> Any:
+    """An axis value as its field holds it: enum choices as members."""
+    kind = AXES[name].kind
+    return kind(value) if isinstance(kind, type) and issubclass(kind, enum.Enum) else value
 
 
 def candidates(space: SearchSpace) -> Iterator[Scenario]:
     """Every layout in the space that uses exactly `num_gpus` GPUs and that the scenario
     loader accepts, in `product()` order of `PLAN_AXES`."""
     names = list(space.values)
-    base = space.base.model_dump(mode="json")
+    base = space.base
+    base_training = base.training.model_dump()
+    moe = base.model.moe is not None
     for combination in product(*space.values.values()):
         layout = dict(zip(names, combination))
         model_parallel = int(layout["tp"]) * int(layout["cp"]) * int(layout["pp"])
@@ -158,7 +253,11 @@ def candidates(space: SearchSpace) -> Iterator[Scenario]:
         dp = space.num_gpus // model_parallel
         if dp == 1 and any(layout[name] for name in DP_ONLY_AXES):
             continue
-        scenario = _scenario(base, layout, dp)
+        etp = _expert_tp(layout, space.values["etp"], moe)
+        if etp == 0:
+            continue
+        layout["etp"] = etp  # type: ignore[assignment]  # null for a dense model
+        scenario = _scenario(base, base_training, layout, dp)
         if not cross_field_problems(scenario):
             yield scenario
 
@@ -230,11 +329,21 @@ def explain_no_layout(space: SearchSpace) -> str:
     m, training = space.base.model, space.base.training
     below, above = usable_gpu_counts(space, space.num_gpus)
     near = " or ".join(str(n) for n in (below, above) if n is not None)
+    if m.moe is not None:
+        eps = ", ".join(map(str, space.values["ep"]))
+        etps = ", ".join(map(str, space.values["etp"]))
+        experts = (
+            f"; for this MoE model also ep * etp dividing tp * cp * dp (Megatron-core's expert "
+            f"folding), with ep one of {eps} and etp one of {etps}"
+        )
+    else:
+        experts = ""
     return (
         f"--gpus: value {space.num_gpus}: no layout of this model uses exactly {space.num_gpus} GPUs. "
         "The GPU count must be tp * cp * pp * dp with tp dividing num_attention_heads "
         f"({m.num_attention_heads}) and ffn_hidden_size ({m.ffn_size}) and at most gpus_per_node "
         f"({space.hardware.network.gpus_per_node}), {_cp_rule(space)}, {_pp_rule(space)}, and "
         f"dp dividing global_batch_size ({training.global_batch_size}) with at least one sample "
-        f"per micro-batch; {f'usable counts near it: {near}' if near else 'no usable count within 64 of it'}"
+        f"per micro-batch{experts}; "
+        f"{f'usable counts near it: {near}' if near else 'no usable count within 64 of it'}"
     )

@@ -124,6 +124,24 @@ def _micro_batch_size(ctx: AutoContext) -> tuple[int, ...]:
     return tuple(sorted(found))
 
 
+def _ep(ctx: AutoContext) -> tuple[int, ...]:
+    """Expert parallelism: the divisors of num_experts that divide num_gpus (1 for a dense
+    model). Whether ep · etp divides a layout's tp · cp · dp (Megatron-core's MoE parallel
+    folding) is the loader's rule, applied to each combination."""
+    moe = ctx.base.model.moe
+    if moe is None:
+        return (1,)
+    return tuple(d for d in divisors(moe.num_experts) if ctx.num_gpus % d == 0)
+
+
+def _etp(ctx: AutoContext) -> tuple[int, ...]:
+    """Expert tensor parallelism: 1 and the tp values (Megatron's common choices are etp 1
+    and etp = tp, its default); none for a dense model, which has no experts to split."""
+    if ctx.base.model.moe is None:
+        return ()
+    return tuple(sorted({1, *_tp(ctx)}))
+
+
 def _both(_: AutoContext) -> tuple[bool, ...]:
     return (False, True)
 
@@ -148,9 +166,17 @@ AXES: dict[str, Axis] = {
         Axis("use_distributed_optimizer", "training", bool, _both),
         Axis("seq_length", "model", int, None),
         Axis("hardware", "scenario", str, None),
+        Axis("ep", "parallel", int, _ep),
+        Axis("etp", "parallel", int, _etp),
     )
 }
-"""Every sweepable axis, in the order of a configuration id and of the result columns."""
+"""Every sweepable axis, in the order of a configuration id and of the result columns.
+`ep` and `etp` (a MoE model's expert layout, docs/moe.md) come last, and a configuration id
+leaves them out at their defaults (ep 1, etp null = tp): the ids of every table written
+before they were axes stay the same (`simcluster.sweep.expand.config_id`)."""
+
+EXPERT_AXIS_DEFAULTS: dict[str, AxisValue | None] = {"ep": 1, "etp": None}
+"""The expert axes' scenario defaults: a dense model's values, left out of a configuration id."""
 
 MODEL_COLUMN = "model"
 """The base scenario's `name`: which of the spec's base files (models) a row comes from."""

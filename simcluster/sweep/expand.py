@@ -5,6 +5,7 @@ the scenario loader's own rules as the filter. A combination the loader would re
 from __future__ import annotations
 
 import copy
+import re
 from collections import Counter
 from dataclasses import dataclass
 from itertools import product
@@ -12,7 +13,7 @@ from typing import Any
 
 from simcluster.config.errors import ConfigError
 from simcluster.config.scenario import Scenario, parse_scenario
-from simcluster.sweep.axes import AXES, LAYOUT_COLUMNS, MODEL_COLUMN, AxisValue
+from simcluster.sweep.axes import AXES, EXPERT_AXIS_DEFAULTS, LAYOUT_COLUMNS, MODEL_COLUMN, AxisValue
 from simcluster.sweep.spec import SweepSpec
 
 
@@ -23,6 +24,13 @@ class SweepConfig:
     config_id: str
     layout: dict[str, AxisValue]
     scenario: Scenario
+
+
+def problem_field(problem: str) -> str:
+    """The field a loader problem names: its leading dotted name ("parallel.ep" of both
+    "parallel.ep: value 2: ..." and the MoE rules' "parallel.ep=4 with etp=2 is not allowed")."""
+    found = re.match(r"[\w.]+", problem)
+    return found.group(0) if found else problem.split(":", 1)[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +46,7 @@ class Expansion:
 
     def invalid_by_field(self) -> dict[str, int]:
         """How many combinations each field's rule rejected (a combination may count twice)."""
-        fields = Counter(problem.split(":", 1)[0] for _, problems in self.invalid for problem in problems)
+        fields = Counter(problem_field(problem) for _, problems in self.invalid for problem in problems)
         return dict(fields.most_common())
 
     def common_problems(self, count: int = 3) -> list[str]:
@@ -47,21 +55,27 @@ class Expansion:
         first: dict[str, str] = {}
         for _, problems in self.invalid:
             for problem in problems:
-                first.setdefault(problem.split(":", 1)[0], problem)
+                first.setdefault(problem_field(problem), problem)
         top = list(self.invalid_by_field().items())[:count]
         return [f"{first[field]} ({n} of {self.num_combinations} combinations)" for field, n in top]
 
 
 def config_id(layout: dict[str, AxisValue | None]) -> str:
     """Canonical id: every layout field in `LAYOUT_COLUMNS` order, `name=value` joined by ','
-    (booleans as true/false). The resume key: equal layouts give equal ids, whatever the spec."""
+    (booleans as true/false), the expert axes only away from their defaults (ep 1, etp null:
+    a dense model's ids are those written before ep / etp were axes). The resume key: equal
+    layouts give equal ids, whatever the spec."""
 
     def text(value: AxisValue | None) -> str:
         if isinstance(value, bool):
             return "true" if value else "false"
         return "-" if value is None else str(value)
 
-    return ",".join(f"{name}={text(layout[name])}" for name in LAYOUT_COLUMNS)
+    return ",".join(
+        f"{name}={text(layout[name])}"
+        for name in LAYOUT_COLUMNS
+        if name not in EXPERT_AXIS_DEFAULTS or layout[name] != EXPERT_AXIS_DEFAULTS[name]
+    )
 
 
 def _layout(spec: SweepSpec, base: Scenario, chosen: dict[str, AxisValue]) -> dict[str, AxisValue | None]:

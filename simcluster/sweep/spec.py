@@ -102,6 +102,12 @@ def _auto_values(axis: Axis, contexts: list[AutoContext]) -> tuple[AxisValue, ..
     return tuple(sorted(found)) if axis.kind is int else found
 
 
+def _no_auto_reason(name: str) -> str:
+    if name == "etp":
+        return "expert tensor parallelism needs a base with model.moe"
+    return "the base scenarios allow none"
+
+
 def _resolve_axes(
     raw: dict[str, Any], bases: tuple[Scenario, ...], num_gpus: int, problems: list[str]
 ) -> dict[str, tuple[AxisValue, ...]]:
@@ -128,8 +134,12 @@ def _resolve_axes(
         elif raw.get(name) == AUTO:
             if axis.auto is None:
                 problems.append(f"axes.{name}: value 'auto': not available for this axis; list the values")
+            elif not (values := _auto_values(axis, contexts)):
+                problems.append(
+                    f"axes.{name}: value 'auto': no value for these bases ({_no_auto_reason(name)})"
+                )
             else:
-                resolved[name] = _auto_values(axis, contexts)
+                resolved[name] = values
     return resolved
 
 

@@ -41,8 +41,9 @@ from simcluster.output_files import (
     refuse_existing,
     write_atomically,
 )
-from simcluster.sweep.axes import AXES, LAYOUT_COLUMNS, MODEL_COLUMN, choice_order
+from simcluster.sweep.axes import AXES, EXPERT_AXIS_DEFAULTS, LAYOUT_COLUMNS, MODEL_COLUMN, choice_order
 from simcluster.sweep.evaluate import Row
+from simcluster.sweep.expand import config_id
 from simcluster.sweep.spec import SweepSpec
 
 METADATA_KEY = b"simcluster.sweep"
@@ -63,7 +64,7 @@ def _arrow_type(column: str) -> pa.DataType:
 
 SCHEMA = pa.schema(
     [pa.field("config_id", pa.string(), nullable=False)]
-    + [pa.field(column, _arrow_type(column), nullable=False) for column in LAYOUT_COLUMNS]
+    + [pa.field(column, _arrow_type(column), nullable=column == "etp") for column in LAYOUT_COLUMNS]
     + [
         pa.field("num_gpus", pa.int64(), nullable=False),
         pa.field("num_microbatches", pa.int64(), nullable=False),
@@ -87,7 +88,7 @@ SCHEMA = pa.schema(
 """Result columns (a public contract: add, never rename). NaN/null where not measured."""
 
 
-_NULLABLE_DTYPES = {"fits": "boolean", "fullest_stage": "Int64"}
+_NULLABLE_DTYPES = {"fits": "boolean", "fullest_stage": "Int64", "etp": "Int64"}  # etp null = tp
 
 
 def _digest(data: object) -> str:
@@ -326,12 +327,33 @@ class ResultStore:
         """The rows in `path`, checked to convert back to `SCHEMA` as they will be written
         (a column missing or null where none is allowed fails here, not at the first flush)."""
         table = pq.read_table(path)
-        missing = [name for name in SCHEMA.names if name not in table.column_names]
+        rows = table.to_pylist()
+        if not set(EXPERT_AXIS_DEFAULTS) & set(table.column_names):
+            rows = self._with_expert_columns(rows)
+        missing = [
+            name
+            for name in SCHEMA.names
+            if name not in table.column_names and name not in EXPERT_AXIS_DEFAULTS
+        ]
         if missing:
             raise ValueError(f"missing columns: {', '.join(missing)}")
-        frame = rows_to_frame(table.to_pylist())
+        frame = rows_to_frame(rows)
         pa.Table.from_pandas(frame, schema=SCHEMA, preserve_index=False)
         return frame
+
+    def _with_expert_columns(self, rows: list[Row]) -> list[Row]:
+        """Rows of a table written before ep / etp were axes: each row's base's expert
+        layout (the fingerprint says the bases are the same), its id made again from the
+        completed layout (unchanged for a dense model, `config_id`)."""
+        bases = {base.name: base.parallel for base in self.spec.bases}
+        completed = []
+        for row in rows:
+            par = bases.get(row.get(MODEL_COLUMN, ""))
+            row = {**row, "ep": par.ep if par else 1, "etp": par.etp if par else None}
+            if all(column in row for column in LAYOUT_COLUMNS):
+                row["config_id"] = config_id(row)
+            completed.append(row)
+        return completed
 
     def add(self, rows: list[Row]) -> None:
         self.pending.extend(rows)

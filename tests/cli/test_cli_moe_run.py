@@ -53,8 +53,3 @@ def test_tools_that_would_drop_the_experts_refuse_instead():
     assert measured.exit_code == 2 and "no MoE block" in measured.output
     predicted = CliRunner().invoke(app, ["memory", path])
     assert predicted.exit_code == 0, predicted.output
-
-
-def test_plan_refuses_a_moe_scenario_up_front():
-    result = CliRunner().invoke(app, ["plan", str(SCENARIOS[0]), "--gpus", "64"])
-    assert result.exit_code == 2 and "plan does not search MoE layouts" in result.output

@@ -43,3 +43,20 @@ def a100(memory_gb: float | None = None) -> HardwareProfile:
         }
     )
     return hw.model_copy(update={"gpu": gpu})
+
+
+TINY_MOE: dict[str, Any] = {
+    **TINY,
+    "name": "tiny-moe",
+    "model": {
+        **TINY["model"],
+        "activation": "swiglu",
+        "moe": {"num_experts": 8, "router_topk": 2, "ffn_hidden_size": 256},
+    },
+}
+"""The tiny model with 8 experts (top-2) in every layer."""
+
+
+def tiny_moe_scenario(**training: Any) -> Scenario:
+    data = {**TINY_MOE, "training": {**TINY_MOE["training"], **training}}
+    return parse_scenario(data, "tiny-moe")

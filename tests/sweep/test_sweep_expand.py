@@ -44,7 +44,7 @@ def test_unnamed_axes_keep_the_base_values(write_sweep):
         "tp": 2, "pp": 1, "dp": 2, "vpp": 1, "micro_batch_size": 1, "global_batch_size": 8,
         "sequence_parallel": False, "recompute": "none", "schedule": "1f1b", "dtype": "bf16",
         "overlap_grad_reduce": False, "use_distributed_optimizer": False,
-        "seq_length": 1024, "hardware": "gpu.yaml", "model": "tiny",
+        "seq_length": 1024, "hardware": "gpu.yaml", "ep": 1, "etp": None, "model": "tiny",
     }  # fmt: skip
 
 
