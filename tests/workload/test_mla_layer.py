@@ -301,3 +301,24 @@ def test_spec_reads_the_recompute_modules():
         _small(**{"training.recompute": "selective", "training.recompute_modules": ["mla_up_proj"]})
     )
     assert spec is not None and spec.recompute_up_proj and not spec.recompute_core_attn
+
+
+def test_the_deepseek_v3_scenario_runs_fits_and_counts_megatron_flops():
+    """The shipped scenario simulates (steady state), every stage fits in 80 GB, its model
+    FLOPs are `mla_mfu.variant_model_flops`' count, and per token they sit between 6 × the
+    active parameters without and with the input embedding plus the attention core (a check
+    of scale: DeepSeek-V3 has 37B active parameters, arXiv 2412.19437)."""
+    from simcluster.config.scenario import load_scenario_and_hardware
+    from simcluster.simulation import run_simulation
+
+    scenario, hw = load_scenario_and_hardware(DSV3)
+    result = run_simulation(scenario, hw, steady_state=True).result
+    assert all(stage.fits for stage in result.stages)
+    m, tr = scenario.model, scenario.training
+    widths = layer_widths(build_workload(scenario).layer_config)
+    shape = ModelShape(widths, m.num_attention_heads, MoEConfig(**m.moe.model_dump()), mla_spec(scenario), 1)
+    B, s = tr.global_batch_size, m.seq_length
+    expected, _ = variant_model_flops(B, s, m.num_layers, m.vocab_size, shape, tr.recompute)
+    assert result.model_flops == expected
+    per_token = result.model_flops / (B * s)
+    assert 6 * 37e9 < per_token < 6 * 37e9 * 1.5
