@@ -322,3 +322,30 @@ def test_the_deepseek_v3_scenario_runs_fits_and_counts_megatron_flops():
     assert result.model_flops == expected
     per_token = result.model_flops / (B * s)
     assert 6 * 37e9 < per_token < 6 * 37e9 * 1.5
+
+
+@pytest.mark.parametrize("up_proj", [False, True])
+def test_without_a_query_bottleneck_q_proj_is_one_column_parallel_linear(up_proj):
+    """q_lora_rank null (DeepSeek-V2-Lite): one linear_q_proj h -> n·(qk + rope); the block's
+    FLOPs over the tp ranks and its saved bytes are still `workload.mla`'s."""
+    data = _data(**SMALL)
+    data["model"]["mla"]["q_lora_rank"] = None
+    if up_proj:
+        data["training"].update(recompute="selective", recompute_modules=["mla_up_proj"])
+    workload, kind = _mla_kind(parse_scenario(data, "s.yaml"))
+    cfg = kind.config
+    names = {op.name for op in workload.layer.forward}
+    assert "attn.q_proj" in names and "attn.q_down" not in names
+    shape = MLAShape(cfg.hidden_size, cfg.num_attention_heads, kind.mla.mla)
+    rank = sum(op.flops for op in _mla_ops(workload.layer, Pass.FORWARD))
+    assert cfg.tp * rank == pytest.approx(
+        mla_forward_flops(shape, cfg.micro_batch_size, cfg.seq_length), rel=1e-12
+    )
+    expected = mla_saved_bytes(shape, cfg.tokens, cfg.tp, cfg.sequence_parallel, cfg.element_bytes, up_proj)
+    attention = [
+        op
+        for op in workload.layer.forward
+        if op.module in MLA_MODULES | {Module.FLASH, Module.ROPE, Module.LAYERNORM}
+        and op.name not in ("ln1", "ln2")
+    ]
+    assert sum(op.saved_bytes for op in attention) == pytest.approx(expected, rel=1e-12)
