@@ -46,7 +46,8 @@ from simcluster.schedule import (
 from simcluster.schedule.tasks import Phase, Task
 from simcluster.steady_state import simulate_steady_state
 from simcluster.workload import flops
-from simcluster.workload.model import StageWork, Workload, build_workload, transient_bytes
+from simcluster.workload.mla_mfu import ModelShape, variant_model_flops
+from simcluster.workload.model import StageWork, Workload, build_workload, mla_spec, transient_bytes
 from simcluster.workload.moe_config import MoEConfig
 from simcluster.workload.moe_mfu import moe_model_flops
 
@@ -318,6 +319,11 @@ def run_simulation(
         model_flops, hardware_flops = moe_model_flops(
             B, s, L, v, widths, MoEConfig(**m.moe.model_dump()), tr.recompute, modules
         )
+        paper_hardware_flops = hardware_flops
+    if m.mla is not None or m.mtp_num_layers:  # MLA's linears and core, MTP layers (workload.mla_mfu)
+        experts = MoEConfig(**m.moe.model_dump()) if m.moe is not None else None
+        shape = ModelShape(widths, m.num_attention_heads, experts, mla_spec(scenario), m.mtp_num_layers)
+        model_flops, hardware_flops = variant_model_flops(B, s, L, v, shape, tr.recompute)
         paper_hardware_flops = hardware_flops
     peak = hw.peak_flop_per_s(tr.dtype)
     t = engine.iteration_time_s

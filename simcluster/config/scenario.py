@@ -433,6 +433,7 @@ def attention_variant_problems(scenario: Scenario) -> list[str]:
         )
     if m.window_size is not None and m.mla is not None:
         problems.append(f"model.window_size: value {m.window_size}: not allowed with model.mla")
+    problems += mla_unpriced_problems(scenario)
     modules = tr.recompute_modules
     if modules is not None:
         names = ", ".join(module.value for module in modules)
@@ -475,9 +476,30 @@ def _recompute_module_problems(scenario: Scenario, modules: list[RecomputeModule
             "other than delayed (Megatron-core: delayed scaling does not support moe_act and "
             "layernorm recompute for fp8)"
         )
-    if RecomputeModule.MLA_UP_PROJ in modules and scenario.model.mla is not None:
-        problems.append(f"training.recompute_modules: 'mla_up_proj': {NOT_MODELLED_YET_MESSAGE}")
     return problems
+
+
+def mla_unpriced_problems(scenario: Scenario) -> list[str]:
+    """MLA settings this version does not price (docs/moe.md, "MLA and MTP in the simulator"):
+    the unfused attention core (the MLA op graph is the fused kernel's), context parallelism
+    (no ring for the MLA core yet) and FP8 / FP4 (the MLA linears' quantized copies)."""
+    m, par, tr = scenario.model, scenario.parallel, scenario.training
+    if m.mla is None:
+        return []
+    unpriced = {
+        "training.attention_backend": (
+            tr.attention_backend is not AttentionBackend.FLASH,
+            tr.attention_backend.value,
+            "flash with model.mla",
+        ),
+        "parallel.cp": (par.cp > 1, par.cp, "1 with model.mla"),
+        "training.dtype": (tr.dtype.quantized, tr.dtype.value, "bf16 or fp16 with model.mla"),
+    }
+    return [
+        f"{key}: value {value}: {NOT_MODELLED_YET_MESSAGE} with multi-latent attention; allowed: {allowed}"
+        for key, (is_set, value, allowed) in unpriced.items()
+        if is_set
+    ]
 
 
 def moe_problems(scenario: Scenario) -> list[str]:
@@ -529,8 +551,6 @@ def moe_problems(scenario: Scenario) -> list[str]:
 NOT_MODELLED_YET_MESSAGE = "not modelled by this version of the simulator yet"
 NOT_MODELLED_YET: dict[str, Callable[[Scenario], bool]] = {
     "model.kv_channels": lambda s: s.model.head_dim != s.model.hidden_size // s.model.num_attention_heads,
-    "model.mla": lambda s: s.model.mla is not None,
-    "model.mtp_num_layers": lambda s: s.model.mtp_num_layers > 0,
     "model.window_size": lambda s: s.model.window_size is not None,
     "model.window_attn_skip_freq": lambda s: s.model.window_attn_skip_freq is not None,
 }

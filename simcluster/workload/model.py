@@ -16,9 +16,12 @@ from simcluster.workload.embedding import embedding_ops, output_ops, padded_voca
 from simcluster.workload.fp8 import fp8_copies, quantized_weight_bytes_per_element, te_linear_weight_params
 from simcluster.workload.layer import LayerOps, layer_ops
 from simcluster.workload.layer_config import LayerConfig
-from simcluster.workload.moe_config import ExpertLayout, MoEConfig
+from simcluster.workload.mla_layer import MLALayerSpec, mla_layer_ops, without_recompute
+from simcluster.workload.mla_params import mla_param_delta_per_rank, mtp_params_per_rank
+from simcluster.workload.moe_config import ExpertLayout, MLAConfig, MoEConfig
 from simcluster.workload.moe_layer import MoELayerSpec, moe_layer_config, moe_layer_ops
 from simcluster.workload.moe_memory import expert_static_memory
+from simcluster.workload.mtp import mtp_extra_ops, with_mtp
 
 FP32_BYTES = 4
 BF16_BYTES = 2
@@ -48,18 +51,23 @@ class LayerKind:
     context-parallel size that turns its attention into a ring. `build_workload` builds a
     layer's ops from its kind alone, so equal kinds have equal ops and stage pricing
     (`costs.stage_pricing`) caches a layer's price by its kind. A MoE layer carries its
-    experts (`moe`, `workload.moe_layer.MoELayerSpec`); a dense layer None."""
+    experts (`moe`, `workload.moe_layer.MoELayerSpec`); a dense layer None. An MLA layer
+    carries its latent attention (`mla`, `workload.mla_layer.MLALayerSpec`)."""
 
     config: LayerConfig
     cp: int
     moe: MoELayerSpec | None = None
+    mla: MLALayerSpec | None = None
 
 
 def kind_ops(kind: LayerKind) -> LayerOps:
     """The ops of one layer of `kind`: the dense layer (context-parallel ring applied), with
-    the MoE MLP in place of its MLP when the kind has experts (`workload.moe_layer`)."""
+    the MoE MLP in place of its MLP when the kind has experts (`workload.moe_layer`), MLA
+    in place of its attention when the kind has it (`workload.mla_layer`)."""
     cfg = kind.config if kind.moe is None else moe_layer_config(kind.config)
     dense = context_parallel_layer_ops(layer_ops(cfg), cfg, kind.cp)
+    if kind.mla is not None:
+        dense = mla_layer_ops(dense, cfg, kind.mla)
     return dense if kind.moe is None else moe_layer_ops(dense, cfg, kind.moe)
 
 
@@ -233,6 +241,56 @@ def moe_spec(scenario: Scenario) -> MoELayerSpec | None:
     return MoELayerSpec(MoEConfig(**m.moe.model_dump()), layout, tr.moe_token_dispatcher, tr.moe_grouped_gemm)
 
 
+def mla_spec(scenario: Scenario) -> MLALayerSpec | None:
+    """The scenario's multi-latent attention and the recompute modules acting on it (None
+    without MLA): `core_attn` under selective recompute unless `training.recompute_modules`
+    names others (Megatron's default), `mla_up_proj` when named."""
+    m, tr = scenario.model, scenario.training
+    if m.mla is None:
+        return None
+    selective = tr.recompute is Recompute.SELECTIVE
+    names = (
+        {module.value for module in tr.recompute_modules}
+        if tr.recompute_modules is not None
+        else {"core_attn"}
+    )
+    return MLALayerSpec(
+        MLAConfig(**m.mla.model_dump()),
+        recompute_core_attn=selective and "core_attn" in names,
+        recompute_up_proj=selective and "mla_up_proj" in names,
+    )
+
+
+def _attention_variant_params(
+    scenario: Scenario, stage: int, cfg: LayerConfig, split: PipelineSplit
+) -> float:
+    """Per-rank parameters a stage holds beyond `stage_params_per_rank`'s standard layers:
+    each layer's MLA attention in place of the standard one (`mla_params`), and on the last
+    stage the MTP layers (norms, eh_proj, a standard layer whose MLP the MoE count swaps
+    like the others') and, with pp > 1 and an untied output layer, the word-embedding copy
+    the MTP embedding reads (Megatron builds the embedding on the last stage for MTP)."""
+    m, par = scenario.model, scenario.parallel
+    mtp = m.mtp_num_layers if stage == par.pp - 1 else 0
+    layers = split.stage_layers[stage] + mtp
+    extra = 0.0
+    if m.mla is not None:
+        mla = MLAConfig(**m.mla.model_dump())
+        extra += layers * mla_param_delta_per_rank(
+            m.hidden_size, m.num_attention_heads, mla, par.tp, cfg.query_width, cfg.kv_width
+        )
+    if mtp:
+        layer = layer_params_per_rank(
+            m.hidden_size, m.ffn_size, par.tp, query_width=cfg.query_width, kv_width=cfg.kv_width,
+            gated=cfg.activation.gated, normalization=cfg.normalization,
+        )  # fmt: skip
+        extra += mtp * mtp_params_per_rank(
+            m.hidden_size, par.tp, norm_params(m.hidden_size, m.normalization), layer
+        )
+        if par.pp > 1 and m.untie_embeddings_and_output_weights:
+            extra += padded_vocab_size(m.vocab_size, par.tp) * m.hidden_size / par.tp
+    return extra
+
+
 def _segments(
     dense: LayerSegment, moe: LayerSegment | None, first_layer: int, num_layers: int, first_k_dense: int
 ) -> tuple[LayerSegment, ...]:
@@ -266,6 +324,8 @@ def _stage_params(
     par, m = scenario.parallel, scenario.model
     distributed = scenario.training.use_distributed_optimizer
     params = stage_params_per_rank(scenario, stage, cfg, split)
+    if m.mla is not None or m.mtp_num_layers:
+        params += _attention_variant_params(scenario, stage, cfg, split)
     if spec is None or moe_layers == 0:
         return _StageParams(
             params, 0.0, memory.static_memory(params, par.dp * par.cp, distributed, grad_bytes)
@@ -297,17 +357,23 @@ def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
     model's chunks hold a dense segment for its first dense layers and a MoE segment."""
     cfg = layer_config(scenario)
     spec = moe_spec(scenario)
-    kind = LayerKind(cfg, scenario.parallel.cp)
+    mla = mla_spec(scenario)
+    kind = LayerKind(cfg, scenario.parallel.cp, None, mla)
     dense_segment = LayerSegment(kind, kind_ops(kind), 0)
     moe_segment = None
     if spec is not None:
-        moe_kind = LayerKind(cfg, scenario.parallel.cp, spec)
+        moe_kind = LayerKind(cfg, scenario.parallel.cp, spec, mla)
         moe_segment = LayerSegment(moe_kind, kind_ops(moe_kind), 0)
     first_k = spec.moe.first_k_dense_layers if spec is not None else 0
     representative = moe_segment or dense_segment
     layer = representative.layer
     embedding = embedding_ops(cfg, scenario.model.vocab_size)
     output = output_ops(cfg, scenario.model.vocab_size)
+    mtp = scenario.model.mtp_num_layers
+    if mtp:
+        # the MTP layers run after the decoder on the last virtual stage: their transformer
+        # layers (the model's last layer's kind) as a segment, the rest with the output layer
+        output = with_mtp(output, mtp_extra_ops(cfg, scenario.model.vocab_size, mtp))
     par = scenario.parallel
     last_virtual = par.pp * par.vpp - 1
     split = scenario.pipeline_split
@@ -323,6 +389,11 @@ def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
                     split.layer_offset(stage, chunk),
                     split.chunk_layers[stage][chunk],
                     first_k,
+                )
+                + (
+                    (replace(representative, num_layers=mtp),)
+                    if mtp and chunk * par.pp + stage == last_virtual
+                    else ()
                 ),  # fmt: skip
                 embedding=embedding if chunk * par.pp + stage == 0 else None,
                 output=output if chunk * par.pp + stage == last_virtual else None,
@@ -330,7 +401,9 @@ def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
             for chunk in range(par.vpp)
         )
         untied = scenario.model.untie_embeddings_and_output_weights
-        tied = par.pp > 1 and stage in (0, par.pp - 1) and not untied
+        # MTP reads the word embedding on the last stage: its copy's gradient is all-reduced
+        # with the first stage's as a tied embedding's is (`_allreduce_word_embedding_grads`)
+        tied = par.pp > 1 and stage in (0, par.pp - 1) and (not untied or mtp > 0)
         # the distributed optimizer shards over DP × CP (CP ranks hold identical weights)
         grad_bytes = BF16_BYTES if scenario.training.grad_reduce_in_bf16 else FP32_BYTES
         moe_layers = sum(seg.num_layers for chunk in chunks for seg in chunk.segments if seg.kind.moe)
@@ -400,8 +473,9 @@ def recompute_workspace_bytes(workload: Workload) -> float:
     if cfg.recompute is Recompute.NONE:
         return 0.0
     kind = workload.layer_kind
-    if kind is not None and kind.moe is not None:
-        unrecomputed = kind_ops(replace(kind, config=replace(cfg, recompute=Recompute.NONE)))
+    if kind is not None and (kind.moe is not None or kind.mla is not None):
+        mla = without_recompute(kind.mla) if kind.mla is not None else None
+        unrecomputed = kind_ops(replace(kind, config=replace(cfg, recompute=Recompute.NONE), mla=mla))
         return unrecomputed.saved_bytes - workload.layer.saved_bytes
     return layer_ops(replace(cfg, recompute=Recompute.NONE)).saved_bytes - workload.layer.saved_bytes
 

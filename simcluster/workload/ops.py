@@ -62,6 +62,9 @@ class Module(enum.Enum):
     MOE_UNPERMUTE = "unpermute"  # the combine's all-to-all and the scatter-add back to [T, h]
     SHARED_FC1 = "shared_fc1"  # the shared experts' fc1 (tensor-parallel like the dense MLP)
     SHARED_FC2 = "shared_fc2"  # the shared experts' fc2
+    MLA_DOWN = "mla_down"  # MLA: the duplicated q / kv down projections (TE linears, not split)
+    MLA_UP = "mla_up"  # MLA: the column-parallel q / kv up projections (latent norms fused in)
+    MTP_EH_PROJ = "mtp_eh_proj"  # multi-token prediction: eh_proj 2h -> h (column-parallel)
     STANDIN_ALL_GATHER = "standin_all_gather"  # calibration: the one-GPU stand-in's copies
     STANDIN_REDUCE_SCATTER = "standin_reduce_scatter"  # for collectives (`calibration.shapes`)
 
@@ -154,6 +157,10 @@ class AttentionShape:
     causal: bool
     backward: bool = False
     kernel: AttentionKernel = AttentionKernel.AUTO  # which library's kernels: prices differ, bytes do not
+    # P·V's head dim where it differs from Q·Kᵀ's (MLA: 128 against 192). Out of the repr, which
+    # the op-graph digests of tests/workload/room_ops_golden.py hash (they predate the field);
+    # still compared and hashed.
+    v_head_dim: int | None = field(default=None, repr=False)
 
     @property
     def visible_fraction(self) -> float:
@@ -164,7 +171,11 @@ class AttentionShape:
 
     @property
     def forward_flops(self) -> float:
-        """QKᵀ and P·V over the visible scores: 4·b·heads·s_q·s_k·d·visible (docs/cost_model.md)."""
+        """QKᵀ and P·V over the visible scores: 4·b·heads·s_q·s_k·d·visible (docs/cost_model.md);
+        with a separate V head dim (MLA) 2·b·heads·s_q·s_k·(d + d_v)·visible."""
+        if self.v_head_dim is not None:
+            pair = 2.0 * self.batch * self.heads * self.seq_q * self.seq_k * (self.head_dim + self.v_head_dim)
+            return pair * self.visible_fraction
         dense = 4.0 * self.batch * self.heads * self.seq_q * self.seq_k * self.head_dim
         return dense * self.visible_fraction
 

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from simcluster.cli import app
 from simcluster.config.scenario import load_scenario
 from simcluster.workload.flops import layer_widths
-from simcluster.workload.model import layer_config
+from simcluster.workload.mla_mfu import ModelShape, variant_model_flops
+from simcluster.workload.model import layer_config, mla_spec
 from simcluster.workload.moe_config import MoEConfig
 from simcluster.workload.moe_mfu import moe_model_flops
 from tests.paths import ROOT
@@ -29,10 +30,16 @@ def test_run_json_on_moe_scenarios(path):
     m, tr = scenario.model, scenario.training
     t = payload["iteration_time_s"]
     assert t > 0 and math.isfinite(t)
+    widths = layer_widths(layer_config(scenario))
+    experts = MoEConfig(**m.moe.model_dump())
     model, _ = moe_model_flops(
-        tr.global_batch_size, m.seq_length, m.num_layers, m.vocab_size, layer_widths(layer_config(scenario)),
-        MoEConfig(**m.moe.model_dump()), tr.recompute,
+        tr.global_batch_size, m.seq_length, m.num_layers, m.vocab_size, widths, experts, tr.recompute,
     )  # fmt: skip
+    if m.mla is not None or m.mtp_num_layers:  # MLA's linears and core, MTP layers (workload.mla_mfu)
+        shape = ModelShape(widths, m.num_attention_heads, experts, mla_spec(scenario), m.mtp_num_layers)
+        model, _ = variant_model_flops(
+            tr.global_batch_size, m.seq_length, m.num_layers, m.vocab_size, shape, tr.recompute
+        )
     assert payload["model_flops"] == pytest.approx(model, rel=1e-12)
     assert payload["mfu"] == pytest.approx(model / (t * payload["num_gpus"] * payload["mfu_peak_flop_per_s"]))
     assert 0.05 < payload["mfu"] < 0.8

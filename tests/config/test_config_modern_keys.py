@@ -92,14 +92,6 @@ def test_a_key_not_priced_yet_is_refused_by_name(key):
         "training.overlap_param_gather": True,
         "training.tp_comm_overlap": True,
         "model.kv_channels": 64,
-        "model.mla": {
-            "q_lora_rank": 64,
-            "kv_lora_rank": 32,
-            "qk_head_dim": 32,
-            "qk_pos_emb_head_dim": 16,
-            "v_head_dim": 32,
-        },
-        "model.mtp_num_layers": 1,
         "model.window_size": 32,
         "model.window_attn_skip_freq": 2,
     }
@@ -122,8 +114,6 @@ def test_every_key_of_the_contract_is_priced_now():
     refused as not modelled; what is left are issue 18's attention variants, still wiring."""
     issue_18 = {
         "model.kv_channels",
-        "model.mla",
-        "model.mtp_num_layers",
         "model.window_size",
         "model.window_attn_skip_freq",
     }
