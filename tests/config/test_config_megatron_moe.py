@@ -418,3 +418,13 @@ def test_cli_export_and_import_of_a_moe_scenario(tmp_path):
     )
     assert imported.exit_code == 0, imported.output
     assert load_scenario(out) == load_scenario(MIXTRAL)
+
+
+def test_an_mla_line_without_an_attention_backend_runs_megatrons_fused_default():
+    """Megatron-core's default backend (auto) runs MLA in TE's fused attention: flash, noted."""
+    line = f"{MOE_LINE} --multi-latent-attention"
+    imported = parse_megatron_args(line, "h100-sxm5-80gb")
+    assert imported.requested["training"]["attention_backend"] == "flash"
+    assert any(
+        note.startswith("attention_backend = flash") and "multi-latent" in note for note in imported.notes
+    )
