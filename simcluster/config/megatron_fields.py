@@ -236,6 +236,14 @@ def _attention_backend(read: FlagReader, notes: list[str]) -> str:
             "auto, runs TE's fused attention, the only backend with --context-parallel-size > 1"
         )
         return "flash"
+    if backend is None and read.has("multi-latent-attention"):
+        # the same default `auto` runs MLA in TE's fused attention; the simulator prices MLA
+        # with the flash backend only
+        notes.append(
+            "attention_backend = flash: no --attention-backend given; Megatron-core's default, "
+            "auto, runs multi-latent attention in TE's fused attention"
+        )
+        return "flash"
     if backend is None:
         notes.append(
             "attention_backend = unfused (the paper's kernels): no --attention-backend given; "

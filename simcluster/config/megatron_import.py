@@ -162,22 +162,24 @@ def _without_unpriced(
 def _without_refused_for_moe(
     requested: dict[str, Any], flags: dict[str, list[str]], demoted: dict[str, str], notes: list[str]
 ) -> dict[str, Any]:
-    """The mapping with each key the scenario's MoE rules refuse as not modelled yet
-    (`scenario.moe_problems`: "training.moe_token_dispatcher: value allgather: not modelled
-    … for a MoE model") back at its default, its flags "not modelled", as for the keys of
-    NOT_MODELLED_YET. Read from the scenario's own refusals, so a value the simulator
-    learns to price is kept without a change here."""
+    """The mapping with each key the scenario's rules refuse as not modelled yet for this
+    model (`scenario.moe_problems`: "training.moe_token_dispatcher: value allgather: not
+    modelled … for a MoE model") back at its default, its flags "not modelled", as for the
+    keys of NOT_MODELLED_YET. Read from the scenario's own refusals, so a value the
+    simulator learns to price is kept without a change here; a refused value that is
+    already the default stays, and the scenario's error says why."""
     try:
         parse_scenario(requested, SOURCE, refuse_unpriced=False)
         return requested
     except ConfigError as error:
         problems = [problem for problem in error.problems if NOT_MODELLED_YET_MESSAGE in problem]
-    refused = [key for key in KEY_FLAGS if any(problem.startswith(f"{key}: value ") for problem in problems)]
     runnable = copy.deepcopy(requested)
-    for key in refused:
+    for key in KEY_FLAGS:
         section, name = key.split(".")
-        value = requested[section].get(name)
-        reason = f"{KEY_REASONS.get(key, key)}; {key} {value} is {NOT_MODELLED_YET_MESSAGE} for a MoE model"
+        refusal = next((p for p in problems if p.startswith(f"{key}: value ")), None)
+        if refusal is None or name not in requested[section]:  # at its default: nothing to drop
+            continue
+        reason = f"{KEY_REASONS.get(key, key)}; {refusal}"
         keys = (key, *_COMPANIONS.get(key, ()))
         for reset in keys:
             _reset(runnable, reset)

@@ -171,7 +171,8 @@ def test_megatron_defaults_fill_what_the_line_leaves_out():
     and no query bottleneck (megatron/training/arguments.py, transformer_config.py)."""
     line = (
         "--num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 256 --micro-batch-size 1 "
-        "--ffn-hidden-size 1024 --swiglu --num-experts 4 --multi-latent-attention"
+        "--ffn-hidden-size 1024 --swiglu --num-experts 4 --multi-latent-attention --bf16 "
+        "--attention-backend flash"
     )
     imported = parse_megatron_args(line, "h100-sxm5-80gb")
     m, tr = imported.requested["model"], imported.requested["training"]
@@ -260,9 +261,10 @@ def test_recompute_modules_and_the_deprecated_moe_layer_recompute():
     """--recompute-modules is read as the list under selective; --moe-layer-recompute is
     selective with `moe` added; Megatron's modules simcluster has no layer for are dropped
     as not modelled; a name Megatron does not know is an error."""
-    line = f"{MOE_LINE} --recompute-granularity selective --recompute-modules moe_act layernorm"
+    selective = "--recompute-granularity selective --recompute-modules moe_act layernorm"
+    line = f"{MOE_LINE} --moe-grouped-gemm {selective}"
     assert parse_megatron_args(line).requested["training"]["recompute_modules"] == ["moe_act", "layernorm"]
-    layer = parse_megatron_args(f"{MOE_LINE} --moe-layer-recompute").requested["training"]
+    layer = parse_megatron_args(f"{MOE_LINE} --moe-grouped-gemm --moe-layer-recompute").requested["training"]
     assert (layer["recompute"], layer["recompute_modules"]) == ("selective", ["core_attn", "moe"])
     mhc = parse_megatron_args(f"{line} mhc")
     assert mhc.requested["training"]["recompute_modules"] == ["moe_act", "layernorm"]
@@ -416,3 +418,13 @@ def test_cli_export_and_import_of_a_moe_scenario(tmp_path):
     )
     assert imported.exit_code == 0, imported.output
     assert load_scenario(out) == load_scenario(MIXTRAL)
+
+
+def test_an_mla_line_without_an_attention_backend_runs_megatrons_fused_default():
+    """Megatron-core's default backend (auto) runs MLA in TE's fused attention: flash, noted."""
+    line = f"{MOE_LINE} --multi-latent-attention"
+    imported = parse_megatron_args(line, "h100-sxm5-80gb")
+    assert imported.requested["training"]["attention_backend"] == "flash"
+    assert any(
+        note.startswith("attention_backend = flash") and "multi-latent" in note for note in imported.notes
+    )
