@@ -127,19 +127,20 @@ def test_every_recompute_module_but_mla_up_proj_is_priced():
         assert unpriced_keys(scenario) == []
 
 
-def test_mla_up_proj_stays_refused_with_mla():
-    """mla_up_proj re-runs MLA's up projections, which are not priced yet: one clear error
-    (beside model.mla's own until MLA lands)."""
+def test_mla_up_proj_is_priced_with_mla():
+    """mla_up_proj re-runs MLA's up projections (workload/mla_layer.py prices them): with
+    model.mla it loads and nothing is refused; without MLA it stays an error (above)."""
     data = _data()
     del data["model"]["num_query_groups"]
     data["model"]["mla"] = dict(MLA)
+    data["training"]["attention_backend"] = "flash"
+    data["parallel"]["cp"] = 1  # no MLA ring yet
+    data["parallel"]["dp"] *= 2
     data["training"]["recompute"] = "selective"
     data["training"]["recompute_modules"] = ["core_attn", "mla_up_proj"]
-    problems = _problems(data)
-    assert any(
-        p.startswith("training.recompute_modules: 'mla_up_proj'") and NOT_MODELLED_YET_MESSAGE in p
-        for p in problems
-    ), problems
+    scenario = parse_scenario(data, "ok.yaml")
+    assert RecomputeModule.MLA_UP_PROJ in scenario.training.recompute_modules
+    assert unpriced_keys(scenario) == []
 
 
 def test_moe_act_needs_grouped_gemm():
