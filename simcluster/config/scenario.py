@@ -504,7 +504,6 @@ def moe_problems(scenario: Scenario) -> list[str]:
 # for the next key that loads before it is priced.
 NOT_MODELLED_YET_MESSAGE = "not modelled by this version of the simulator yet"
 NOT_MODELLED_YET: dict[str, Callable[[Scenario], bool]] = {
-    "model.kv_channels": lambda s: s.model.head_dim != s.model.hidden_size // s.model.num_attention_heads,
     "model.mla": lambda s: s.model.mla is not None,
     "model.mtp_num_layers": lambda s: s.model.mtp_num_layers > 0,
     "model.window_size": lambda s: s.model.window_size is not None,

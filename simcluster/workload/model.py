@@ -159,6 +159,7 @@ def layer_config(scenario: Scenario) -> LayerConfig:
         attention_dropout=m.attention_dropout,
         fp8_recipe=tr.fp8_recipe,
         attention_kernel=tr.attention_kernel,
+        kv_channels=m.kv_channels,
     )
 
 

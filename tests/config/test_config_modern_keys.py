@@ -91,7 +91,6 @@ def test_a_key_not_priced_yet_is_refused_by_name(key):
         "training.attention_backend": "flash",
         "training.overlap_param_gather": True,
         "training.tp_comm_overlap": True,
-        "model.kv_channels": 64,
         "model.mla": {
             "q_lora_rank": 64,
             "kv_lora_rank": 32,
