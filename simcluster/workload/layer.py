@@ -213,7 +213,8 @@ def _kv_repeat(cfg: LayerConfig, name: str, pass_: Pass) -> tuple[Op, ...]:
 
 def flash_attention_shape(cfg: LayerConfig, backward: bool = False) -> AttentionShape:
     """The layer's causal self-attention on a rank: b sequences, a/t query and g/t key/value
-    heads, s queries against s keys. (Context parallelism narrows seq_q / seq_k.)"""
+    heads, s queries against s keys, within the layer's sliding window if it has one.
+    (Context parallelism narrows seq_q / seq_k; it is refused with a window.)"""
     return AttentionShape(
         batch=cfg.micro_batch_size,
         heads=cfg.heads_per_rank,
@@ -224,6 +225,7 @@ def flash_attention_shape(cfg: LayerConfig, backward: bool = False) -> Attention
         causal=True,
         backward=backward,
         kernel=cfg.attention_kernel,
+        window_size=cfg.window_size,
     )
 
 

@@ -39,7 +39,10 @@ class LayerConfig:
     `num_query_groups` 0 (or None) means a key/value head per query head (no GQA);
     `kv_channels` 0 (or None) means Megatron's default head width h / a (`--kv-channels`:
     Qwen3 and gpt-oss set it apart from h / a; Megatron-core attention.py
-    `query_projection_size = kv_channels * num_attention_heads`).
+    `query_projection_size = kv_channels * num_attention_heads`). `window_size` is this
+    layer's sliding window (Megatron `--window-size (w, 0)` on a layer that
+    `is_layer_window_attention` picks; None = full causal attention): the flash kernel
+    computes the band only, the unfused core computes all s² scores and masks them.
 
     The modern options (docs/scenario.md) default to the paper's GPT layer: MHA, GeLU,
     LayerNorm, learned absolute positions, the unfused attention core, and Megatron's
@@ -69,6 +72,7 @@ class LayerConfig:
     fp8_recipe: Fp8Recipe = Fp8Recipe.DELAYED
     attention_kernel: AttentionKernel = AttentionKernel.AUTO
     kv_channels: int | None = 0
+    window_size: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -89,6 +93,8 @@ class LayerConfig:
         for name in (*_SIZES, "kv_channels"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{owner}.{name} must be >= 1, got {getattr(self, name)}")
+        if self.window_size is not None and self.window_size < 1:
+            raise ValueError(f"{owner}.window_size must be >= 1 or None, got {self.window_size}")
         shape = indivisible_sizes(
             self.hidden_size, self.num_attention_heads, self.ffn_hidden_size, self.seq_length,
             self.tp, self.sequence_parallel,

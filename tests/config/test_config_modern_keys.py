@@ -99,13 +99,10 @@ def test_a_key_not_priced_yet_is_refused_by_name(key):
             "v_head_dim": 32,
         },
         "model.mtp_num_layers": 1,
-        "model.window_size": 32,
-        "model.window_attn_skip_freq": 2,
         "training.recompute_modules": ["core_attn", "mlp"],
     }
     # what a key needs beside it to pass Megatron's own rules
     companions = {
-        "model.window_attn_skip_freq": ("model", {"window_size": 32}),
         "training.recompute_modules": ("training", {"recompute": "selective"}),
     }
     section, field = key.split(".")

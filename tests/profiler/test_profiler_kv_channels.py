@@ -56,3 +56,9 @@ def test_flash_matches_unfused_with_wide_heads() -> None:
     x = layer_input(unfused, seed=0)
     expected = serial_layer(unfused, seed=0)(x)
     assert (serial_layer(flash, seed=0)(x) - expected).abs().max() <= RTOL * expected.abs().max()
+
+
+def test_the_torch_layer_refuses_a_window() -> None:
+    """Sliding windows are priced by the simulator only; the real layer says so."""
+    with pytest.raises(ValueError, match="LayerSpec.window_size=127: the torch layer has no sliding-window"):
+        _spec(window_size=127)
