@@ -327,8 +327,8 @@ def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
     cfg = layer_config(scenario)
     spec = moe_spec(scenario)
     layer_segment = _layer_segments(scenario, cfg, spec)
-    # the last layer's kind: a MoE layer where the model has experts, full attention where
-    # any layer has it (Megatron's skip frequency keeps every N-th layer full)
+    # the last layer's kind: a MoE layer where the model has experts; with windows, full or
+    # windowed as that layer is (gpt-oss's layer 36, a multiple of its skip frequency: full)
     representative = layer_segment(scenario.model.num_layers - 1)
     layer = representative.layer
     embedding = embedding_ops(cfg, scenario.model.vocab_size)
