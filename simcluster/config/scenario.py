@@ -434,6 +434,14 @@ def attention_variant_problems(scenario: Scenario) -> list[str]:
     if m.window_size is not None and m.mla is not None:
         problems.append(f"model.window_size: value {m.window_size}: not allowed with model.mla")
     problems += mla_unpriced_problems(scenario)
+    if m.window_size is not None and scenario.parallel.cp > 1:
+        # TransformerEngine attn_forward_func_with_cp: "The context parallel running configs
+        # cannot support sliding window attention" unless cp_comm_type is a2a / all_gather
+        problems.append(
+            f"model.window_size: value {m.window_size}: not allowed with parallel.cp > 1 (got "
+            f"{scenario.parallel.cp}): Transformer Engine's p2p context-parallel ring, the one "
+            "this version models, has no sliding window; allowed: cp 1"
+        )
     modules = tr.recompute_modules
     if modules is not None:
         names = ", ".join(module.value for module in modules)
@@ -549,11 +557,7 @@ def moe_problems(scenario: Scenario) -> list[str]:
 # (context parallelism, the uneven splits, FP8 and both overlaps are priced); the rule stays
 # for the next key that loads before it is priced.
 NOT_MODELLED_YET_MESSAGE = "not modelled by this version of the simulator yet"
-NOT_MODELLED_YET: dict[str, Callable[[Scenario], bool]] = {
-    "model.kv_channels": lambda s: s.model.head_dim != s.model.hidden_size // s.model.num_attention_heads,
-    "model.window_size": lambda s: s.model.window_size is not None,
-    "model.window_attn_skip_freq": lambda s: s.model.window_attn_skip_freq is not None,
-}
+NOT_MODELLED_YET: dict[str, Callable[[Scenario], bool]] = {}
 
 
 def unpriced_keys(scenario: Scenario) -> list[str]:

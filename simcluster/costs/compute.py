@@ -38,7 +38,10 @@ with FLOPs counted as flash-attention's benchmarks count them (`ops.AttentionSha
 causal half for a causal mask, backward 2.5 × forward) and the rates interpolated in
 log(s_k), the key length each query block walks (clamped to the measured range). The
 measured shapes (batch × s = 16k tokens, 16 heads) fill the GPU, so no wave term is
-applied; head dims other than 128 use the head-dim-128 rates.
+applied; head dims other than 128 use the head-dim-128 rates. A sliding-window layer
+(`AttentionShape.window_size`) is priced on its band's FLOPs at the rates of w + 1 keys, the
+length each query block walks (not measured with a window: docs/moe.md, "kv_channels and
+sliding windows").
 """
 
 from __future__ import annotations
@@ -265,9 +268,11 @@ def flash_attention_flop_per_s(shape: AttentionShape, hw: HardwareProfile) -> fl
         fwd = compute.flash_attention_fwd_tflop_per_s
         bwd = compute.flash_attention_bwd_tflop_per_s
         causal = compute.flash_attention_causal_efficiency
-    tflop_per_s = _interp_log(shape.seq_k, bwd if shape.backward else fwd)
+    # a sliding window walks w + 1 keys per query block, not s (`AttentionShape.keys_walked`)
+    keys = shape.keys_walked
+    tflop_per_s = _interp_log(keys, bwd if shape.backward else fwd)
     if shape.causal:
-        tflop_per_s *= _interp_log(shape.seq_k, causal)
+        tflop_per_s *= _interp_log(keys, causal)
     return units.tflop_per_s_to_flop_per_s(tflop_per_s)
 
 

@@ -249,17 +249,19 @@ def _kv_repeat(cfg: LayerConfig, name: str, pass_: Pass) -> tuple[Op, ...]:
 
 def flash_attention_shape(cfg: LayerConfig, backward: bool = False) -> AttentionShape:
     """The layer's causal self-attention on a rank: b sequences, a/t query and g/t key/value
-    heads, s queries against s keys. (Context parallelism narrows seq_q / seq_k.)"""
+    heads, s queries against s keys, within the layer's sliding window if it has one.
+    (Context parallelism narrows seq_q / seq_k; it is refused with a window.)"""
     return AttentionShape(
         batch=cfg.micro_batch_size,
         heads=cfg.heads_per_rank,
         kv_heads=cfg.kv_heads_per_rank,
         seq_q=cfg.seq_length,
         seq_k=cfg.seq_length,
-        head_dim=cfg.kv_channels,
+        head_dim=cfg.head_dim,
         causal=True,
         backward=backward,
         kernel=cfg.attention_kernel,
+        window_size=cfg.window_size,
     )
 
 

@@ -37,7 +37,13 @@ _SIZES = ("hidden_size", "num_attention_heads", "seq_length", "micro_batch_size"
 @dataclass(frozen=True, slots=True)
 class LayerConfig:
     """One layer on one rank. `ffn_hidden_size` 0 means Megatron's default 4h;
-    `num_query_groups` 0 (or None) means a key/value head per query head (no GQA).
+    `num_query_groups` 0 (or None) means a key/value head per query head (no GQA);
+    `kv_channels` 0 (or None) means Megatron's default head width h / a (`--kv-channels`:
+    Qwen3 and gpt-oss set it apart from h / a; Megatron-core attention.py
+    `query_projection_size = kv_channels * num_attention_heads`). `window_size` is this
+    layer's sliding window (Megatron `--window-size (w, 0)` on a layer that
+    `is_layer_window_attention` picks; None = full causal attention): the flash kernel
+    computes the band only, the unfused core computes all s² scores and masks them.
 
     The modern options (docs/scenario.md) default to the paper's GPT layer: MHA, GeLU,
     LayerNorm, learned absolute positions, the unfused attention core, and Megatron's
@@ -68,12 +74,16 @@ class LayerConfig:
     attention_kernel: AttentionKernel = AttentionKernel.AUTO
     recompute_modules: frozenset[RecomputeModule] | None = None
 
+    kv_channels: int | None = 0
+    window_size: int | None = None
+
     def __post_init__(self) -> None:
         object.__setattr__(
             self, "ffn_hidden_size", ffn_hidden_size_or_default(self.hidden_size, self.ffn_hidden_size)
         )
         groups = query_groups_or_default(self.num_attention_heads, self.num_query_groups)
         object.__setattr__(self, "num_query_groups", groups)
+        object.__setattr__(self, "kv_channels", self.head_dim)
         object.__setattr__(self, "recompute", Recompute(self.recompute))
         object.__setattr__(self, "dtype", Dtype(self.dtype))
         object.__setattr__(self, "activation", Activation(self.activation))
@@ -86,9 +96,11 @@ class LayerConfig:
             self, "recompute_modules", _selective_modules(self.recompute, self.recompute_modules)
         )
         owner = type(self).__name__
-        for name in _SIZES:
+        for name in (*_SIZES, "kv_channels"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{owner}.{name} must be >= 1, got {getattr(self, name)}")
+        if self.window_size is not None and self.window_size < 1:
+            raise ValueError(f"{owner}.window_size must be >= 1 or None, got {self.window_size}")
         shape = indivisible_sizes(
             self.hidden_size,
             self.num_attention_heads,
@@ -146,8 +158,8 @@ class LayerConfig:
 
     @property
     def head_dim(self) -> int:
-        """h / a, the per-head size d of the 1/sqrt(d) scale."""
-        return self.hidden_size // self.num_attention_heads
+        """d_h = `kv_channels` (h / a by default), the per-head size d of the 1/sqrt(d) scale."""
+        return self.kv_channels or self.hidden_size // self.num_attention_heads
 
     @property
     def heads_per_rank(self) -> int:
@@ -165,19 +177,16 @@ class LayerConfig:
         return self.query_groups // self.tp
 
     @property
-    def kv_channels(self) -> int:
-        """d_h, Megatron's kv_channels: h / a (the scenario has no separate head width)."""
-        return self.head_dim
-
-    @property
     def query_width(self) -> int:
-        """a·d_h, the query projection's output width (= h here) before the t split."""
-        return self.num_attention_heads * self.kv_channels
+        """q = a·d_h, the query projection's output width (h at d_h = h / a) before the t
+        split; also linear_proj's input width (Megatron-core attention.py
+        `query_projection_size`)."""
+        return self.num_attention_heads * self.head_dim
 
     @property
     def kv_width(self) -> int:
-        """k = g·d_h, the width of K (and of V) before the t split."""
-        return self.query_groups * self.kv_channels
+        """k = g·d_h, the width of K (and of V) before the t split (`kv_projection_size`)."""
+        return self.query_groups * self.head_dim
 
     @property
     def qkv_width(self) -> int:

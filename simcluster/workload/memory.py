@@ -85,9 +85,12 @@ def layer_activation_bytes(
     element_bytes: int = 2,
     rope: bool = False,
     recompute_modules: frozenset[RecomputeModule] | None = None,
+
+    kv_channels: int = 0,
 ) -> float:
     """Activation bytes per layer per rank for every layer option (docs/memory.md, "Activation
-    memory of the modern layer"): Table 2 generalised, with q = h, k = g·h/a,
+    memory of the modern layer"): Table 2 generalised, with q = a·d, k = g·d (d = `kv_channels`,
+    0 = h/a, so q = h by default),
     f = ffn (0 = 4h), e bytes per element, r = 1/t with SP else 1:
 
         regions (norm inputs, QKV and fc1 inputs, masks) = sb·h·r·(4e + 2·[hidden dropout])
@@ -110,7 +113,8 @@ def layer_activation_bytes(
     e = element_bytes
     f = ffn or 4 * h
     g = query_groups_or_default(a, query_groups)
-    q, k = h, g * (h // a)
+    d = kv_channels or h // a
+    q, k = a * d, g * d
     r = 1.0 / t if sequence_parallel else 1.0
     sb = float(s) * b
     if recompute is Recompute.FULL:

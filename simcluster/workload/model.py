@@ -5,6 +5,7 @@ sizes of pipeline p2p, data-parallel gradient reduction and the optimizer step.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from simcluster.config.choices import Normalization, PositionEmbedding, Recompute
@@ -16,6 +17,7 @@ from simcluster.workload.embedding import embedding_ops, output_ops, padded_voca
 from simcluster.workload.fp8 import fp8_copies, quantized_weight_bytes_per_element, te_linear_weight_params
 from simcluster.workload.layer import LayerOps, layer_ops
 from simcluster.workload.layer_config import LayerConfig
+from simcluster.workload.mla import is_window_layer
 from simcluster.workload.mla_layer import MLALayerSpec, mla_layer_ops, without_recompute
 from simcluster.workload.mla_params import mla_param_delta_per_rank, mtp_params_per_rank
 from simcluster.workload.moe_config import ExpertLayout, MLAConfig, MoEConfig
@@ -169,6 +171,7 @@ def layer_config(scenario: Scenario) -> LayerConfig:
         fp8_recipe=tr.fp8_recipe,
         attention_kernel=tr.attention_kernel,
         recompute_modules=None if tr.recompute_modules is None else frozenset(tr.recompute_modules),
+        kv_channels=m.kv_channels,
     )
 
 
@@ -292,17 +295,44 @@ def _attention_variant_params(
 
 
 def _segments(
-    dense: LayerSegment, moe: LayerSegment | None, first_layer: int, num_layers: int, first_k_dense: int
+    layer_segment: Callable[[int], LayerSegment], first_layer: int, num_layers: int, empty: LayerSegment
 ) -> tuple[LayerSegment, ...]:
-    """A chunk's layers `first_layer` .. + `num_layers`: the dense first layers
-    (`--moe-layer-freq`), then MoE layers; one dense segment without experts."""
-    if moe is None:
-        return (replace(dense, num_layers=num_layers),)
-    dense_count = min(num_layers, max(first_k_dense - first_layer, 0))
-    parts = ((dense, dense_count), (moe, num_layers - dense_count))
-    return tuple(replace(segment, num_layers=n) for segment, n in parts if n > 0) or (
-        replace(moe, num_layers=0),
-    )
+    """A chunk's layers `first_layer` .. + `num_layers` (0-based model layers), each the
+    segment `layer_segment` gives it, consecutive layers of one kind merged: the dense first
+    layers (`--moe-layer-freq`), then MoE layers, each run split where sliding-window and
+    full-attention layers alternate (gpt-oss: window, full, window, ...). One dense segment
+    for a dense model without windows; an empty chunk holds `empty` zero times."""
+    runs: list[LayerSegment] = []
+    for index in range(first_layer, first_layer + num_layers):
+        segment = layer_segment(index)
+        if runs and runs[-1].kind is segment.kind:
+            runs[-1] = replace(runs[-1], num_layers=runs[-1].num_layers + 1)
+        else:
+            runs.append(replace(segment, num_layers=1))
+    return tuple(runs) or (replace(empty, num_layers=0),)
+
+
+def _layer_segments(
+    scenario: Scenario, cfg: LayerConfig, spec: MoELayerSpec | None, mla: MLALayerSpec | None
+) -> Callable[[int], LayerSegment]:
+    """The segment (with zero layers) of each 0-based model layer: dense or MoE
+    (`first_k_dense_layers`), full or sliding-window attention (Megatron-core
+    `is_layer_window_attention` on the 1-based layer number, `workload.mla.is_window_layer`).
+    One segment per kind, built once, so equal kinds share their ops and their price."""
+    m, cp = scenario.model, scenario.parallel.cp
+    first_k = spec.moe.first_k_dense_layers if spec is not None else 0
+    built: dict[tuple[bool, bool], LayerSegment] = {}
+
+    def layer_segment(index: int) -> LayerSegment:
+        moe = spec is not None and index >= first_k
+        window = is_window_layer(index + 1, m.window_size, m.window_attn_skip_freq)
+        if (moe, window) not in built:
+            config = replace(cfg, window_size=m.window_size) if window else cfg
+            kind = LayerKind(config, cp, spec if moe else None, mla)
+            built[moe, window] = LayerSegment(kind, kind_ops(kind), 0)
+        return built[moe, window]
+
+    return layer_segment
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,19 +383,16 @@ def _stage_params(
 def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
     """The scenario's work per stage. `fp8_weight_copies` (the profile's
     `HardwareProfile.fp8_weight_copies`: 2 on Hopper, 1 on Blackwell) counts the FP8 weight
-    copies TE caches under `dtype: fp8`; the one hardware fact the workload needs. A MoE
-    model's chunks hold a dense segment for its first dense layers and a MoE segment."""
+    copies TE caches under `dtype: fp8`; the one hardware fact the workload needs. A chunk's
+    segments follow its layers in order (`_segments`): a MoE model's dense first layers,
+    then MoE layers; sliding-window and full-attention layers where the model has windows."""
     cfg = layer_config(scenario)
     spec = moe_spec(scenario)
     mla = mla_spec(scenario)
-    kind = LayerKind(cfg, scenario.parallel.cp, None, mla)
-    dense_segment = LayerSegment(kind, kind_ops(kind), 0)
-    moe_segment = None
-    if spec is not None:
-        moe_kind = LayerKind(cfg, scenario.parallel.cp, spec, mla)
-        moe_segment = LayerSegment(moe_kind, kind_ops(moe_kind), 0)
-    first_k = spec.moe.first_k_dense_layers if spec is not None else 0
-    representative = moe_segment or dense_segment
+    layer_segment = _layer_segments(scenario, cfg, spec, mla)
+    # the last layer's kind: a MoE layer where the model has experts; with windows, full or
+    # windowed as that layer is (gpt-oss's layer 36, a multiple of its skip frequency: full)
+    representative = layer_segment(scenario.model.num_layers - 1)
     layer = representative.layer
     embedding = embedding_ops(cfg, scenario.model.vocab_size)
     output = output_ops(cfg, scenario.model.vocab_size)
@@ -384,11 +411,8 @@ def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
                 stage=stage,
                 chunk=chunk,
                 segments=_segments(
-                    dense_segment,
-                    moe_segment,
-                    split.layer_offset(stage, chunk),
-                    split.chunk_layers[stage][chunk],
-                    first_k,
+                    layer_segment, split.layer_offset(stage, chunk), split.chunk_layers[stage][chunk],
+                    representative,
                 )
                 + (
                     (replace(representative, num_layers=mtp),)

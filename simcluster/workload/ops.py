@@ -162,12 +162,41 @@ class AttentionShape:
     # still compared and hashed.
     v_head_dim: int | None = field(default=None, repr=False)
 
+    # Megatron --window-size (w, 0) on this layer (TE's window_size): a query sees itself and
+    # the w keys before it; None = the whole causal prefix. Only for a causal local call. Left
+    # out of the repr so that a shape without a window reads (and digests,
+    # tests/workload/room_ops_golden.py) as it did before windows existed.
+    window_size: int | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.window_size is not None and (not self.causal or self.seq_q != self.seq_k):
+            raise ValueError(
+                f"AttentionShape.window_size={self.window_size} needs a causal call with seq_q == seq_k "
+                f"(got causal={self.causal}, seq_q={self.seq_q}, seq_k={self.seq_k})"
+            )
+
     @property
     def visible_fraction(self) -> float:
         """Share of the seq_q × seq_k score matrix a causal mask leaves: 1 - seq_q/(2·seq_k)
         (1/2 at seq_q = seq_k: flash-attention `hopper/benchmark_attn.py` counts s/2), 1 if
-        not causal."""
-        return 1.0 - self.seq_q / (2.0 * self.seq_k) if self.causal else 1.0
+        not causal. With a window w the band's area over s², counted as the causal triangle
+        is (its area): s·(w + 1) − (w + 1)²/2 while w + 1 < s (`workload.mla.window_score_pairs`,
+        which a test holds this to)."""
+        if not self.causal:
+            return 1.0
+        if self.window_size is not None and self.window_size + 1 < self.seq_k:
+            s, band = float(self.seq_k), self.window_size + 1.0
+            return (s * band - band * band / 2.0) / (s * s)
+        return 1.0 - self.seq_q / (2.0 * self.seq_k)
+
+    @property
+    def keys_walked(self) -> int:
+        """Keys one query block walks, the length the kernel's measured rates are read at
+        (`costs.compute.flash_attention_flop_per_s`): seq_k, or w + 1 under a window
+        narrower than the sequence."""
+        if self.window_size is not None:
+            return min(self.seq_k, self.window_size + 1)
+        return self.seq_k
 
     @property
     def forward_flops(self) -> float:

@@ -91,13 +91,9 @@ def test_a_key_not_priced_yet_is_refused_by_name(key):
         "training.attention_backend": "flash",
         "training.overlap_param_gather": True,
         "training.tp_comm_overlap": True,
-        "model.kv_channels": 64,
-        "model.window_size": 32,
-        "model.window_attn_skip_freq": 2,
     }
     # what a key needs beside it to pass Megatron's own rules
-    companions = {
-        "model.window_attn_skip_freq": ("model", {"window_size": 32}),
+    companions: dict[str, tuple[str, dict]] = {
     }
     section, field = key.split(".")
     data = _with(section, **{field: values[key]})
@@ -110,14 +106,10 @@ def test_a_key_not_priced_yet_is_refused_by_name(key):
 
 
 def test_every_key_of_the_contract_is_priced_now():
-    """cp, the uneven splits, FP8 and both overlaps have landed: of issue 11's keys nothing is
-    refused as not modelled; what is left are issue 18's attention variants, still wiring."""
-    issue_18 = {
-        "model.kv_channels",
-        "model.window_size",
-        "model.window_attn_skip_freq",
-    }
-    assert set(NOT_MODELLED_YET) <= issue_18
+    """cp, the uneven splits, FP8 and both overlaps (issue 11), kv_channels, MLA, MTP,
+    windows and recompute_modules (issue 18) have landed: nothing is refused as not modelled
+    (the parametrized refusal test above has no key left to check)."""
+    assert NOT_MODELLED_YET == {}
     data = _with("parallel", cp=2, sequence_parallel=True)
     data["training"].update(
         dtype="fp8",

@@ -55,6 +55,11 @@ class LayerSpec(LayerConfig):
         object.__setattr__(self, "attention_backend", AttentionBackend.UNFUSED)
         LayerConfig.__post_init__(self)
         object.__setattr__(self, "attention_backend", backend)
+        if self.window_size is not None:
+            raise ValueError(
+                f"LayerSpec.window_size={self.window_size}: the torch layer has no sliding-window "
+                "attention (the simulator prices it, docs/moe.md); leave it None"
+            )
         if self.position_embedding is PositionEmbedding.ROPE and self.head_dim % 2:
             raise ValueError(f"LayerSpec: RoPE rotates head-dim halves; head_dim={self.head_dim} is odd")
         self._check_context_parallel()
