@@ -257,7 +257,7 @@ class TrainingSpec(StrictModel):
     moe_token_dispatcher: TokenDispatcher = Field(
         default=TokenDispatcher.ALLTOALL,
         description="Megatron --moe-token-dispatcher-type: alltoall (default) | allgather | flex "
-        "(only alltoall is modelled yet)",
+        "(alltoall and allgather are modelled)",
     )
     moe_grouped_gemm: bool = Field(
         default=True, description="Megatron --moe-grouped-gemm: the experts as TE grouped GEMMs"
@@ -482,9 +482,9 @@ def moe_problems(scenario: Scenario) -> list[str]:
         )
     unpriced = {
         "training.moe_token_dispatcher": (
-            tr.moe_token_dispatcher is not TokenDispatcher.ALLTOALL,
+            tr.moe_token_dispatcher is TokenDispatcher.FLEX,
             tr.moe_token_dispatcher.value,
-            "only alltoall",
+            "alltoall or allgather",
         ),
         "training.dtype": (tr.dtype.quantized, tr.dtype.value, "bf16, fp16 or fp32 with model.moe"),
         "model.activation": (not m.activation.gated, m.activation.value, "swiglu with model.moe"),

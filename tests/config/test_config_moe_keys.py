@@ -68,11 +68,6 @@ def _set(data, dotted, value):
         ),
         (
             "training.moe_token_dispatcher",
-            "allgather",
-            ["training.moe_token_dispatcher: value allgather", "not modelled"],
-        ),
-        (
-            "training.moe_token_dispatcher",
             "flex",
             ["training.moe_token_dispatcher: value flex", "not modelled"],
         ),

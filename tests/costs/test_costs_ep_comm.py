@@ -23,9 +23,10 @@ H100 = load_hardware("h100-sxm5-80gb")
 QWEN = ROOT / "tests" / "data" / "moe" / "qwen3-30b-a3b-head-dim-64.yaml"
 
 
-def _moe(tp=1, sp=False, **parallel):
+def _moe(tp=1, sp=False, dispatcher="alltoall", **parallel):
     data = yaml.safe_load(QWEN.read_text())
     data["parallel"].update(tp=tp, sequence_parallel=sp, **parallel)
+    data["training"]["moe_token_dispatcher"] = dispatcher
     return parse_scenario(data, "s.yaml")
 
 
@@ -36,11 +37,12 @@ def _moe_layer(scenario):
     return segment.layer, StagePricing(H100).segment(segment, layout), layout
 
 
+@pytest.mark.parametrize("dispatcher", ["alltoall", "allgather"])
 @pytest.mark.parametrize(("tp", "ep", "etp"), [(1, 8, None), (2, 8, 1), (2, 8, 2), (1, 16, None)])
-def test_ep_comm_is_the_sum_of_the_expert_group_collectives(tp, ep, etp):
+def test_ep_comm_is_the_sum_of_the_expert_group_collectives(tp, ep, etp, dispatcher):
     """Each pass's ep_comm_s is Σ collective_time_s of its ops over EP / ETP / ETP·EP groups
     (they block: nothing hides them), and its comm_s holds none of them."""
-    scenario = _moe(tp=tp, sp=tp > 1, ep=ep, etp=etp)
+    scenario = _moe(tp=tp, sp=tp > 1, ep=ep, etp=etp, dispatcher=dispatcher)
     ops, cost, layout = _moe_layer(scenario)
     for phase_ops, phase in ((ops.forward, cost.forward), (ops.backward, cost.backward)):
         expert = [op for op in phase_ops if op.kind is OpKind.COLLECTIVE and op.group is not CommGroup.TP]
@@ -77,3 +79,18 @@ def test_run_reports_ep_comm_for_moe_and_nothing_for_dense():
     assert list(moe.time_breakdown_s)[:4] == ["compute", "recompute", "tp_comm", "ep_comm"]
     dense = run_simulation(parse_scenario(llama3_8b(), "d.yaml"), H100).result
     assert dense.time_breakdown_s["ep_comm"] == 0.0 and dense.time_by_kind_s["ep_comm"] == 0.0
+
+
+def test_allgather_is_priced_on_the_etp_ep_group_and_slower_once_it_leaves_the_node():
+    """The allgather dispatcher's gathers run over etp·ep consecutive ranks: ep 8 stays in an
+    8-GPU node (NVLink), ep 16 spans two (NICs), with the same per-rank tokens T: its
+    gathered bytes double (T·ep·h) and the link is slower, so ep_comm more than doubles."""
+    inside = _moe(ep=8, dispatcher="allgather")
+    across = _moe(ep=16, dispatcher="allgather")
+    assert not pricing_layout(inside, H100).experts.etp_ep.crosses_nodes
+    assert pricing_layout(across, H100).experts.etp_ep.crosses_nodes
+    _, cost_in, _ = _moe_layer(inside)
+    _, cost_across, _ = _moe_layer(across)
+    assert cost_across.forward.ep_comm_s > 2 * cost_in.forward.ep_comm_s
+    result = run_simulation(across, H100).result
+    assert result.time_breakdown_s["ep_comm"] > 0
