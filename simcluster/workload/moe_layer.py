@@ -56,10 +56,12 @@ from simcluster.workload.moe import (
     shared_expert_shape,
 )
 from simcluster.workload.moe_config import ExpertLayout, MoEConfig
+from simcluster.workload.moe_flex import deepep_messages, flex_permute
 from simcluster.workload.moe_memory import moe_saved_bytes
 from simcluster.workload.ops import (
     CollectiveKind,
     CommGroup,
+    DeepEPMessage,
     GemmShape,
     Module,
     Op,
@@ -309,7 +311,42 @@ def _saved_as(dispatcher: TokenDispatcher) -> TokenDispatcher:
 def _flex_dispatch_ops(
     cfg: LayerConfig, spec: MoELayerSpec, rows: RoutedRows, saved_permute: float
 ) -> _DispatchOps:
-    raise NotImplementedError("flex")
+    """`MoEFlexTokenDispatcher` with DeepEP (`--moe-token-dispatcher-type flex
+    --moe-enable-deepep`, token_dispatcher.py and fused_a2a.py, Megatron-LM
+    @d98e8a64ddf34856e74b24714e3bedb2f5a39553): DeepEP's dispatch kernel sends each token
+    once to each destination rank (`moe_flex.deepep_messages`), the received tokens are
+    permuted into the local experts' rows (`moe_flex.flex_permute`); after the experts,
+    unpermute and DeepEP's combine. Backward: combine's backward is a dispatch and
+    dispatch's a combine (DeepEP README), priced with the same bytes. `saved_permute` (the
+    alltoall path's) is replaced by the flex permute's own."""
+    e, F, B = cfg.element_bytes, Pass.FORWARD, Pass.INPUT_GRAD
+    h = cfg.hidden_size
+    dispatch, combine = deepep_messages(rows, h, spec.moe, spec.layout, e)
+    moved = flex_permute(rows, h, spec.moe, spec.layout, e)
+    A2A, EP = CollectiveKind.ALL_TO_ALL, CommGroup.EP
+
+    def kernel(name: str, message: DeepEPMessage, module: Module, pass_: Pass) -> Op:
+        op = collective(name, A2A, message.send_bytes, module=module, pass_=pass_, group=EP)
+        return replace(op, deepep=message)
+
+    return _DispatchOps(
+        forward_before=(
+            kernel("moe.deepep_dispatch", dispatch, Module.MOE_PERMUTE, F),
+            elementwise("moe.permute", moved.permute, moved.saved, module=Module.MOE_PERMUTE, pass_=F),
+        ),
+        forward_after=(
+            elementwise("moe.unpermute", moved.unpermute, module=Module.MOE_UNPERMUTE, pass_=F),
+            kernel("moe.deepep_combine", combine, Module.MOE_UNPERMUTE, F),
+        ),
+        backward_before=(
+            kernel("moe.deepep_combine.bwd", combine, Module.MOE_UNPERMUTE, B),
+            elementwise("moe.unpermute.bwd", moved.unpermute, module=Module.MOE_UNPERMUTE, pass_=B),
+        ),
+        backward_after=(
+            elementwise("moe.permute.bwd", moved.permute, module=Module.MOE_PERMUTE, pass_=B),
+            kernel("moe.deepep_dispatch.bwd", dispatch, Module.MOE_PERMUTE, B),
+        ),
+    )
 
 
 def _dispatch_ops(

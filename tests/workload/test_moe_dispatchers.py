@@ -13,6 +13,7 @@ from simcluster.config.moe_choices import TokenDispatcher
 from simcluster.config.scenario import parse_scenario
 from simcluster.workload.model import build_workload
 from simcluster.workload.moe import dispatch_messages, permute_bytes
+from simcluster.workload.moe_flex import expected_destinations, flex_messages, flex_permute
 from simcluster.workload.moe_layer import layer_rows, moe_mlp_ops
 from simcluster.workload.moe_memory import moe_saved_bytes
 from simcluster.workload.ops import CollectiveKind, CommGroup, Module, OpKind, Pass
@@ -111,3 +112,49 @@ def test_allgather_with_one_rank_sends_nothing():
     forward, backward = moe_mlp_ops(cfg, spec)
     assert not _collectives(forward) and not _collectives(backward)
     assert all(op.pass_ is not Pass.FORWARD for op in backward)
+
+
+def test_flex_messages_are_deepep_copies_scaled_by_the_load_imbalance():
+    """DeepEP's dispatch sends each token once per destination rank with its indices and
+    probabilities (`moe_flex.flex_messages`), combine returns h·e per copy; the busiest rank's
+    bytes are li × the mean's; backward mirrors each kernel with the same bytes."""
+    for li in (1.0, 1.5):
+        data = yaml.safe_load(QWEN.read_text())
+        data["training"]["moe_token_dispatcher"] = "flex"
+        data["model"]["moe"]["load_imbalance"] = li
+        cfg, spec = _kind(parse_scenario(data, "s.yaml"))
+        rows = layer_rows(cfg, spec)
+        flex = flex_messages(rows, cfg.hidden_size, spec.moe, spec.layout, 8, cfg.element_bytes)
+        forward, backward = moe_mlp_ops(cfg, spec)
+        fwd, bwd = _collectives(forward), _collectives(backward)
+        assert [op.name for op in fwd] == ["moe.deepep_dispatch", "moe.deepep_combine"]
+        assert [op.name for op in bwd] == ["moe.deepep_combine.bwd", "moe.deepep_dispatch.bwd"]
+        dispatch, combine = fwd
+        assert dispatch.deepep.send_bytes == pytest.approx(li * flex.dispatch_bytes, rel=1e-12)
+        assert combine.deepep.send_bytes == pytest.approx(li * flex.combine_bytes, rel=1e-12)
+        assert dispatch.message_bytes == dispatch.deepep.send_bytes
+        assert bwd[1].deepep == dispatch.deepep and bwd[0].deepep == combine.deepep
+        # per token and destination: h·e + k·(8 + 4) out, h·e back
+        per_copy = cfg.hidden_size * cfg.element_bytes
+        copies = rows.tokens * expected_destinations(spec.moe, 8) * li
+        assert dispatch.deepep.send_bytes == pytest.approx(copies * (per_copy + 8 * 12), rel=1e-12)
+        # across two domains of 4 ranks: D(2 nodes)·(1 − 1/2) copies a token cross
+        across = rows.tokens * expected_destinations(spec.moe, 2) * 0.5 * li * (per_copy + 8 * 12)
+        assert dispatch.deepep.bytes_across(2) == pytest.approx(across, rel=1e-12)
+        assert dispatch.deepep.bytes_across(1) == 0.0
+
+
+def test_flex_permute_and_saved_bytes():
+    """The received tokens (li·T·D(ep)) are permuted into the local experts' rows and back;
+    the forward keeps the flex permute's saved bytes in place of the alltoall's."""
+    cfg, spec = _kind(_scenario("flex"))
+    rows = layer_rows(cfg, spec)
+    moved = flex_permute(rows, cfg.hidden_size, spec.moe, spec.layout, cfg.element_bytes)
+    h, e = cfg.hidden_size, cfg.element_bytes
+    n = rows.tokens * expected_destinations(spec.moe, 8)
+    assert moved.received_tokens == pytest.approx(n)
+    assert moved.permute == pytest.approx(n * h * e + rows.busiest_expert * (h * e + 4))
+    forward, _ = moe_mlp_ops(cfg, spec)
+    permute = next(op for op in forward if op.name == "moe.permute")
+    assert permute.saved_bytes == moved.saved == pytest.approx((n * 128 / 8 + rows.busiest_expert) * 8)
+    assert not [op for op in forward if op.module is Module.MOE_SORT_CHUNKS]
