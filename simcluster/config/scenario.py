@@ -486,9 +486,7 @@ def moe_problems(scenario: Scenario) -> list[str]:
             f"{tr.moe_token_dispatcher.value} with parallel.etp {par.etp or par.tp}",
             "flex (DeepEP) with etp = 1 only; alltoall or allgather with any etp",
         ),
-        "training.dtype": (tr.dtype.quantized, tr.dtype.value, "bf16, fp16 or fp32 with model.moe"),
         "model.activation": (not m.activation.gated, m.activation.value, "swiglu with model.moe"),
-        "training.tp_comm_overlap": (scenario.tp_comm_overlap_active, True, "false with model.moe"),
     }
     problems += _flex_problems(scenario)
     problems += [

@@ -138,7 +138,10 @@ def op_time_s(
 
 
 def _feeds_te_gemm(ops: tuple[Op, ...], index: int) -> bool:
-    return index + 1 < len(ops) and is_te_linear_gemm(ops[index + 1])
+    """A TP collective just before a TE GEMM (TE gathers its quantized input); a MoE
+    dispatcher's collectives carry BF16 tokens (Megatron-core quantizes inside the experts'
+    `GroupedLinear`, after the dispatch)."""
+    return index + 1 < len(ops) and is_te_linear_gemm(ops[index + 1]) and ops[index].group is CommGroup.TP
 
 
 def fp8_cast_bytes_per_element(
@@ -327,6 +330,7 @@ def _price_ops_userbuffers(
             and after is not None
             and after.collective is CollectiveKind.REDUCE_SCATTER
             and not after.overlaps_next
+            and not is_expert_collective(after)  # the experts' etp reduce-scatter is the dispatcher's
         ):
             gemm_s = _sm_margin(_op_seconds(ops, index, hw, tp, dtype, recipe), hw, PIPELINE_COMM_SMS)
             scatter_s = PIPELINE_SPLITS * collective_time_s(

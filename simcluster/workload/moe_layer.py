@@ -43,6 +43,7 @@ from dataclasses import dataclass, replace
 
 from simcluster.config.choices import Recompute
 from simcluster.config.moe_choices import TokenDispatcher
+from simcluster.workload.fp8 import amax_pass_ops, moe_fp8_saved_forward
 from simcluster.workload.layer import LayerOps
 from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.moe import (
@@ -74,6 +75,8 @@ from simcluster.workload.ops import (
 DENSE_MLP_MODULES = frozenset({Module.FC1, Module.FC2, Module.SWIGLU, Module.BIAS_GELU, Module.SQUARED_RELU})
 """The dense MLP's modules (its linears, their TP collectives, the activation): the run of
 ops a MoE layer replaces."""
+
+_QUANTIZATION_MODULES = frozenset({Module.FP8_AMAX, Module.FP8_SCALE})
 
 _GROUPS = {"ep": CommGroup.EP, "etp": CommGroup.ETP, "etp_ep": CommGroup.ETP_EP}
 _KINDS = {
@@ -445,6 +448,11 @@ def _splice(ops: tuple[Op, ...], replacement: tuple[Op, ...]) -> tuple[Op, ...]:
     if not where:
         return ops
     first, last = where[0], where[-1]
+    # FP8 current scaling / NVFP4 put the MLP GEMMs' amax and scale ops just before them
+    # (`workload.fp8.current_scaling_ops`): they belong to the run
+    while first > 0 and ops[first - 1].module in _QUANTIZATION_MODULES:
+        first -= 1
+    where = [i for i in range(first, last + 1) if ops[i].module in DENSE_MLP_MODULES | _QUANTIZATION_MODULES]
     if last - first + 1 != len(where):
         raise ValueError("the dense MLP's ops are not one contiguous run; cannot place the MoE MLP")
     return ops[:first] + replacement + ops[last + 1 :]
@@ -457,6 +465,9 @@ def moe_layer_ops(dense: LayerOps, cfg: LayerConfig, spec: MoELayerSpec) -> Laye
     whole forward, MoE block (dispatch included) too; selective recompute touches only the
     attention core, as in the dense layer (Megatron's default `core_attn`)."""
     forward, backward = moe_mlp_ops(cfg, spec)
+    if cfg.dtype.quantized:  # FP8 / NVFP4 experts (`workload.fp8`); the router stays BF16
+        forward = amax_pass_ops(moe_fp8_saved_forward(forward, cfg), cfg)
+        backward = amax_pass_ops(backward, cfg)
     if cfg.recompute is Recompute.FULL:
         forward = tuple(replace(op, saved_bytes=0.0) for op in forward)
         recompute = _splice(dense.recompute, forward)

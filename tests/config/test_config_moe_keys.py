@@ -67,7 +67,6 @@ def _set(data, dotted, value):
             ["model.moe.first_k_dense_layers: value 48", "below num_layers"],
         ),
         ("training.moe_token_dispatcher", "deepep", ["moe_token_dispatcher", "alltoall"]),
-        ("training.dtype", "fp8", ["training.dtype: value fp8", "not modelled"]),
         ("model.activation", "gelu", ["model.activation: value gelu", "not modelled"]),
         ("model.moe.router_score", "relu", ["router_score", "softmax"]),
     ],
