@@ -13,16 +13,17 @@ where the NVLink bytes are every copy to another rank (each crosses NVLink once,
 last hop), send·(1 − 1/ep), and the RDMA bytes the copies to other domains
 (`DeepEPMessage.bytes_across`).
 
-Achieved bandwidth, DeepEP's own measurement (github.com/deepseek-ai/DeepEP
-docs/legacy.md @0297fc801788b14b338a46554faca28d419e518a, "Normal kernels with NVLink and
-RDMA forwarding": H800, CX7 InfiniBand 400 Gb/s per GPU, DeepSeek-V3 pretraining shape,
-4096 tokens, hidden 7168, top-8): intranode EP 8 dispatch 153 GB/s, combine 158 GB/s
-(NVLink); internode dispatch 43 / 58 / 51 GB/s and combine 43 / 57 / 50 GB/s (RDMA) at
-EP 16 / 32 / 64. As shares of the line rates: NVLink 153 / 200 GB/s (H800: 400 GB/s
-NVLink, 200 each way) = 0.765, the dispatch's, the lower of the two; RDMA 43 / 50 GB/s
-= 0.86, EP 16's, the lowest of the three (the others exceed 50 GB/s because DeepEP counts
-"logical" bytes). DeepEP V2's README (same commit) gives 643-740 GB/s NVLink at EP 8 on
-SM100 (B200, 900 GB/s each way: 0.71-0.82), consistent with the NVLink share. These are
+Achieved bandwidth, DeepEP's own measurement
+(github.com/deepseek-ai/DeepEP/blob/0297fc801788b14b338a46554faca28d419e518a/docs/legacy.md,
+"Normal kernels with NVLink and RDMA forwarding": H800, CX7 InfiniBand 400 Gb/s per GPU,
+DeepSeek-V3 pretraining shape, 4096 tokens, hidden 7168, top-8): intranode EP 8 dispatch
+153 GB/s, combine 158 GB/s (NVLink); internode dispatch 43 / 58 / 51 GB/s and combine
+43 / 57 / 50 GB/s (RDMA) at EP 16 / 32 / 64. As shares of the line rates: NVLink 153 / 200
+GB/s (H800: 400 GB/s NVLink, 200 each way) = 0.765, the dispatch's, the lower of the two;
+RDMA 43 / 50 GB/s = 0.86, EP 16's, the lowest of the three (58 and 51 reach or pass the
+line rate: V2's README calls its figures "logical bandwidth", local traffic included).
+DeepEP V2's README (same commit) gives 643-740 GB/s NVLink at EP 8 on SM100 (B200, 900
+GB/s each way: 0.71-0.82), consistent with the NVLink share. These are
 applied to each profile's line rates (`network.nvlink_bandwidth_gb_per_s`,
 `network.nic_bandwidth_gbit_per_s`): derived, not measured on that GPU.
 """
