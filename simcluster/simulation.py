@@ -73,6 +73,12 @@ def _with_host_wait(
     return (*parts, (TimeCategory.HOST_WAIT, wait_s)) if wait_s > 0 else parts
 
 
+def _ep_part(seconds: float) -> tuple[tuple[TimeCategory, float], ...]:
+    """A task's MoE dispatcher seconds as their own part, where it has any (a dense task
+    keeps the parts it always had)."""
+    return ((TimeCategory.EP_COMM, seconds),) if seconds else ()
+
+
 def _task_works(
     priced: tuple[PricedChunk, ...], stage: StageWork, transient: float
 ) -> tuple[tuple[TaskWork, ...], tuple[TaskWork, ...]]:
@@ -81,12 +87,17 @@ def _task_works(
     forward, backward = [], []
     for price, chunk in zip(priced, stage.chunks):
         cost = price.cost
-        gpu = ((TimeCategory.COMPUTE, cost.forward.compute_s), (TimeCategory.TP_COMM, cost.forward.comm_s))
+        gpu = (
+            (TimeCategory.COMPUTE, cost.forward.compute_s),
+            (TimeCategory.TP_COMM, cost.forward.comm_s),
+            *_ep_part(cost.forward.ep_comm_s),
+        )
         parts = _with_host_wait(cost.forward_s, price.host_forward_s, gpu)
         forward.append(TaskWork(busy_s=price.forward_busy_s, parts=parts, stored_bytes=chunk.saved_bytes))
         gpu_backward = (
             (TimeCategory.COMPUTE, cost.backward.compute_s),
             (TimeCategory.TP_COMM, cost.backward.comm_s),
+            *_ep_part(cost.backward.ep_comm_s),
             (TimeCategory.RECOMPUTE, cost.recompute.total_s),
         )
         parts = _with_host_wait(cost.backward_s, price.host_backward_s, gpu_backward)

@@ -257,7 +257,7 @@ class TrainingSpec(StrictModel):
     moe_token_dispatcher: TokenDispatcher = Field(
         default=TokenDispatcher.ALLTOALL,
         description="Megatron --moe-token-dispatcher-type: alltoall (default) | allgather | flex "
-        "(only alltoall is modelled yet)",
+        "(flex priced as DeepEP's kernels, etp = 1)",
     )
     moe_grouped_gemm: bool = Field(
         default=True, description="Megatron --moe-grouped-gemm: the experts as TE grouped GEMMs"
@@ -536,19 +536,35 @@ def moe_problems(scenario: Scenario) -> list[str]:
         )
     unpriced = {
         "training.moe_token_dispatcher": (
-            tr.moe_token_dispatcher is not TokenDispatcher.ALLTOALL,
-            tr.moe_token_dispatcher.value,
-            "only alltoall",
+            tr.moe_token_dispatcher is TokenDispatcher.FLEX and (par.etp or par.tp) != 1,
+            f"{tr.moe_token_dispatcher.value} with parallel.etp {par.etp or par.tp}",
+            "flex (DeepEP) with etp = 1 only; alltoall or allgather with any etp",
         ),
-        "training.dtype": (tr.dtype.quantized, tr.dtype.value, "bf16, fp16 or fp32 with model.moe"),
         "model.activation": (not m.activation.gated, m.activation.value, "swiglu with model.moe"),
-        "training.tp_comm_overlap": (scenario.tp_comm_overlap_active, True, "false with model.moe"),
     }
+    problems += _flex_problems(scenario)
     problems += [
         f"{key}: value {value}: {NOT_MODELLED_YET_MESSAGE} for a MoE model; allowed: {allowed}"
         for key, (is_set, value, allowed) in unpriced.items()
         if is_set
     ]
+    return problems
+
+
+def _flex_problems(scenario: Scenario) -> list[str]:
+    """Megatron-core's rule for the flex dispatcher with DeepEP: it needs tp·ep > 1
+    (token_dispatcher.py `MoEFlexTokenDispatcher`: "DeepEP dispatcher requires TPxEP > 1",
+    its tp being the expert tensor-parallel size). Padding to capacity, which it refuses, has
+    no scenario key."""
+    par, tr = scenario.parallel, scenario.training
+    if tr.moe_token_dispatcher is not TokenDispatcher.FLEX or scenario.model.moe is None:
+        return []
+    problems = []
+    if (par.etp or par.tp) * par.ep == 1:
+        problems.append(
+            "training.moe_token_dispatcher: value flex: DeepEP needs etp·ep > 1 (Megatron-core); "
+            "use alltoall at ep = 1"
+        )
     return problems
 
 

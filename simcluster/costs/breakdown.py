@@ -12,14 +12,17 @@ same functions price_ops calls:
     gemm         = compute − attention − memory_bound − fp8_cast
     cp_comm      = Σ each ring's exposed transfers
     tp_comm      = exposed communication − cp_comm
+    ep_comm      = a MoE layer's token-dispatcher collectives (`OpsCost.ep_comm_s`: the
+                   all-to-alls, the allgather dispatcher's gathers, DeepEP's kernels)
 
 so the parts sum to the layer's price by construction. GEMM is the remainder so that what
 price_ops does only to GEMMs (TE userbuffers' SM margin while a collective runs beside one)
 stays with the GEMMs. A step's split (`step_split`) then shares each stage's busy time in
-the engine (compute, recompute, TP comm, host wait) out over the kinds in proportion to the
-per-microbatch split of that stage's chunks (every chunk runs every microbatch once each
-way), adds the engine's PP / DP communication and optimizer seconds, and calls the rest of
-the iteration pipeline idle: the step's parts sum to the iteration time.
+the engine (compute, recompute, TP comm, EP comm, host wait) out over the kinds in
+proportion to the per-microbatch split of that stage's chunks (every chunk runs every
+microbatch once each way), adds the engine's PP / DP communication and optimizer seconds,
+and calls the rest of the iteration pipeline idle: the step's parts sum to the iteration
+time.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ class TimeKind(str, enum.Enum):
     MEMORY_BOUND = "memory_bound"
     FP8_CAST = "fp8_cast"
     TP_COMM = "tp_comm"
+    EP_COMM = "ep_comm"
     CP_COMM = "cp_comm"
     PP_COMM = "pp_comm"
     DP_COMM = "dp_comm"
@@ -57,7 +61,7 @@ class TimeKind(str, enum.Enum):
 
 LAYER_KINDS = (
     TimeKind.GEMM, TimeKind.ATTENTION, TimeKind.MEMORY_BOUND, TimeKind.FP8_CAST,
-    TimeKind.TP_COMM, TimeKind.CP_COMM,
+    TimeKind.TP_COMM, TimeKind.EP_COMM, TimeKind.CP_COMM,
 )  # fmt: skip
 """The kinds a layer's price splits into."""
 
@@ -87,6 +91,7 @@ def ops_split(
     non_gemm = parts[TimeKind.ATTENTION] + parts[TimeKind.MEMORY_BOUND] + parts[TimeKind.FP8_CAST]
     parts[TimeKind.GEMM] = cost.compute_s - non_gemm
     parts[TimeKind.TP_COMM] = cost.comm_s - parts[TimeKind.CP_COMM]
+    parts[TimeKind.EP_COMM] = cost.ep_comm_s
     return parts
 
 
@@ -133,7 +138,9 @@ def step_split(
     `chunk_split` of each of its chunks. Sums to `iteration_time_s`."""
     total = dict.fromkeys(TimeKind, 0.0)
     for busy, chunks in zip(stage_busy_s, stage_chunks, strict=True):
-        task_s = sum(busy.get(name, 0.0) for name in ("compute", "recompute", "tp_comm", "host_wait"))
+        task_s = sum(
+            busy.get(name, 0.0) for name in ("compute", "recompute", "tp_comm", "ep_comm", "host_wait")
+        )
         weights: Split = {}
         for chunk in chunks:
             for kind, seconds in chunk.items():

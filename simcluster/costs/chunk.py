@@ -43,6 +43,7 @@ from simcluster.costs.compute import (
     quantized_gemm_time_s,
 )
 from simcluster.costs.context_parallel import ring_attention_cost_s
+from simcluster.costs.deepep import deepep_time_s
 from simcluster.costs.network import GroupPlacement, collective_time_s
 from simcluster.costs.placement import ExpertGroups
 from simcluster.units import us_to_s
@@ -62,20 +63,29 @@ NO_CONTEXT_PARALLEL = GroupPlacement(num_ranks=1, ranks_per_node=1)
 
 @dataclass(frozen=True, slots=True)
 class OpsCost:
-    """Seconds a sequence of ops keeps a rank busy, split into kernels and exposed comm."""
+    """Seconds a sequence of ops keeps a rank busy, split into kernels, exposed
+    tensor-parallel (and context-parallel) comm, and a MoE layer's token-dispatcher
+    collectives (`ep_comm_s`: every collective over an expert group, `Op.group` other than
+    TP: the dispatch / combine all-to-alls, the allgather dispatcher's gathers, DeepEP's
+    kernels; 0 for a dense layer, so a dense price is unchanged, `==`)."""
 
     compute_s: float = 0.0
     comm_s: float = 0.0
+    ep_comm_s: float = 0.0
 
     @property
     def total_s(self) -> float:
-        return self.compute_s + self.comm_s
+        if not self.ep_comm_s:  # a dense price: the sum it always was, bit for bit
+            return self.compute_s + self.comm_s
+        return self.compute_s + self.comm_s + self.ep_comm_s
 
     def __add__(self, other: OpsCost) -> OpsCost:
-        return OpsCost(self.compute_s + other.compute_s, self.comm_s + other.comm_s)
+        return OpsCost(
+            self.compute_s + other.compute_s, self.comm_s + other.comm_s, self.ep_comm_s + other.ep_comm_s
+        )
 
     def scaled(self, factor: float) -> OpsCost:
-        return OpsCost(self.compute_s * factor, self.comm_s * factor)
+        return OpsCost(self.compute_s * factor, self.comm_s * factor, self.ep_comm_s * factor)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,11 +132,16 @@ def op_time_s(
         assert op.attention is not None
         return attention_time_s(op.attention, hw)
     assert op.collective is not None
+    if op.deepep is not None:  # the flex dispatcher: DeepEP's kernels, not an NCCL collective
+        return deepep_time_s(op.deepep, op_group(op, tp, experts), hw)
     return collective_time_s(op.collective, op.message_bytes, op_group(op, tp, experts), hw)
 
 
 def _feeds_te_gemm(ops: tuple[Op, ...], index: int) -> bool:
-    return index + 1 < len(ops) and is_te_linear_gemm(ops[index + 1])
+    """A TP collective just before a TE GEMM (TE gathers its quantized input); a MoE
+    dispatcher's collectives carry BF16 tokens (Megatron-core quantizes inside the experts'
+    `GroupedLinear`, after the dispatch)."""
+    return index + 1 < len(ops) and is_te_linear_gemm(ops[index + 1]) and ops[index].group is CommGroup.TP
 
 
 def fp8_cast_bytes_per_element(
@@ -177,8 +192,9 @@ def _op_seconds(
         return op_time_s(op, hw, tp, dtype, experts=experts)
     if op.collective is CollectiveKind.ALL_GATHER and _feeds_te_gemm(ops, index):
         elements = op.message_bytes / dtype.num_bytes
-        return collective_time_s(op.collective, elements * gathered_bytes_per_element(dtype), tp, hw)
-    seconds = op_time_s(op, hw, tp, dtype, recipe)
+        group = op_group(op, tp, experts)
+        return collective_time_s(op.collective, elements * gathered_bytes_per_element(dtype), group, hw)
+    seconds = op_time_s(op, hw, tp, dtype, recipe, experts)
     if is_te_linear_gemm(op):
         seconds += fp8_cast_s(ops, index, hw, tp, recipe, dtype)
     return seconds
@@ -210,9 +226,9 @@ def price_ops(
     sets what the FP8 casts write (`fp8_cast_bytes_per_element`). `experts` places a MoE
     layer's expert-group collectives (`op_group`)."""
     if tp_comm_overlap:
-        return _price_ops_userbuffers(ops, hw, tp, dtype, cp, fp8_recipe)
+        return _price_ops_userbuffers(ops, hw, tp, dtype, cp, fp8_recipe, experts)
     overlap = hw.network.tp_overlap_fraction
-    compute_s = comm_s = 0.0
+    compute_s = comm_s = ep_comm_s = 0.0
     pending_comm_s = 0.0
     for index, op in enumerate(ops):
         if op.ring is not None:
@@ -224,6 +240,9 @@ def price_ops(
             pending_comm_s = 0.0
             continue
         seconds = _op_seconds(ops, index, hw, tp, dtype, fp8_recipe, experts)
+        if is_expert_collective(op):  # the dispatcher's: blocking, its own category
+            ep_comm_s += seconds
+            continue
         if op.kind is OpKind.COLLECTIVE and op.overlaps_next:
             pending_comm_s += seconds
             continue
@@ -233,7 +252,13 @@ def price_ops(
             compute_s += seconds
         comm_s += pending_comm_s - overlap * min(pending_comm_s, seconds)
         pending_comm_s = 0.0
-    return OpsCost(compute_s, comm_s + pending_comm_s)
+    return OpsCost(compute_s, comm_s + pending_comm_s, ep_comm_s)
+
+
+def is_expert_collective(op: Op) -> bool:
+    """A MoE token dispatcher's collective: one over an expert group (EP, ETP, ETP·EP),
+    reported as `ep_comm` rather than TP comm."""
+    return op.kind is OpKind.COLLECTIVE and op.group is not CommGroup.TP
 
 
 def _sm_margin(seconds: float, hw: HardwareProfile, comm_sms: int) -> float:
@@ -263,11 +288,15 @@ def _price_ops_userbuffers(
     dtype: Dtype,
     cp: GroupPlacement = NO_CONTEXT_PARALLEL,
     recipe: Fp8Recipe = Fp8Recipe.DELAYED,
+    experts: ExpertGroups | None = None,
 ) -> OpsCost:
     """`price_ops` with TE userbuffers (module docstring). The overlapped pair's time beyond
     its GEMM is exposed communication; ops outside the pairs are priced as usual, the
-    context-parallel ring (`Op.ring`, on its own P2P streams, not userbuffers) included."""
-    compute_s = comm_s = 0.0
+    context-parallel ring (`Op.ring`, on its own P2P streams, not userbuffers) included.
+    A MoE dispatcher's collectives (`is_expert_collective`) are not userbuffers
+    collectives (TE overlaps only its linears' TP all-gathers and reduce-scatters): they
+    are priced plainly, blocking, as `ep_comm_s`."""
+    compute_s = comm_s = ep_comm_s = 0.0
     n = len(ops)
     index = 0
     while index < n:
@@ -279,6 +308,10 @@ def _price_ops_userbuffers(
             index += 1
             continue
         after = ops[index + 1] if index + 1 < n else None
+        if is_expert_collective(op):
+            ep_comm_s += _op_seconds(ops, index, hw, tp, dtype, recipe, experts)
+            index += 1
+            continue
         if op.kind is OpKind.COLLECTIVE and after is not None and is_te_linear_gemm(after):
             gather_or_comm_s = _op_seconds(ops, index, hw, tp, dtype, recipe)
             gemm_s = _op_seconds(ops, index + 1, hw, tp, dtype, recipe)
@@ -297,6 +330,7 @@ def _price_ops_userbuffers(
             and after is not None
             and after.collective is CollectiveKind.REDUCE_SCATTER
             and not after.overlaps_next
+            and not is_expert_collective(after)  # the experts' etp reduce-scatter is the dispatcher's
         ):
             gemm_s = _sm_margin(_op_seconds(ops, index, hw, tp, dtype, recipe), hw, PIPELINE_COMM_SMS)
             scatter_s = PIPELINE_SPLITS * collective_time_s(
@@ -312,7 +346,7 @@ def _price_ops_userbuffers(
         else:
             compute_s += seconds
         index += 1
-    return OpsCost(compute_s, comm_s)
+    return OpsCost(compute_s, comm_s, ep_comm_s)
 
 
 def fp8_amax_reduction_s(group: GroupPlacement, hw: HardwareProfile) -> float:

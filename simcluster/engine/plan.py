@@ -30,6 +30,7 @@ class TimeCategory(str, enum.Enum):
     COMPUTE = "compute"
     RECOMPUTE = "recompute"
     TP_COMM = "tp_comm"
+    EP_COMM = "ep_comm"  # a MoE layer's token-dispatcher collectives (all-to-all, all-gather, DeepEP)
     PP_COMM = "pp_comm"
     DP_COMM = "dp_comm"
     OPTIMIZER = "optimizer"

@@ -256,6 +256,7 @@ _KIND_LABELS = {
     "memory_bound": "memory-bound",
     "fp8_cast": "FP8 casts",
     "tp_comm": "TP comm (exposed)",
+    "ep_comm": "EP comm (MoE dispatch)",
     "cp_comm": "CP comm (exposed)",
     "pp_comm": "PP comm (exposed)",
     "dp_comm": "DP comm (exposed)",

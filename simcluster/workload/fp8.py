@@ -16,10 +16,30 @@ from dataclasses import replace
 
 from simcluster.config.choices import Dtype, Fp8Recipe, Recompute
 from simcluster.workload.layer_config import LayerConfig
-from simcluster.workload.ops import CollectiveKind, Module, Op, OpKind, Pass, collective, elementwise
+from simcluster.workload.ops import (
+    CollectiveKind,
+    CommGroup,
+    Module,
+    Op,
+    OpKind,
+    Pass,
+    collective,
+    elementwise,
+)
 
-TE_LINEARS = frozenset({Module.QKV, Module.PROJ, Module.FC1, Module.FC2})
-"""The modules of the layer's TE linears (`workload.layer`)."""
+TE_LINEARS = frozenset(
+    {
+        Module.QKV, Module.PROJ, Module.FC1, Module.FC2,
+        Module.EXPERT_FC1, Module.EXPERT_FC2, Module.SHARED_FC1, Module.SHARED_FC2,
+    }
+)  # fmt: skip
+"""The modules of the layer's TE linears (`workload.layer`), and of a MoE layer's
+(`workload.moe_layer`): the routed experts' grouped fc1 / fc2 (TE `GroupedLinear` in
+Megatron-core's `TEGroupedMLP`, FP8 under the same autocast; one `Linear` per expert
+without grouped GEMM, `SequentialMLP`) and the shared experts' TE column- / row-parallel
+linears (`SharedExpertMLP`). The router's gating GEMM is not one: Megatron-core runs it as
+a plain matmul in the router's dtype (router.py `TopKRouter.gating`,
+`router_gating_linear`), BF16 here."""
 
 
 def is_te_linear_gemm(op: Op) -> bool:
@@ -27,10 +47,20 @@ def is_te_linear_gemm(op: Op) -> bool:
     return op.kind is OpKind.GEMM and op.module in TE_LINEARS
 
 
-def te_linear_weight_params(forward: tuple[Op, ...]) -> float:
-    """Weight elements of the TE linears on one rank: k·n of each fprop GEMM X[m,k]·W[k,n]."""
-    shapes = [op.gemm for op in forward if op.gemm is not None and is_te_linear_gemm(op)]
-    return float(sum(shape.k * shape.n for shape in shapes))
+def te_linear_weight_params(forward: tuple[Op, ...], modules: frozenset[Module] = TE_LINEARS) -> float:
+    """Weight elements of the TE linears (of `modules`) on one rank: batch·k·n of each
+    fprop GEMM X[m,k]·W[k,n] (`batch` local experts of a grouped expert GEMM, 1 otherwise)."""
+    shapes = [
+        op.gemm
+        for op in forward
+        if op.gemm is not None and is_te_linear_gemm(op) and op.module in modules and op.pass_ is Pass.FORWARD
+    ]
+    return float(sum(shape.batch * shape.k * shape.n for shape in shapes))
+
+
+EXPERT_LINEARS = frozenset({Module.EXPERT_FC1, Module.EXPERT_FC2})
+"""The routed experts' TE linears: parameters sharded over ep·etp, gathered over the
+expert-data-parallel group (`workload.model`)."""
 
 
 FP8_SAVED_BYTES_PER_ELEMENT = 1
@@ -125,6 +155,31 @@ def fp8_saved_forward(forward: tuple[Op, ...], cfg: LayerConfig) -> tuple[Op, ..
     return tuple(out)
 
 
+def moe_fp8_saved_forward(forward: tuple[Op, ...], cfg: LayerConfig) -> tuple[Op, ...]:
+    """A MoE MLP's forward ops (`workload.moe_layer.moe_mlp_ops`) with FP8's saved bytes,
+    as `fp8_saved_forward` does for the dense MLP: the experts' grouped fc1 and fc2 keep
+    their quantized inputs (TE `GroupedLinear` saves the FP8 inputs it quantized, 1 byte an
+    element), the shared fc2 its quantized input, and the shared fc1 an FP8 copy of the block
+    input (its local shard under SP: TE re-gathers it for wgrad) beside the BF16 block input
+    the router's BF16 GEMM keeps. The activations' inputs, the probs and the router's
+    tensors stay BF16. Full recompute keeps only the layer input: unchanged."""
+    if cfg.recompute is Recompute.FULL:
+        return forward
+    e, fp8 = cfg.element_bytes, quantized_bytes_per_element(cfg.dtype, cfg.fp8_recipe)
+    out = []
+    for index, op in enumerate(forward):
+        fprop = op.gemm if op.pass_ is Pass.FORWARD else None
+        if fprop is not None and op.module in (Module.EXPERT_FC1, Module.EXPERT_FC2, Module.SHARED_FC2):
+            op = replace(op, saved_bytes=op.saved_bytes * fp8 / e)
+        elif fprop is not None and op.module is Module.SHARED_FC1:
+            elements = float(fprop.batch * fprop.m * fprop.k) / (
+                cfg.tp if gathered_input(forward, index) else 1
+            )
+            op = replace(op, saved_bytes=op.saved_bytes + fp8 * elements)
+        out.append(op)
+    return tuple(out)
+
+
 AMAX_READ_BYTES_PER_ELEMENT = 2
 """Current scaling's amax pass reads the bf16 tensor once before the cast."""
 AMAX_BYTES = 4
@@ -137,7 +192,12 @@ def gathered_input(ops: tuple[Op, ...], index: int) -> bool:
     """The op at `index` (a GEMM) reads the output of the blocking all-gather just before it
     (so TE quantized the local shard: `current_scaling_ops`, `costs.chunk.fp8_cast_s`)."""
     before = ops[index - 1] if index else None
-    return before is not None and before.collective is CollectiveKind.ALL_GATHER and not before.overlaps_next
+    return (
+        before is not None
+        and before.collective is CollectiveKind.ALL_GATHER
+        and not before.overlaps_next
+        and before.group is CommGroup.TP  # a MoE dispatcher's gathers carry BF16 tokens
+    )
 
 
 def amax_pass_ops(ops: tuple[Op, ...], cfg: LayerConfig) -> tuple[Op, ...]:

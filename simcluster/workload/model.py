@@ -14,7 +14,12 @@ from simcluster.config.scenario import Scenario
 from simcluster.workload import memory
 from simcluster.workload.context_parallel import context_parallel_layer_ops
 from simcluster.workload.embedding import embedding_ops, output_ops, padded_vocab_size
-from simcluster.workload.fp8 import fp8_copies, quantized_weight_bytes_per_element, te_linear_weight_params
+from simcluster.workload.fp8 import (
+    EXPERT_LINEARS,
+    fp8_copies,
+    quantized_weight_bytes_per_element,
+    te_linear_weight_params,
+)
 from simcluster.workload.layer import LayerOps, layer_ops
 from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.mla import is_window_layer
@@ -380,6 +385,16 @@ def _stage_params(
     return _StageParams(dense, routed, static)
 
 
+def _expert_te_params(chunks: tuple[ChunkWork, ...]) -> float:
+    """The routed experts' TE linear weights of a stage's chunks (FP8 / NVFP4 copies of them
+    are gathered over the expert-data-parallel group, not dp·cp)."""
+    return sum(
+        seg.num_layers * te_linear_weight_params(seg.layer.forward, EXPERT_LINEARS)
+        for chunk in chunks
+        for seg in chunk.segments
+    )
+
+
 def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
     """The scenario's work per stage. `fp8_weight_copies` (the profile's
     `HardwareProfile.fp8_weight_copies`: 2 on Hopper, 1 on Blackwell) counts the FP8 weight
@@ -440,6 +455,7 @@ def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
             expert_shards = spec.layout.expert_dp if spec is not None and distributed else 1
             step_bytes += optimizer_step_bytes(stage_params.experts, grad_bytes, expert_shards)
         gather_bytes = BF16_BYTES * params
+        expert_gather_bytes = BF16_BYTES * stage_params.experts
         if cfg.dtype.quantized:
             # integer-valued: a sum of products of shapes, exact in any order
             te_params = sum(
@@ -456,7 +472,9 @@ def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
                 # column-wise one) is re-made after each gather (read one copy, write one)
                 weights = static.weight_bytes - BF16_BYTES * te_params + copies * fp8_copy
                 static = replace(static, weight_bytes=weights)
-                gather_bytes -= (BF16_BYTES - per_copy) * te_params
+                expert_te = _expert_te_params(chunks)  # gathered over the expert-data-parallel group
+                gather_bytes -= (BF16_BYTES - per_copy) * (te_params - expert_te)
+                expert_gather_bytes -= (BF16_BYTES - per_copy) * expert_te
                 step_bytes += 2 * (copies - 1) * fp8_copy
             else:
                 static = replace(static, weight_bytes=static.weight_bytes + copies * fp8_copy)
@@ -480,7 +498,7 @@ def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
                     else 0.0
                 ),
                 expert_gradient_bytes=grad_bytes * stage_params.experts,
-                expert_param_gather_bytes=BF16_BYTES * stage_params.experts,
+                expert_param_gather_bytes=expert_gather_bytes,
             )
         )
     # Per rank, each pipeline message is 1/t of [s/c, b, h]: the sequence shard with SP, or

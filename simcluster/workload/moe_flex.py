@@ -36,6 +36,7 @@ from math import comb
 
 from simcluster.workload.moe import RoutedRows
 from simcluster.workload.moe_config import ExpertLayout, MoEConfig
+from simcluster.workload.ops import DeepEPMessage
 
 INDEX_BYTES = 8  # int64 top-k indices
 PROB_BYTES = 4  # DeepEP takes fp32 probabilities (Megatron casts them)
@@ -100,4 +101,71 @@ def flex_messages(
     t = rows.tokens
     return FlexMessages(
         ranks, nodes, t * ranks * token, t * ranks * back, t * remote_nodes * token, t * remote_nodes * back
+    )
+
+
+def _divisors(n: int) -> tuple[int, ...]:
+    return tuple(d for d in range(2, n + 1) if n % d == 0)
+
+
+def deepep_messages(
+    rows: RoutedRows, hidden_size: int, moe: MoEConfig, layout: ExpertLayout, element_bytes: int = 2
+) -> tuple[DeepEPMessage, DeepEPMessage]:
+    """(dispatch, combine) of the flex dispatcher on the busiest expert rank, for every
+    number of NVLink domains the EP group could span (the costs pick the hardware's): the
+    rank's T tokens, D(ep) copies each (`flex_messages`), scaled by `load_imbalance`: the
+    busiest expert rank receives li × the mean rank's copies, and DeepEP's kernels finish
+    when it has them (the alltoall dispatcher's busiest-rank convention, `moe.routed_rows`).
+    Dispatch sends h·e + k·(8 + 4) bytes a copy (BF16 tokens: Megatron hands DeepEP the
+    hidden states as they are, fused_a2a.py `FusedDispatch`; int64 indices and fp32
+    probabilities), combine h·e. Domain counts that do not divide the experts are left to
+    `DeepEPMessage.bytes_across`'s fallback."""
+    ep, li = layout.ep, moe.load_imbalance
+    dispatch, combine = [], []
+    for domains in _divisors(ep):
+        if moe.num_experts % domains:
+            continue
+        try:
+            flex = flex_messages(rows, hidden_size, moe, layout, ep // domains, element_bytes)
+        except ValueError:  # group-limited routing whose groups and domains do not nest
+            continue
+        dispatch.append((domains, li * flex.internode_dispatch_bytes))
+        combine.append((domains, li * flex.internode_combine_bytes))
+    whole = flex_messages(rows, hidden_size, moe, layout, ep, element_bytes)
+    return (
+        DeepEPMessage(ep, li * whole.dispatch_bytes, tuple(dispatch)),
+        DeepEPMessage(ep, li * whole.combine_bytes, tuple(combine)),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class FlexPermute:
+    """HBM bytes of the flex dispatcher's permute and unpermute on the busiest rank, and
+    what the permute keeps for backward (unfused path)."""
+
+    received_tokens: float
+    permute: float
+    unpermute: float
+    saved: float
+
+
+def flex_permute(
+    rows: RoutedRows, hidden_size: int, moe: MoEConfig, layout: ExpertLayout, element_bytes: int = 2
+) -> FlexPermute:
+    """Megatron's `MoEFlexTokenDispatcher.dispatch_postprocess` permutes the N tokens
+    DeepEP delivered (N = li·T·D(ep) at the busiest rank: each copy once) into the Re rows
+    of its local experts with `moe_utils.permute` over the [N, E/ep] routing map rebuilt
+    from the received indices; `combine_preprocess` unpermutes them back to N rows. Bytes
+    read once and written once: permute N·h·e + Re·(h·e + 4) (rows and fp32 probs out),
+    unpermute (Re + N)·h·e. Saved (the argsort path, `moe_memory.permute_saved_bytes`'s
+    reading of `permute`): the int64 argsort of the [E/ep, N] map, (N·E/ep + Re)·8."""
+    h, e = hidden_size, element_bytes
+    received = moe.load_imbalance * rows.tokens * expected_destinations(moe, layout.ep)
+    re = rows.busiest_expert
+    local = moe.num_experts // layout.ep
+    return FlexPermute(
+        received_tokens=received,
+        permute=received * h * e + re * (h * e + PROB_BYTES),
+        unpermute=(re + received) * h * e,
+        saved=(received * local + re) * INDEX_BYTES,
     )

@@ -43,6 +43,7 @@ from dataclasses import dataclass, replace
 
 from simcluster.config.choices import Recompute
 from simcluster.config.moe_choices import RecomputeModule, TokenDispatcher
+from simcluster.workload.fp8 import amax_pass_ops, moe_fp8_saved_forward
 from simcluster.workload.layer import LayerOps
 from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.moe import (
@@ -56,10 +57,12 @@ from simcluster.workload.moe import (
     shared_expert_shape,
 )
 from simcluster.workload.moe_config import ExpertLayout, MoEConfig
+from simcluster.workload.moe_flex import deepep_messages, flex_permute
 from simcluster.workload.moe_memory import moe_saved_bytes
 from simcluster.workload.ops import (
     CollectiveKind,
     CommGroup,
+    DeepEPMessage,
     GemmShape,
     Module,
     Op,
@@ -72,6 +75,8 @@ from simcluster.workload.ops import (
 DENSE_MLP_MODULES = frozenset({Module.FC1, Module.FC2, Module.SWIGLU, Module.BIAS_GELU, Module.SQUARED_RELU})
 """The dense MLP's modules (its linears, their TP collectives, the activation): the run of
 ops a MoE layer replaces."""
+
+_QUANTIZATION_MODULES = frozenset({Module.FP8_AMAX, Module.FP8_SCALE})
 
 _GROUPS = {"ep": CommGroup.EP, "etp": CommGroup.ETP, "etp_ep": CommGroup.ETP_EP}
 _KINDS = {
@@ -208,6 +213,156 @@ def _shared_ops(cfg: LayerConfig, spec: MoELayerSpec) -> tuple[tuple[Op, ...], t
     return tuple(forward), tuple(backward)
 
 
+@dataclass(frozen=True, slots=True)
+class _DispatchOps:
+    """A token dispatcher's ops around the experts, per pass: forward `before` the experts
+    (after the router's top-k) and `after` them (before the shared experts); backward
+    `before` the experts' backward (the combine's mirror) and `after` it (the dispatch's)."""
+
+    forward_before: tuple[Op, ...]
+    forward_after: tuple[Op, ...]
+    backward_before: tuple[Op, ...]
+    backward_after: tuple[Op, ...]
+
+
+def _alltoall_dispatch_ops(
+    cfg: LayerConfig, spec: MoELayerSpec, rows: RoutedRows, saved_permute: float
+) -> _DispatchOps:
+    """`MoEAlltoAllTokenDispatcher`: tokens-per-expert all-gather, permute, dispatch
+    all-to-alls (tokens, probs) over EP, [etp all-gathers], sort by local expert; then sort
+    back, [etp reduce-scatter], combine all-to-all, unpermute (module docstring)."""
+    e, F, B = cfg.element_bytes, Pass.FORWARD, Pass.INPUT_GRAD
+    moved = permute_bytes(rows, cfg.hidden_size, spec.moe, spec.layout, e, e)
+    messages = _messages(cfg, spec, rows)
+    sort: tuple[Op, ...] = ()
+    if moved.sort_chunks:
+        sort = (elementwise("moe.sort_chunks", moved.sort_chunks, module=Module.MOE_SORT_CHUNKS, pass_=F),)
+    dispatch = ("moe.dispatch", "moe.dispatch_probs", "moe.dispatch_etp", "moe.dispatch_probs_etp")
+    return _DispatchOps(
+        forward_before=(
+            *_collective_ops(("moe.tokens_per_expert",), messages, Module.MOE_PERMUTE, False),
+            elementwise("moe.permute", moved.permute, saved_permute, module=Module.MOE_PERMUTE, pass_=F),
+            *_collective_ops(dispatch, messages, Module.MOE_PERMUTE, False),
+            *sort,
+        ),
+        forward_after=(
+            *sort,
+            *_collective_ops(("moe.combine_etp", "moe.combine"), messages, Module.MOE_UNPERMUTE, False),
+            elementwise("moe.unpermute", moved.unpermute, module=Module.MOE_UNPERMUTE, pass_=F),
+        ),
+        backward_before=(
+            elementwise("moe.unpermute.bwd", moved.unpermute, module=Module.MOE_UNPERMUTE, pass_=B),
+            *_collective_ops(("moe.combine", "moe.combine_etp"), messages, Module.MOE_UNPERMUTE, True),
+            *(replace(op, name=f"{op.name}.bwd", pass_=B) for op in sort),
+        ),
+        backward_after=(
+            *(replace(op, name=f"{op.name}.bwd", pass_=B) for op in sort),
+            *_collective_ops(tuple(reversed(dispatch)), messages, Module.MOE_PERMUTE, True),
+            elementwise("moe.permute.bwd", moved.permute, module=Module.MOE_PERMUTE, pass_=B),
+        ),
+    )
+
+
+def _allgather_dispatch_ops(
+    cfg: LayerConfig, spec: MoELayerSpec, rows: RoutedRows, saved_permute: float
+) -> _DispatchOps:
+    """`MoEAllGatherTokenDispatcher` (token_dispatcher.py, Megatron-LM
+    @d98e8a64ddf34856e74b24714e3bedb2f5a39553): `token_permutation` all-gathers the
+    routing map (under no_grad: no backward), the probs and the tokens over the etp·ep
+    group (`gather_from_sequence_parallel_region`, whose backward is a reduce-scatter),
+    then permutes the local experts' rows out of the gathered [T·etp·ep, h] and takes their
+    probs by `masked_select` (no chunk sort); `token_unpermutation` scatters the expert
+    output back to [T·etp·ep, h] and reduce-scatters it over etp·ep
+    (`reduce_scatter_to_sequence_parallel_region`, backward an all-gather). Bytes:
+    `moe.dispatch_messages` and `moe.permute_bytes` (dispatcher allgather); every rank
+    moves the same message bytes, the busiest expert rank's GEMM rows set the pace."""
+    e, F, B = cfg.element_bytes, Pass.FORWARD, Pass.INPUT_GRAD
+    moved = permute_bytes(
+        rows, cfg.hidden_size, spec.moe, spec.layout, e, e, dispatcher=TokenDispatcher.ALLGATHER
+    )
+    messages = _messages(cfg, spec, rows)
+    gathers = ("moe.routing_map_allgather", "moe.probs_allgather", "moe.dispatch_allgather")
+    with_grad = ("moe.dispatch_allgather", "moe.probs_allgather")  # the routing map has none
+    combine = ("moe.combine_reduce_scatter",)
+    return _DispatchOps(
+        forward_before=(
+            *_collective_ops(gathers, messages, Module.MOE_PERMUTE, False),
+            elementwise("moe.permute", moved.permute, saved_permute, module=Module.MOE_PERMUTE, pass_=F),
+        ),
+        forward_after=(
+            elementwise("moe.unpermute", moved.unpermute, module=Module.MOE_UNPERMUTE, pass_=F),
+            *_collective_ops(combine, messages, Module.MOE_UNPERMUTE, False),
+        ),
+        backward_before=(
+            *_collective_ops(combine, messages, Module.MOE_UNPERMUTE, True),
+            elementwise("moe.unpermute.bwd", moved.unpermute, module=Module.MOE_UNPERMUTE, pass_=B),
+        ),
+        backward_after=(
+            elementwise("moe.permute.bwd", moved.permute, module=Module.MOE_PERMUTE, pass_=B),
+            *_collective_ops(with_grad, messages, Module.MOE_PERMUTE, True),
+        ),
+    )
+
+
+def _saved_as(dispatcher: TokenDispatcher) -> TokenDispatcher:
+    """The dispatcher whose permute `moe_memory.moe_saved_bytes` counts: flex permutes the
+    received tokens with the alltoall path's `permute` (its own bytes replace them,
+    `_flex_dispatch_ops`)."""
+    return TokenDispatcher.ALLTOALL if dispatcher is TokenDispatcher.FLEX else dispatcher
+
+
+def _flex_dispatch_ops(
+    cfg: LayerConfig, spec: MoELayerSpec, rows: RoutedRows, saved_permute: float
+) -> _DispatchOps:
+    """`MoEFlexTokenDispatcher` with DeepEP (`--moe-token-dispatcher-type flex
+    --moe-enable-deepep`, token_dispatcher.py and fused_a2a.py, Megatron-LM
+    @d98e8a64ddf34856e74b24714e3bedb2f5a39553): DeepEP's dispatch kernel sends each token
+    once to each destination rank (`moe_flex.deepep_messages`), the received tokens are
+    permuted into the local experts' rows (`moe_flex.flex_permute`); after the experts,
+    unpermute and DeepEP's combine. Backward: combine's backward is a dispatch and
+    dispatch's a combine (DeepEP README), priced with the same bytes. `saved_permute` (the
+    alltoall path's) is replaced by the flex permute's own."""
+    e, F, B = cfg.element_bytes, Pass.FORWARD, Pass.INPUT_GRAD
+    h = cfg.hidden_size
+    dispatch, combine = deepep_messages(rows, h, spec.moe, spec.layout, e)
+    moved = flex_permute(rows, h, spec.moe, spec.layout, e)
+    A2A, EP = CollectiveKind.ALL_TO_ALL, CommGroup.EP
+
+    def kernel(name: str, message: DeepEPMessage, module: Module, pass_: Pass) -> Op:
+        op = collective(name, A2A, message.send_bytes, module=module, pass_=pass_, group=EP)
+        return replace(op, deepep=message)
+
+    return _DispatchOps(
+        forward_before=(
+            kernel("moe.deepep_dispatch", dispatch, Module.MOE_PERMUTE, F),
+            elementwise("moe.permute", moved.permute, moved.saved, module=Module.MOE_PERMUTE, pass_=F),
+        ),
+        forward_after=(
+            elementwise("moe.unpermute", moved.unpermute, module=Module.MOE_UNPERMUTE, pass_=F),
+            kernel("moe.deepep_combine", combine, Module.MOE_UNPERMUTE, F),
+        ),
+        backward_before=(
+            kernel("moe.deepep_combine.bwd", combine, Module.MOE_UNPERMUTE, B),
+            elementwise("moe.unpermute.bwd", moved.unpermute, module=Module.MOE_UNPERMUTE, pass_=B),
+        ),
+        backward_after=(
+            elementwise("moe.permute.bwd", moved.permute, module=Module.MOE_PERMUTE, pass_=B),
+            kernel("moe.deepep_dispatch.bwd", dispatch, Module.MOE_PERMUTE, B),
+        ),
+    )
+
+
+def _dispatch_ops(
+    cfg: LayerConfig, spec: MoELayerSpec, rows: RoutedRows, saved_permute: float
+) -> _DispatchOps:
+    """The ops of `spec.dispatcher` around the experts."""
+    if spec.dispatcher is TokenDispatcher.ALLGATHER:
+        return _allgather_dispatch_ops(cfg, spec, rows, saved_permute)
+    if spec.dispatcher is TokenDispatcher.FLEX:
+        return _flex_dispatch_ops(cfg, spec, rows, saved_permute)
+    return _alltoall_dispatch_ops(cfg, spec, rows, saved_permute)
+
+
 @functools.lru_cache(maxsize=256)
 def moe_mlp_ops(cfg: LayerConfig, spec: MoELayerSpec) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
     """The MoE MLP's (forward, backward) ops on the busiest expert rank (module docstring).
@@ -217,36 +372,29 @@ def moe_mlp_ops(cfg: LayerConfig, spec: MoELayerSpec) -> tuple[tuple[Op, ...], t
     e, h, E, k = cfg.element_bytes, cfg.hidden_size, moe.num_experts, moe.router_topk
     rows = layer_rows(cfg, spec)
     T = _int_rows(rows.tokens)
-    saved = moe_saved_bytes(rows, h, moe, layout, gated=True, element_bytes=e, probs_bytes=e)
-    moved = permute_bytes(rows, h, moe, layout, e, e)
+    saved = moe_saved_bytes(
+        rows,
+        h,
+        moe,
+        layout,
+        gated=True,
+        element_bytes=e,
+        probs_bytes=e,
+        dispatcher=_saved_as(spec.dispatcher),
+    )
     fc1, fc2 = expert_gemms(rows, h, moe, layout, gated=True)
     re = rows.busiest_expert
     f = fc2.k  # f/etp
-    messages = _messages(cfg, spec, rows)
     F, B, W = Pass.FORWARD, Pass.INPUT_GRAD, Pass.WEIGHT_GRAD
     region_in = e * cfg.region_tokens * h
     grouped = spec.grouped_gemm
-    sort: tuple[Op, ...] = ()
-    sort_back: tuple[Op, ...] = ()
-    if moved.sort_chunks:
-        sort = (elementwise("moe.sort_chunks", moved.sort_chunks, module=Module.MOE_SORT_CHUNKS, pass_=F),)
-        sort_back = (
-            elementwise("moe.sort_chunks", moved.sort_chunks, module=Module.MOE_SORT_CHUNKS, pass_=F),
-        )
+    dispatch = _dispatch_ops(cfg, spec, rows, saved.permute)
     topk_bytes = T * E * e + T * k * (e + INDEX_BYTES) + T * E * (e + 1)  # logits in; probs, indices, map out
     shared_forward, shared_backward = _shared_ops(cfg, spec)
     forward = (
         gemm("moe.router", GemmShape(m=T, n=E, k=h), region_in, module=Module.ROUTER, pass_=F),
         elementwise("moe.router_topk", topk_bytes, saved.router, module=Module.ROUTER_TOPK, pass_=F),
-        *_collective_ops(("moe.tokens_per_expert",), messages, Module.MOE_PERMUTE, False),
-        elementwise("moe.permute", moved.permute, saved.permute, module=Module.MOE_PERMUTE, pass_=F),
-        *_collective_ops(
-            ("moe.dispatch", "moe.dispatch_probs", "moe.dispatch_etp", "moe.dispatch_probs_etp"),
-            messages,
-            Module.MOE_PERMUTE,
-            False,
-        ),  # fmt: skip
-        *sort,
+        *dispatch.forward_before,
         *_expert_gemm_ops("moe.experts.fc1", fc1, grouped, Module.EXPERT_FC1, F, re * e * h),
         elementwise(
             "moe.experts.swiglu",
@@ -256,19 +404,13 @@ def moe_mlp_ops(cfg: LayerConfig, spec: MoELayerSpec) -> tuple[tuple[Op, ...], t
             pass_=F,
         ),  # fmt: skip
         *_expert_gemm_ops("moe.experts.fc2", fc2, grouped, Module.EXPERT_FC2, F, re * e * f),
-        *sort_back,
-        *_collective_ops(("moe.combine_etp", "moe.combine"), messages, Module.MOE_UNPERMUTE, False),
-        elementwise("moe.unpermute", moved.unpermute, module=Module.MOE_UNPERMUTE, pass_=F),
+        *dispatch.forward_after,
         *shared_forward,
     )
-    sort_bwd = tuple(replace(op, name=f"{op.name}.bwd", pass_=B) for op in sort_back)
-    sort_back_bwd = tuple(replace(op, name=f"{op.name}.bwd", pass_=B) for op in sort)
     m, local = fc1.m, fc1.batch
     backward = (
         *shared_backward,
-        elementwise("moe.unpermute.bwd", moved.unpermute, module=Module.MOE_UNPERMUTE, pass_=B),
-        *_collective_ops(("moe.combine", "moe.combine_etp"), messages, Module.MOE_UNPERMUTE, True),
-        *sort_bwd,
+        *dispatch.backward_before,
         *_expert_gemm_ops(
             "moe.experts.fc2.dgrad", GemmShape(m=m, n=f, k=h, batch=local), grouped, Module.EXPERT_FC2, B
         ),
@@ -290,14 +432,7 @@ def moe_mlp_ops(cfg: LayerConfig, spec: MoELayerSpec) -> tuple[tuple[Op, ...], t
             Module.EXPERT_FC1,
             W,
         ),  # fmt: skip
-        *sort_back_bwd,
-        *_collective_ops(
-            ("moe.dispatch_probs_etp", "moe.dispatch_etp", "moe.dispatch_probs", "moe.dispatch"),
-            messages,
-            Module.MOE_PERMUTE,
-            True,
-        ),  # fmt: skip
-        elementwise("moe.permute.bwd", moved.permute, module=Module.MOE_PERMUTE, pass_=B),
+        *dispatch.backward_after,
         elementwise("moe.router_topk.bwd", 3 * T * E * e, module=Module.ROUTER_TOPK, pass_=B),
         gemm("moe.router.dgrad", GemmShape(m=T, n=h, k=E), module=Module.ROUTER, pass_=B),
         gemm(
@@ -313,6 +448,11 @@ def _splice(ops: tuple[Op, ...], replacement: tuple[Op, ...]) -> tuple[Op, ...]:
     if not where:
         return ops
     first, last = where[0], where[-1]
+    # FP8 current scaling / NVFP4 put the MLP GEMMs' amax and scale ops just before them
+    # (`workload.fp8.current_scaling_ops`): they belong to the run
+    while first > 0 and ops[first - 1].module in _QUANTIZATION_MODULES:
+        first -= 1
+    where = [i for i in range(first, last + 1) if ops[i].module in DENSE_MLP_MODULES | _QUANTIZATION_MODULES]
     if last - first + 1 != len(where):
         raise ValueError("the dense MLP's ops are not one contiguous run; cannot place the MoE MLP")
     return ops[:first] + replacement + ops[last + 1 :]
@@ -336,6 +476,9 @@ def moe_layer_ops(dense: LayerOps, cfg: LayerConfig, spec: MoELayerSpec) -> Laye
     block's `--recompute-modules` (`moe_recompute_ops`) on top of the dense layer's (the
     attention core under Megatron's default `core_attn`)."""
     forward, backward = moe_mlp_ops(cfg, spec)
+    if cfg.dtype.quantized:  # FP8 / NVFP4 experts (`workload.fp8`); the router stays BF16
+        forward = amax_pass_ops(moe_fp8_saved_forward(forward, cfg), cfg)
+        backward = amax_pass_ops(backward, cfg)
     if cfg.recompute is Recompute.FULL:
         forward = tuple(replace(op, saved_bytes=0.0) for op in forward)
         recompute = _splice(dense.recompute, forward)

@@ -249,6 +249,28 @@ class RingAttention:
 
 
 @dataclass(frozen=True, slots=True)
+class DeepEPMessage:
+    """One DeepEP dispatch or combine (the flex token dispatcher) on the busiest rank:
+    `send_bytes` leave it for the ep ranks of its group (its own included), and for each
+    number of NVLink domains the group could span, the part that crosses domains (RDMA:
+    once per destination domain). Which applies depends on the hardware, so the costs pick
+    it (`costs.deepep`); `workload.moe_flex.deepep_messages` fills it."""
+
+    ep: int
+    send_bytes: float
+    internode_bytes: tuple[tuple[int, float], ...]  # (domains spanned, bytes sent to other domains)
+
+    def bytes_across(self, num_domains: int) -> float:
+        """The bytes sent to other domains when the group spans `num_domains`; where the
+        routing split was not computed for that count (it does not divide the experts),
+        every copy to a rank outside the sender's domain: send·(1 − 1/num_domains)."""
+        for domains, sent in self.internode_bytes:
+            if domains == num_domains:
+                return sent
+        return self.send_bytes * (1.0 - 1.0 / num_domains) if num_domains > 1 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class Op:
     """One kernel (or collective) on one tensor-parallel rank.
 
@@ -274,6 +296,7 @@ class Op:
     pass_: Pass = field(kw_only=True)
     grad_of: GradOf | None = field(default=None, kw_only=True)
     group: CommGroup = field(default=CommGroup.TP, kw_only=True)
+    deepep: DeepEPMessage | None = field(default=None, kw_only=True)  # a DeepEP kernel (flex dispatcher)
 
     @property
     def flops(self) -> float:

@@ -44,6 +44,7 @@ def test_run_json_has_the_contract_keys():
         "compute",
         "recompute",
         "tp_comm",
+        "ep_comm",
         "pp_comm",
         "dp_comm",
         "optimizer",

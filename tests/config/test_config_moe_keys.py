@@ -66,18 +66,7 @@ def _set(data, dotted, value):
             48,
             ["model.moe.first_k_dense_layers: value 48", "below num_layers"],
         ),
-        (
-            "training.moe_token_dispatcher",
-            "allgather",
-            ["training.moe_token_dispatcher: value allgather", "not modelled"],
-        ),
-        (
-            "training.moe_token_dispatcher",
-            "flex",
-            ["training.moe_token_dispatcher: value flex", "not modelled"],
-        ),
         ("training.moe_token_dispatcher", "deepep", ["moe_token_dispatcher", "alltoall"]),
-        ("training.dtype", "fp8", ["training.dtype: value fp8", "not modelled"]),
         ("model.activation", "gelu", ["model.activation: value gelu", "not modelled"]),
         ("model.moe.router_score", "relu", ["router_score", "softmax"]),
     ],
@@ -87,6 +76,20 @@ def test_each_bad_input_gives_one_clear_error(dotted, value, expected):
     text = _one_problem(data)
     for fragment in expected:
         assert fragment in text, (fragment, text)
+
+
+def test_flex_needs_etp_ep_above_one_and_etp_one():
+    """Megatron's DeepEP dispatcher asserts tp·ep > 1; the simulator's DeepEP model covers
+    etp = 1 and says so."""
+    data = _set(_data(), "training.moe_token_dispatcher", "flex")
+    _set(data, "parallel.ep", 1)
+    assert "DeepEP needs etp·ep > 1" in _one_problem(data)
+    data = _set(_data(), "training.moe_token_dispatcher", "flex")
+    data["parallel"].update(tp=2, dp=16, sequence_parallel=True, ep=8, etp=2)
+    text = _one_problem(data)
+    assert "training.moe_token_dispatcher: value flex with parallel.etp 2" in text and "not modelled" in text
+    data["parallel"]["etp"] = 1
+    assert parse_scenario(data, "s.yaml").training.moe_token_dispatcher.value == "flex"
 
 
 def test_experts_not_divisible_by_ep():

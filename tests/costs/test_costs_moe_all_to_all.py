@@ -78,8 +78,8 @@ def test_layer_all_to_all_time_grows_when_ep_crosses_nodes():
     """Same per-rank dispatch bytes (T·k rows whatever ep), ep 8 in one node, ep 16 over two."""
     inside, _ = _layer_comm_s(ep=8)
     across, _ = _layer_comm_s(ep=16)
-    assert across.forward.comm_s > 2 * inside.forward.comm_s
-    assert across.backward.comm_s > 2 * inside.backward.comm_s
+    assert across.forward.ep_comm_s > 2 * inside.forward.ep_comm_s
+    assert across.backward.ep_comm_s > 2 * inside.backward.ep_comm_s
     # experts split further: less GEMM work per rank
     assert across.forward.compute_s < inside.forward.compute_s
 

@@ -74,8 +74,11 @@ def test_the_step_split_sums_to_the_iteration_and_the_layer_split_to_its_price(s
     layer = result.layer_time_by_kind_s
     assert sum(layer.values()) == pytest.approx(result.layer.combined_s, rel=1e-9)
     assert all(v >= -1e-12 for v in layer.values())
-    task_kinds = ("gemm", "attention", "memory_bound", "fp8_cast", "tp_comm", "cp_comm", "embedding_and_loss")
-    engine_tasks = old["compute"] + old["recompute"] + old["tp_comm"] + old["host_wait"]
+    task_kinds = (
+        "gemm", "attention", "memory_bound", "fp8_cast", "tp_comm", "ep_comm", "cp_comm",
+        "embedding_and_loss",
+    )  # fmt: skip
+    engine_tasks = old["compute"] + old["recompute"] + old["tp_comm"] + old["ep_comm"] + old["host_wait"]
     assert sum(split[k] for k in task_kinds) + split["host_wait"] == pytest.approx(engine_tasks, rel=1e-9)
     for kind in ("pp_comm", "dp_comm", "optimizer"):
         assert split[kind] == pytest.approx(old[kind], rel=1e-12, abs=1e-15)
@@ -86,10 +89,10 @@ def test_every_kind_is_reported_in_order():
     """The split names every kind, in the report order, for any run."""
     result = _result(llama3_8b())
     assert list(result.time_by_kind_s) == [
-        "gemm", "attention", "memory_bound", "fp8_cast", "tp_comm", "cp_comm", "pp_comm", "dp_comm",
-        "optimizer", "embedding_and_loss", "host_wait", "pipeline_idle",
+        "gemm", "attention", "memory_bound", "fp8_cast", "tp_comm", "ep_comm", "cp_comm", "pp_comm",
+        "dp_comm", "optimizer", "embedding_and_loss", "host_wait", "pipeline_idle",
     ]  # fmt: skip
-    layer_kinds = ["gemm", "attention", "memory_bound", "fp8_cast", "tp_comm", "cp_comm"]
+    layer_kinds = ["gemm", "attention", "memory_bound", "fp8_cast", "tp_comm", "ep_comm", "cp_comm"]
     assert list(result.layer_time_by_kind_s) == layer_kinds
 
 
