@@ -150,7 +150,8 @@ def test_the_check_lets_ops_be_named():
 # ---------------------------------------------------------------- the oracle: names as read before
 
 ORACLE_CORE = {"flash", "qk", "av", "softmax", "dropout", "context_copy"}
-ORACLE_TE = {"attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2"}
+# the MoE layer's routed and shared experts are TE linears too (TEGroupedMLP, SharedExpertMLP)
+ORACLE_TE = {"attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2", "moe.experts", "moe.shared"}
 
 
 def oracle_op_kind(op: Op) -> OpKind:
