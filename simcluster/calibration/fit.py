@@ -242,6 +242,16 @@ _PER_OP_NOTE = {
 }
 
 
+GEMM_RULE = (
+    "measured: a measured shape, its own rate; interpolated: a batched GEMM inside [min, max] "
+    "of M, N and K, batch at least the smallest measured (e.g. attention head dim 96 between "
+    "measured 64 and 128), the blend of its nearest measured shapes held within their rates "
+    "(beyond the largest batch: their plateau); wave_model: any other shape, the "
+    "blend moved by the wave model, at most the best GEMM, its time at least its bytes over "
+    "the copy bandwidth (simcluster.costs.compute.gemm_placement)"
+)
+
+
 def measured_grid(meas: Measurements) -> dict[str, Any]:
     """Which shapes were measured: [min, max] of the GEMMs' M, N, K and batch, of each
     memory-bound kind's bytes, and of the fused-attention lengths. `costs.compute` prices a
@@ -254,6 +264,10 @@ def measured_grid(meas: Measurements) -> dict[str, Any]:
             for dim in ("m", "n", "k", "batch")
         }
         grid["gemm_shapes"] = len({(g.m, g.n, g.k, g.batch) for g in meas.gemms})
+        grid["gemm_rule"] = GEMM_RULE
+        head_dims = sorted({g.k for g in meas.gemms if g.name == "bmm_qk"})
+        if head_dims:
+            grid["attention_bmm_head_dims"] = head_dims
     by_kind: dict[str, list[float]] = defaultdict(list)
     for e in meas.elementwise:
         by_kind[recorded_op_kind(e.op) if e.op else "unlabelled"].append(e.bytes_moved)

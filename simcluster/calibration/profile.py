@@ -104,7 +104,9 @@ def build_profile(
                         "micro_batch_size",
                         "tokens",
                         "tp",
+                        "kernels",  # "attention bmm": that shape's batched GEMMs alone
                     )
+                    if k in s
                 }
                 for s in meas.shapes
             ],

@@ -85,8 +85,12 @@ class LayerConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"{owner}.{name} must be >= 1, got {getattr(self, name)}")
         shape = indivisible_sizes(
-            self.hidden_size, self.num_attention_heads, self.ffn_hidden_size, self.seq_length,
-            self.tp, self.sequence_parallel,
+            self.hidden_size,
+            self.num_attention_heads,
+            self.ffn_hidden_size,
+            self.seq_length,
+            self.tp,
+            self.sequence_parallel,
         )
         for bad in shape + query_group_problems(self.num_attention_heads, self.query_groups, self.tp):
             raise ValueError(

@@ -53,6 +53,7 @@ from simcluster.calibration.shapes import (
     DROPOUT_PROB,
     TP_DEGREES,
     LayerShape,
+    attention_bmm_shapes,
     attention_grid,
     calibration_shapes,
     grid_name,
@@ -84,8 +85,9 @@ LAUNCHES_PER_CALL = 32
 OVERHEAD_SHAPE = LayerShape(64, 8, 8, 1)  # h, a, s, b: kernels of a few µs at most
 
 
-def plan_benchmarks(shapes: Sequence[LayerShape]) -> list[Benchmark]:
-    """Distinct kernels of the op graphs of `shapes` × t × SP, in first-seen order."""
+def plan_benchmarks(shapes: Sequence[LayerShape], bmm_only: Sequence[LayerShape] = ()) -> list[Benchmark]:
+    """Distinct kernels of the op graphs of `shapes` × t × SP, then the attention core's
+    batched GEMMs alone of `bmm_only` (`shapes.attention_bmm_shapes`), in first-seen order."""
     seen: dict[tuple[str, tuple[int, ...]], Benchmark] = {}
     for shape in shapes:
         for tp in TP_DEGREES:
@@ -102,6 +104,10 @@ def plan_benchmarks(shapes: Sequence[LayerShape]) -> list[Benchmark]:
                     if too_big and _touches_scores(bench):
                         continue
                     seen[bench.key] = bench
+    for shape in bmm_only:
+        for bench in plan_benchmarks([shape]):
+            if bench.name.startswith("bmm") and bench.key not in seen:
+                seen[bench.key] = bench
     return list(seen.values())
 
 
@@ -159,7 +165,8 @@ def _run_calibration(
 ) -> Measurements:
     timer = Timer(dev, TimingPolicy.for_device(dev.type, quick))
     shapes = calibration_shapes(dev.type, quick)
-    plan = plan_benchmarks(shapes)[: run.limit]
+    bmm_only = attention_bmm_shapes(dev.type, quick)
+    plan = plan_benchmarks(shapes, bmm_only)[: run.limit]
     attention = attention_grid(dev.type, quick, attention_head_dim)
     modern_plan = plan_modern(quick) if run.modern else []
     if progress is not None:
@@ -203,7 +210,13 @@ def _run_calibration(
         grid=grid_name(dev.type, quick),
         dtype="bf16",
         dropout_prob=DROPOUT_PROB,
-        shapes=[{**asdict(s), "tokens": s.tokens, "tp": list(TP_DEGREES)} for s in shapes],
+        shapes=[
+            *({**asdict(s), "tokens": s.tokens, "tp": list(TP_DEGREES)} for s in shapes),
+            *(
+                {**asdict(s), "tokens": s.tokens, "tp": list(TP_DEGREES), "kernels": "attention bmm"}
+                for s in bmm_only
+            ),
+        ],
         policy=asdict(timer.policy),
         launch_s=launch_s,
         copy_bytes=copy_bytes,
