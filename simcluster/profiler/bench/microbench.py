@@ -27,8 +27,9 @@ with the layer's torch.compile'd regions (`layer.regions`), as Megatron-core / T
 kernels; `--sustained` settles the GPU's clock under a GEMM loop first and keeps it warm
 between kernels (`sustained`), and every kernel carries the SM clock and power NVML reported
 after it (null where unavailable); `--modern` times the modern kinds (`modern_kernels`:
-RMSNorm, RoPE, SwiGLU, GQA flash, FP8 and bf16 GEMMs, AdamW). `--limit N` times only the
-first N planned kernels (a smoke test of the plumbing).
+RMSNorm, RoPE, SwiGLU, GQA flash, FP8 and bf16 GEMMs, AdamW), and, in a fused run, RMSNorm,
+RoPE and SwiGLU eager as well (records say their layer_mode), so one GPU run measures both.
+`--limit N` times only the first N planned kernels (a smoke test of the plumbing).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import itertools
 import statistics
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -169,8 +170,9 @@ def _run_calibration(
     plan = plan_benchmarks(shapes, bmm_only)[: run.limit]
     attention = attention_grid(dev.type, quick, attention_head_dim)
     modern_plan = plan_modern(quick) if run.modern else []
+    eager_modern = sum(b.kind == "memory_bound" for b in modern_plan) if run.mode is LayerMode.FUSED else 0
     if progress is not None:
-        progress.start(len(plan) + 5 + attention_steps(attention) + len(modern_plan))
+        progress.start(len(plan) + 5 + attention_steps(attention) + len(modern_plan) + eager_modern)
     run.sensors = GpuSensors(dev)
     warmup = run.load.settle() if run.load is not None else None
     ctx = BuildContext(dev, DTYPE, device_generator(dev, seed), DROPOUT_PROB, run.mode)
@@ -204,6 +206,13 @@ def _run_calibration(
     modern, skipped = time_modern(
         timer, ctx, modern_plan, run.read, run.before_kernel, lambda label: _step(progress, label)
     )
+    if run.mode is LayerMode.FUSED and modern_plan:  # the eager RMSNorm / RoPE / SwiGLU too
+        eager = [b for b in modern_plan if b.kind == "memory_bound"]
+        more, more_skipped = time_modern(
+            timer, replace(ctx, mode=LayerMode.EAGER), eager, run.read, run.before_kernel,
+            lambda label: _step(progress, f"{label} eager"),
+        )  # fmt: skip
+        modern, skipped = modern + more, skipped + more_skipped
     return Measurements(
         device=describe_device(dev),
         command=command,
