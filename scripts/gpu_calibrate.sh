@@ -20,7 +20,7 @@
 #   run.log                    versions, nvidia-smi, every step's output and time
 # Every step runs under a time limit (seconds, below), so one slow step cannot eat the run;
 # a step that fails or times out is logged and the next one runs. The fit runs elsewhere:
-#   simcluster calibrate --measurements $OUT/microbench.json --out hwprofiles/
+#   simcluster calibrate --measurements $OUT/microbench.json --host-graph $OUT/host_graph.json --out hwprofiles/
 #   simcluster check-profile hwprofiles/<name>.yaml --measurements $OUT/layer_timing_fused.json
 set -uo pipefail
 
@@ -88,8 +88,12 @@ step() {  # step NAME LIMIT_S COMMAND...: run under a time limit, log everything
 # from the first run on an H100 (2026-11-26, docs/calibration/h100-2026-11-26-script/): the
 # microbench took 153 s, the eager modern layers ~30 s and host_graph ~40 s (both had run
 # out of 25 s and 20 s there); the fused modern layers compile per layer (7-24 s each).
+# The microbench has grown since by 66 attention GEMMs at head dim 96 (the GEMMs of that run
+# went at 20-40 a second: ~3 s) and RMSNorm / RoPE / SwiGLU eager (12 kernels, ~0.5-1 s each
+# in that run: ~10 s), so its limit rises by 10 s, taken from host_graph (~40 s measured) and
+# gpu_memory (9 s measured).
 B="-m simcluster.profiler.bench"
-step microbench $((185 * SCALE)) "$PY" $B.microbench "${COMMON[@]}" "${MB[@]}" --layer-mode "$FUSED" \
+step microbench $((195 * SCALE)) "$PY" $B.microbench "${COMMON[@]}" "${MB[@]}" --layer-mode "$FUSED" \
     ${FORCE[@]+"${FORCE[@]}"} --out "$OUT/microbench.json"
 step layer_timing_fused $((90 * SCALE)) "$PY" $B.layer_timing "${COMMON[@]}" ${HOT[@]+"${HOT[@]}"} "${LT[@]}" \
     --max-s "${LT_MAX[0]}" --layer-mode "$FUSED" ${FORCE[@]+"${FORCE[@]}"} --out "$OUT/layer_timing_fused.json"
@@ -99,14 +103,14 @@ step modern_layers_fused $((45 * SCALE)) "$PY" $B.modern_layers "${COMMON[@]}" $
     --max-s "${ML_MAX[0]}" --layer-mode "$FUSED" ${FORCE[@]+"${FORCE[@]}"} --out "$OUT/modern_layers_fused.json"
 step modern_layers_eager $((40 * SCALE)) "$PY" $B.modern_layers "${COMMON[@]}" ${HOT[@]+"${HOT[@]}"} ${ML[@]+"${ML[@]}"} \
     --max-s "${ML_MAX[1]}" --layer-mode eager ${FORCE[@]+"${FORCE[@]}"} --out "$OUT/modern_layers_eager.json"
-step host_graph $((45 * SCALE)) "$PY" $B.host_graph --device "$DEVICE" ${SMOKE:+--quick} \
+step host_graph $((40 * SCALE)) "$PY" $B.host_graph --device "$DEVICE" ${SMOKE:+--quick} \
     ${FORCE[@]+"${FORCE[@]}"} --out "$OUT/host_graph.json"
 MEM_TMP=$(mktemp -d)
 if [[ -n "$SMOKE" ]]; then
     step gpu_memory $((30 * SCALE)) "$PY" $B.gpu_memory --hidden-size 64 --num-attention-heads 4 \
         --seq-length 32 --micro-batch-size 1 --tp 2 --num-layers 1 --device "$DEVICE" --out-dir "$MEM_TMP"
 else
-    step gpu_memory 20 "$PY" $B.gpu_memory --device "$DEVICE" --out-dir "$MEM_TMP"
+    step gpu_memory 15 "$PY" $B.gpu_memory --device "$DEVICE" --out-dir "$MEM_TMP"
 fi
 cp "$MEM_TMP"/*.md "$OUT/gpu_memory.md" 2>/dev/null || echo "no gpu_memory report" >> "$LOG"
 rm -rf "$MEM_TMP"

@@ -145,12 +145,23 @@ def predict_config(cfg: LayerConfig, hw: HardwareProfile) -> Prediction:
     return Prediction(fwd, fwd + bwd + rec, len(op_s), by_kind, op_s)
 
 
+def host_per_op_s(hw: HardwareProfile) -> float:
+    """The host's seconds per priced op a check prices with: the profile's
+    `compute.host_issue_us_per_op` (`calibration.host_fit`: what `costs.host` prices a run
+    with), else the tiny-layer cost older calibrated profiles kept apart
+    (`calibration.layer_overhead_us`), else 0 (unknown)."""
+    per_op = hw.compute.host_issue_s_per_op
+    if per_op is not None:
+        return per_op
+    return units.us_to_s(float(hw.calibration.get("layer_overhead_us", 0.0)))
+
+
 def compare(run: LayerRun, hw: HardwareProfile) -> list[LayerCheck]:
-    """Predict every timed configuration. Where the profile records the eager host cost
-    per op (`calibration.layer_overhead_us`, from `calibrate`), each check also carries the
-    host floor: ops × that cost, which a GPU run cannot beat however fast its kernels, and
-    the time with the host's issue (`host_pipeline_s`) that marks a run host-bound."""
-    overhead_s = units.us_to_s(float(hw.calibration.get("layer_overhead_us", 0.0)))
+    """Predict every timed configuration. Where the profile prices the host
+    (`host_per_op_s`), each check also carries the host floor: ops × that cost, which a GPU
+    run cannot beat however fast its kernels, and the time with the host's issue
+    (`host_pipeline_s`) that marks a run host-bound."""
+    overhead_s = host_per_op_s(hw)
     checks = []
     for timing in run.timings:
         if timing.layer_mode is None:  # the run's mode, so every check names its own

@@ -17,7 +17,8 @@ measured kernel (up to the binning of memory-bound kernels):
   eager layer (several torch kernels per op-graph op, see `profiler.bench.sites`).
 - elementwise_points_by_op: the same pooling within each kernel kind
   (`costs.compute.elementwise_kind` of the op a site was timed for: "softmax.bwd",
-  "dropout", "layernorm", ...), so a kind far from the others at the same bytes (a CPU's
+  "dropout", "layernorm", ...; and the modern RoPE / SwiGLU / RMSNorm kernels timed in the
+  measurement's layer mode, `MODERN_KINDS`), so a kind far from the others at the same bytes (a CPU's
   bernoulli mask draws, a GPU's fp32 softmax backward) is priced by its own curve; the
   pooled curve above stays for kinds no site measured (the embedding lookup and its
   gradient, the loss, the optimizer step).
@@ -96,13 +97,44 @@ def _is_gpu(meas: Measurements) -> bool:
     return meas.device.device_type == "cuda"
 
 
+MODERN_KINDS = {
+    "rms_norm.forward": "rmsnorm",
+    "rms_norm.backward": "rmsnorm.bwd",
+    "rope.forward": "rope",
+    "rope.backward": "rope.bwd",
+    "swiglu.forward": "swiglu",
+    "swiglu.backward": "swiglu.bwd",
+}
+"""The modern memory-bound kernels (`profiler.bench.modern_kernels`) -> the kind their curve is
+kept under: the op graph's kind (`costs.compute.elementwise_kind`) for RoPE and SwiGLU, whose
+bytes are counted alike there (SwiGLU 3·e·T·f forward, 5·e·T·f backward; RoPE one read and one
+write of the rotated tensor). RMSNorm is kept as "rmsnorm": the op graph prices every norm
+as "layernorm" (the paper layer's one-kernel LayerNorm sites), so its curve is recorded, not
+used, until the op graph tells the two norms apart."""
+
+
+def modern_elementwise(meas: Measurements) -> dict[str, list[ElementwiseRecord]]:
+    """kind -> the modern memory-bound records timed in the measurement's own layer mode
+    (a fused microbench times them eager too; an eager profile takes only the eager ones)."""
+    by_kind: dict[str, list[ElementwiseRecord]] = defaultdict(list)
+    for k in meas.modern:
+        if k.kind == "memory_bound" and k.layer_mode == meas.layer_mode and k.name in MODERN_KINDS:
+            by_kind[MODERN_KINDS[k.name]].append(
+                ElementwiseRecord(k.name, k.dims, k.bytes_moved, k.seconds, k.spread, k.name)
+            )
+    return by_kind
+
+
 def elementwise_points_by_op(meas: Measurements) -> dict[str, list[list[float]]]:
     """kind -> (bytes, effective GB/s) per octave of bytes over that kind's sites, pooled as
-    in `elementwise_points`. Records without an op (older measurements) are left out."""
+    in `elementwise_points`, with the modern kinds of the measurement's mode
+    (`modern_elementwise`). Records without an op (older measurements) are left out."""
     by_kind: dict[str, list[ElementwiseRecord]] = defaultdict(list)
     for e in meas.elementwise:
         if e.op:
             by_kind[recorded_op_kind(e.op)].append(e)
+    for kind, records in modern_elementwise(meas).items():
+        by_kind[kind] += records
     curves = {kind: _pooled_points(by_kind[kind], meas.launch_s, _is_gpu(meas)) for kind in sorted(by_kind)}
     return {kind: points for kind, points in curves.items() if points}
 
@@ -242,6 +274,16 @@ _PER_OP_NOTE = {
 }
 
 
+GEMM_RULE = (
+    "measured: a measured shape, its own rate; interpolated: a batched GEMM inside [min, max] "
+    "of M, N and K, batch at least the smallest measured (e.g. attention head dim 96 between "
+    "measured 64 and 128), the blend of its nearest measured shapes held within their rates "
+    "(beyond the largest batch: their plateau); wave_model: any other shape, the "
+    "blend moved by the wave model, at most the best GEMM, its time at least its bytes over "
+    "the copy bandwidth (simcluster.costs.compute.gemm_placement)"
+)
+
+
 def measured_grid(meas: Measurements) -> dict[str, Any]:
     """Which shapes were measured: [min, max] of the GEMMs' M, N, K and batch, of each
     memory-bound kind's bytes, and of the fused-attention lengths. `costs.compute` prices a
@@ -254,9 +296,15 @@ def measured_grid(meas: Measurements) -> dict[str, Any]:
             for dim in ("m", "n", "k", "batch")
         }
         grid["gemm_shapes"] = len({(g.m, g.n, g.k, g.batch) for g in meas.gemms})
+        grid["gemm_rule"] = GEMM_RULE
+        head_dims = sorted({g.k for g in meas.gemms if g.name == "bmm_qk"})
+        if head_dims:
+            grid["attention_bmm_head_dims"] = head_dims
     by_kind: dict[str, list[float]] = defaultdict(list)
     for e in meas.elementwise:
         by_kind[recorded_op_kind(e.op) if e.op else "unlabelled"].append(e.bytes_moved)
+    for kind, records in modern_elementwise(meas).items():
+        by_kind[kind] += [r.bytes_moved for r in records]
     if by_kind:
         grid["memory_bound_bytes"] = {
             kind: [_sig(min(sizes)), _sig(max(sizes))] for kind, sizes in sorted(by_kind.items())

@@ -25,6 +25,7 @@ from simcluster import units
 from simcluster.calibration.attention_fit import flash_section, other_head_dims
 from simcluster.calibration.datasheets import base_profile_for
 from simcluster.calibration.fit import compute_section, gpu_section, measured_grid
+from simcluster.calibration.host_fit import host_section
 from simcluster.calibration.records import AllReducePoint, Measurements
 from simcluster.config.hardware import HardwareProfile, load_hardware, parse_hardware
 
@@ -50,15 +51,22 @@ def default_output(meas: Measurements) -> Path:
 
 
 def build_profile(
-    meas: Measurements, base: str | None = None, network: list[AllReducePoint] | None = None
+    meas: Measurements,
+    base: str | None = None,
+    network: list[AllReducePoint] | None = None,
+    host_graph: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The profile as a YAML-ready mapping."""
+    """The profile as a YAML-ready mapping; `host_graph` (a `profiler.bench.host_graph` JSON)
+    fits the host's issue time per op in place of the microbench's tiny layers (GPU only)."""
     base = base or base_profile_for(meas.device.device_type, meas.device.name)
     base_profile = load_hardware(base)
     gpu = gpu_section(meas)
     compute = _with_flash_tables(
         meas, compute_section(meas, gpu, [list(t) for t in base_profile.compute.gemm_tiles])
     )
+    host_detail: dict[str, Any] = {}
+    if meas.device.device_type == "cuda":  # a CPU's kernel_launch_us already is its per-op cost
+        compute, host_detail = _with_host(meas, compute, host_graph)
     net = _network_section(base_profile, base, network)
     dev = meas.device
     return {
@@ -104,7 +112,9 @@ def build_profile(
                         "micro_batch_size",
                         "tokens",
                         "tp",
+                        "kernels",  # "attention bmm": that shape's batched GEMMs alone
                     )
+                    if k in s
                 }
                 for s in meas.shapes
             ],
@@ -121,8 +131,19 @@ def build_profile(
             f"{dev.device_type}" + (" --quick" if meas.grid == "quick" else ""),
             "measured_grid": measured_grid(meas),
             **_other_head_dims(meas),
+            **({"host_issue": host_detail} if host_detail else {}),
         },
     }
+
+
+def _with_host(
+    meas: Measurements, compute: dict[str, Any], host_graph: dict[str, Any] | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`compute` with `host_issue_us_per_op` (`host_fit`) before its sources, and its detail."""
+    per_op_us, source, detail = host_section(meas, host_graph)
+    head = {key: value for key, value in compute.items() if key != "sources"}
+    sources = {**compute["sources"], "host_issue_us_per_op": source}
+    return {**head, "host_issue_us_per_op": per_op_us, "sources": sources}, detail
 
 
 def _with_flash_tables(meas: Measurements, compute: dict[str, Any]) -> dict[str, Any]:

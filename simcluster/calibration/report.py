@@ -132,9 +132,9 @@ def format_summary(summary: CheckSummary, kinds: list[KindSummary] | None = None
         lines.append(f"  {shape}: median |error| {100 * error:.1f}%")
     if summary.num_host_bound:
         lines.append(
-            f"  {summary.num_host_bound} run(s) marked 'host': the host's eager issue time "
-            "(calibration.layer_overhead_us per op, the GPU waiting where the host falls behind) "
-            "adds at least 5% to the predicted device time"
+            f"  {summary.num_host_bound} run(s) marked 'host': the host's issue time "
+            "(compute.host_issue_us_per_op, else calibration.layer_overhead_us, per op; the GPU "
+            "waiting where the host falls behind) adds at least 5% to the predicted device time"
         )
         with_host = summary.host_bound_with_host_median_abs_error
         alone = summary.host_bound_device_median_abs_error

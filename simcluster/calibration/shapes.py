@@ -96,6 +96,16 @@ _CALIBRATION = {
         ]
     ),
 }
+# Shapes whose attention core's batched GEMMs alone are timed (the linears and sites of such a
+# layer add nothing the grid above lacks): head dims the grid above does not have, held-out
+# ones included (the cuda grid's 64 and 128 bracket the held-out h 6144's 96, which the
+# first H100 fits priced by the tile model alone: docs/calibration/h100-2026-11-26-script/).
+# Their h and s·b follow the same rule: none is a held-out one.
+_ATTENTION_BMM = {
+    "quick": _shapes((192, 16, 16, 2)),  # head dim 12, the quick held-out's
+    "cpu": _shapes((1536, 16, 128, 2), (1152, 24, 512, 2)),  # head dims 96 and 48
+    "cuda": _shapes((3072, 32, 1024, 1), (3072, 32, 2048, 2), (3072, 32, 4096, 4)),  # head dim 96
+}
 _HELD_OUT = {
     # h = 96 (head dim 12), s·b = 48
     "quick": _shapes((96, 8, 24, 2)),
@@ -123,9 +133,14 @@ def held_out_shapes(device_type: str, quick: bool) -> tuple[LayerShape, ...]:
     return _HELD_OUT[grid_name(device_type, quick)]
 
 
+def attention_bmm_shapes(device_type: str, quick: bool) -> tuple[LayerShape, ...]:
+    """Shapes of which calibrate times only the attention core's batched GEMMs (`_ATTENTION_BMM`)."""
+    return _ATTENTION_BMM[grid_name(device_type, quick)]
+
+
 def all_grids() -> dict[str, tuple[tuple[LayerShape, ...], tuple[LayerShape, ...]]]:
-    """grid name -> (calibration shapes, held-out shapes)."""
-    return {name: (_CALIBRATION[name], _HELD_OUT[name]) for name in _CALIBRATION}
+    """grid name -> (calibration shapes, the attention-BMM-only ones included; held-out shapes)."""
+    return {name: ((*_CALIBRATION[name], *_ATTENTION_BMM[name]), _HELD_OUT[name]) for name in _CALIBRATION}
 
 
 def standin_copy_bytes(op: Op, tp: int) -> float:

@@ -85,6 +85,13 @@ def calibrate(
     force: Force = False,
     layer_mode: LayerModeOption = None,
     sustained: SustainedOption = False,
+    host_graph: Annotated[
+        Path | None,
+        typer.Option(
+            help="fit compute.host_issue_us_per_op from a saved `python -m "
+            "simcluster.profiler.bench.host_graph` JSON (default: the microbench's tiny layers)"
+        ),
+    ] = None,
 ) -> None:
     """Time the layer's kernels (GEMMs, memory-bound ops, fused attention, copy, launch) and
     fit a profile."""
@@ -93,7 +100,8 @@ def calibrate(
     from simcluster.config.errors import ConfigError
 
     use_hwprofiles(hwprofiles)
-    inputs = _inputs(measurements, base)
+    inputs = _inputs(measurements, base) + ([host_graph] if host_graph is not None else [])
+    host_doc = _host_graph(host_graph)
     num_gpus = _gpu_count() if network else 0
     if network and (device is not DeviceKind.CUDA or num_gpus < 2):
         fail(f"--network needs ≥ 2 GPUs (found {num_gpus} CUDA device(s) for --device {device.value})")
@@ -141,8 +149,8 @@ def calibrate(
         kept = save_measurements if measurements is None else measurements
         _check_named_output(path, force, inputs, meas, kept)
     try:
-        profile = write_profile(build_profile(meas, base, allreduce), path)
-    except ConfigError as error:
+        profile = write_profile(build_profile(meas, base, allreduce, host_doc), path)
+    except (ConfigError, ValueError) as error:
         fail(error)
     c = profile.compute
     typer.echo(
@@ -159,6 +167,21 @@ def calibrate(
         f"next: simcluster check-profile {path} --device {meas.device.device_type}"
         + (" --quick" if meas.grid == "quick" else "")
     )
+
+
+def _host_graph(path: Path | None) -> dict[str, Any] | None:
+    """The --host-graph JSON, read (exit 2 naming the file where it is unreadable)."""
+    import json
+
+    if path is None:
+        return None
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        fail(f"--host-graph {path}: {error}")
+    if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
+        fail(f"--host-graph {path}: field 'cases': missing (allowed: a profiler.bench.host_graph JSON)")
+    return doc
 
 
 def _inputs(measurements: Path | None, base: str | None) -> list[Path]:

@@ -17,7 +17,11 @@ measured GEMM (peak · gemm_max_efficiency), and its time at least its bytes ove
 measured copy bandwidth (HBM · memory_bound_efficiency), since rates blended from
 compute-bound points say nothing of a skinny GEMM's bytes. (The copy, not the measured
 element-wise curves: those are the eager layer's multi-kernel sites, far below what a
-GEMM's own operand traffic reaches.)
+GEMM's own operand traffic reaches.) A batched GEMM inside the measured range of every
+dimension is interpolated: the wave model may move its blend only within the band of the
+measured rates it was blended from (`gemm_placement`; the attention core at head dim 96,
+between measured 64 and 128, was otherwise priced at 3/4 of every neighbour by the tile
+model's n = 96 on 128-wide tiles).
 
 Memory-bound kernels: t = launch + bytes / (HBM · e_mem), or, with measured
 `elementwise_points`, the achieved bandwidth interpolated in log(bytes). A calibrated
@@ -338,7 +342,42 @@ def interpolated_flop_per_s(
         for i in chosen
     ]
     rate = units.tflop_per_s_to_flop_per_s(math.exp(float(np.average(log_rates, weights=weights))))
+    if gemm_placement(shape, points) == "interpolated":
+        # A batched GEMM between measured ones (the attention core's head dim 96 between 64 and
+        # 128): the wave model may move the blend within the band of the measured rates it was
+        # blended from, never outside it.
+        band = [units.tflop_per_s_to_flop_per_s(points[i].tflop_per_s) for i in chosen]
+        rate = min(max(rate, min(band)), max(band))
     return min(rate, cap_flop_per_s)
+
+
+def is_inside_measured_range(shape: GemmShape, points: list[GemmPoint]) -> bool:
+    """`shape` lies within [min, max] of the measured points in each of M, N and K, and its
+    batch is at least the smallest measured one: beyond the largest, more batches only fill
+    the GPU further, at the plateau the largest measured ones reach (the committed H100 QKᵀ at
+    s 2048, head dim 128: 322 TFLOP/s at batch 32 to 311 at 192,
+    docs/calibration/h100-2026-11-26-script/microbench_static_rows.json)."""
+    inside = all(
+        min(getattr(p, dim) for p in points) <= getattr(shape, dim) <= max(getattr(p, dim) for p in points)
+        for dim in ("m", "n", "k")
+    )
+    return inside and shape.batch >= min(p.batch for p in points)
+
+
+def gemm_placement(shape: GemmShape, points: list[GemmPoint]) -> str:
+    """How `measured_gemm_flop_per_s` places `shape` among measured `points`:
+    "measured" (an exact shape: its own rate); "interpolated" (a batched GEMM inside the
+    measured range, `is_inside_measured_range`, e.g. the attention core at head dim 96 between
+    measured 64 and 128: the blend of its nearest points, held within their rates);
+    "wave_model" (any other: the blend moved by the wave model, at most the best GEMM, its
+    time at least its bytes over the copy bandwidth). Single GEMMs keep the wave model inside
+    the range too: the shipped profiles' points are single GEMMs priced so, and their results
+    stay as they were."""
+    if _is_measured(shape, points):
+        return "measured"
+    if shape.batch > 1 and is_inside_measured_range(shape, points):
+        return "interpolated"
+    return "wave_model"
 
 
 def _is_measured(shape: GemmShape, points: list[GemmPoint]) -> bool:

@@ -171,7 +171,6 @@ def format_comparison(comparison: Comparison) -> str:
         )
     differing = sum(row.differs for row in comparison.rows)
     footer = (
-        f"* differs ({differing} of {len(comparison.rows)} rows); "
-        f"Δ: change relative to {comparison.names[0]}"
+        f"* differs ({differing} of {len(comparison.rows)} rows); Δ: change relative to {comparison.names[0]}"
     )
     return format_table(headers, rows) + "\n" + footer

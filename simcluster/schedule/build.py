@@ -10,9 +10,7 @@ from simcluster.schedule.ordering import Schedule
 from simcluster.schedule.validation import require_positive, require_stage
 
 
-def build_schedule(
-    kind: ScheduleKind, num_stages: int, num_microbatches: int, num_chunks: int
-) -> Schedule:
+def build_schedule(kind: ScheduleKind, num_stages: int, num_microbatches: int, num_chunks: int) -> Schedule:
     """Per-stage ordered tasks for `kind`; 1F1B with num_chunks > 1 is Megatron's
     interleaved schedule (Megatron-core `pipeline_parallel/schedules.py`)."""
     require_positive("num_chunks", num_chunks)

@@ -20,9 +20,7 @@ def gpipe(num_stages: int, num_microbatches: int, num_chunks: int = 1) -> Schedu
     require_positive("num_microbatches", num_microbatches)
     require_positive("num_chunks", num_chunks)
     forwards = [
-        Task(Phase.FORWARD, mb, chunk)
-        for chunk in range(num_chunks)
-        for mb in range(num_microbatches)
+        Task(Phase.FORWARD, mb, chunk) for chunk in range(num_chunks) for mb in range(num_microbatches)
     ]
     backwards = [Task(Phase.BACKWARD, t.microbatch, t.chunk) for t in reversed(forwards)]
     stage_tasks = tuple(forwards + backwards)

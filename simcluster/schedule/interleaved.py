@@ -46,9 +46,7 @@ def interleaved_warmup(num_stages: int, stage: int, num_microbatches: int, num_c
     return min((num_stages - stage - 1) * 2 + (num_chunks - 1) * num_stages, num_total)
 
 
-def _virtual_tasks(
-    num_stages: int, num_microbatches: int, num_chunks: int
-) -> tuple[list[Task], list[Task]]:
+def _virtual_tasks(num_stages: int, num_microbatches: int, num_chunks: int) -> tuple[list[Task], list[Task]]:
     """Forward and backward task of every virtual index k < M; backward k runs chunk
     v − 1 − chunk(k) (backward traverses the chunks in reverse, as in Megatron)."""
     forwards: list[Task] = []

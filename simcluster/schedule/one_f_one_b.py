@@ -32,8 +32,6 @@ def one_f_one_b(num_stages: int, num_microbatches: int) -> Schedule:
     forwards = [Task(Phase.FORWARD, mb, 0) for mb in range(num_microbatches)]
     backwards = [Task(Phase.BACKWARD, mb, 0) for mb in range(num_microbatches)]
     return tuple(
-        warmup_steady_cooldown(
-            forwards, backwards, one_f_one_b_warmup(num_stages, stage, num_microbatches)
-        )
+        warmup_steady_cooldown(forwards, backwards, one_f_one_b_warmup(num_stages, stage, num_microbatches))
         for stage in range(num_stages)
     )

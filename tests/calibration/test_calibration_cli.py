@@ -48,6 +48,8 @@ def test_quick_cpu_calibration_writes_a_profile_that_loads(cpu_profile: tuple[Pa
     assert profile.calibration["network_from"] == "a100-sxm4-80gb-public"
     extra = profile.provenance.model_extra or {}
     assert extra["torch"] == torch.__version__ and extra["shapes"]
+    # a CPU runs nothing ahead: its per-op framework cost is kernel_launch_us, no host term
+    assert profile.compute.host_issue_us_per_op is None
 
 
 def test_quick_cpu_profile_has_a_curve_per_kernel_kind(cpu_profile: tuple[Path, Path]) -> None:

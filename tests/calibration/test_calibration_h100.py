@@ -120,16 +120,17 @@ def test_the_profile_says_which_shapes_were_measured(meas: Measurements, fitted:
 
 
 def test_the_fit_predicts_the_held_out_eager_layer(paper_checks: list[LayerCheck]) -> None:
-    """96 held-out runs: every GPU-bound run within 10 % (issue 20's goal) and the median within
-    6 % (goal 5 %: 5.1 % today; was 26.6 % median, 52 % worst, every run too slow). The
+    """96 held-out runs: every GPU-bound run within 10 % and the median within 5 % (issue 20's
+    goal: 4.9 % since the attention GEMMs at head dim 96 are held within their measured
+    neighbours; 5.1 % before; at first 26.6 % median, 52 % worst, every run too slow). The
     host-bound runs (h 6144, b 1, t 8: eager issue time, not kernels) are counted apart."""
     summary = summarize(paper_checks)
     assert summary.num_runs == 96
     assert summary.num_host_bound <= 8
     assert summary.gpu_bound_max_abs_error is not None and summary.gpu_bound_median_abs_error is not None
     assert summary.gpu_bound_max_abs_error <= 0.10
-    assert summary.gpu_bound_median_abs_error <= 0.06
-    assert summary.median_abs_error <= 0.06
+    assert summary.gpu_bound_median_abs_error <= 0.05
+    assert summary.median_abs_error <= 0.05
 
 
 def test_the_split_by_kind_sums_to_the_prediction(paper_checks: list[LayerCheck]) -> None:

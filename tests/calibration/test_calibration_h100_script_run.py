@@ -66,11 +66,13 @@ def test_static_row_lengths_price_the_fused_softmax_faster() -> None:
 
 
 def test_the_static_row_fit_halves_the_fused_layer_error(symbolic: list[float], static: list[float]) -> None:
-    """GPU-bound fused layers: median |error| 10.4 % with symbolic rows, 5.3 % static (README, 3)."""
+    """GPU-bound fused layers: median |error| 9.9 % with symbolic rows, 4.9 % static (README, 3;
+    10.4 and 5.3 % before the attention GEMMs at head dim 96 were held within their measured
+    neighbours, `costs.compute.gemm_placement`)."""
     med = lambda errors: statistics.median(abs(e) for e in errors)  # noqa: E731
     assert len(symbolic) >= 39 and len(static) >= 39
-    assert med(symbolic) == pytest.approx(0.104, abs=0.005)
-    assert med(static) == pytest.approx(0.053, abs=0.005)
+    assert med(symbolic) == pytest.approx(0.099, abs=0.003)
+    assert med(static) == pytest.approx(0.049, abs=0.003)
     assert max(abs(e) for e in static) < max(abs(e) for e in symbolic)
     assert statistics.median(static) > 0  # what is left is still priced slow, not hidden
 

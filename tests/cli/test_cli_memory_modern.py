@@ -19,15 +19,31 @@ OPTIONS = {
     "rmsnorm": ({"normalization": "rmsnorm"}, {}),
     "rope": ({"position_embedding": "rope"}, {}),
     "flash": ({}, {"attention_backend": "flash"}),
-    "llama": ({"num_query_groups": 4, "activation": "swiglu", "normalization": "rmsnorm",
-               "position_embedding": "rope"}, {"attention_backend": "flash"}),
+    "llama": (
+        {
+            "num_query_groups": 4,
+            "activation": "swiglu",
+            "normalization": "rmsnorm",
+            "position_embedding": "rope",
+        },
+        {"attention_backend": "flash"},
+    ),
 }
+
+
 def _scenario(tmp_path: Path, model: dict, training: dict, cp: int = 1) -> Path:
     data = {
         "name": "modern-tiny",
         "hardware": "h100-sxm5-80gb",
-        "model": {"num_layers": 4, "hidden_size": 256, "num_attention_heads": 8,
-                  "ffn_hidden_size": 512, "seq_length": 64, "vocab_size": 1024, **model},
+        "model": {
+            "num_layers": 4,
+            "hidden_size": 256,
+            "num_attention_heads": 8,
+            "ffn_hidden_size": 512,
+            "seq_length": 64,
+            "vocab_size": 1024,
+            **model,
+        },
         "parallel": {"tp": 2, "cp": cp, "pp": 1, "dp": 1, "sequence_parallel": True},
         "training": {"micro_batch_size": 2, "global_batch_size": 4, **training},
     }
@@ -39,8 +55,7 @@ def _scenario(tmp_path: Path, model: dict, training: dict, cp: int = 1) -> Path:
 @pytest.mark.parametrize("name", list(OPTIONS))
 def test_memory_measure_modern_option(tmp_path: Path, name: str) -> None:
     model, training = OPTIONS[name]
-    result = runner.invoke(app, ["memory", str(_scenario(tmp_path, model, training)),
-                                 "--measure", "--json"])
+    result = runner.invoke(app, ["memory", str(_scenario(tmp_path, model, training)), "--measure", "--json"])
     assert result.exit_code == 0, result.output
     payload = json.loads(result.output)
     measured, predicted = payload["measured_bytes_per_layer"], payload["predicted_bytes_per_layer"]
@@ -53,8 +68,15 @@ def test_memory_measure_selective_counts_the_held_qkv_output(tmp_path: Path, nam
     """Selective recompute: the checkpoint keeps V's view, so the QKV output stays; the
     prediction counts it and equals the measurement."""
     model, training = OPTIONS[name]
-    result = runner.invoke(app, ["memory", str(_scenario(tmp_path, model, {
-        **training, "recompute": "selective"})), "--measure", "--json"])
+    result = runner.invoke(
+        app,
+        [
+            "memory",
+            str(_scenario(tmp_path, model, {**training, "recompute": "selective"})),
+            "--measure",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     payload = json.loads(result.output)
     assert payload["measured_bytes_per_layer"] == payload["predicted_bytes_per_layer"]
@@ -67,8 +89,9 @@ def test_memory_measure_selective_counts_the_held_qkv_output(tmp_path: Path, nam
 def test_memory_measure_names_the_held_qkv_output(tmp_path: Path) -> None:
     """The text output states the counted term and its cause."""
     model, training = OPTIONS["llama"]
-    result = runner.invoke(app, ["memory", str(_scenario(tmp_path, model, {
-        **training, "recompute": "selective"})), "--measure"])
+    result = runner.invoke(
+        app, ["memory", str(_scenario(tmp_path, model, {**training, "recompute": "selective"})), "--measure"]
+    )
     assert result.exit_code == 0, result.output
     # e·S·(q + k)/t = 2 · 128 · (256 + 128) / 2
     assert "of these, 49,152 bytes are the QKV output kept alive by V's view" in result.output
@@ -91,7 +114,6 @@ def test_memory_measure_context_parallel(tmp_path: Path) -> None:
     flash = _measure_json(_scenario(tmp_path, *OPTIONS["flash"], cp=2))
     assert flash["measured"]["view_held_bytes"] == 32_768
     assert flash["measured_bytes_per_layer"] == flash["predicted_bytes_per_layer"]
-    result = runner.invoke(app, ["memory", str(_scenario(tmp_path, *OPTIONS["flash"], cp=2)),
-                                 "--measure"])
+    result = runner.invoke(app, ["memory", str(_scenario(tmp_path, *OPTIONS["flash"], cp=2)), "--measure"])
     assert "rank 0 of the cp = 2 K/V ring on s/cp = 32 tokens" in result.output
     assert "of these, 32,768 bytes are the QKV output kept alive by Q's view" in result.output

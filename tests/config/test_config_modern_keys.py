@@ -136,7 +136,7 @@ def test_the_documented_contract_block_lists_every_scenario_key_with_its_default
     text = (ROOT / "docs" / "scenario.md").read_text(encoding="utf-8")
     start = text.index("## The file, with comments")
     opening = text.index("```yaml", start) + len("```yaml")
-    block = text[opening: text.index("```", opening)]
+    block = text[opening : text.index("```", opening)]
     shown = yaml.safe_load(block)
     assert set(shown) == set(Scenario.model_fields)
     for section, model in (("model", ModelSpec), ("parallel", ParallelSpec), ("training", TrainingSpec)):

@@ -14,9 +14,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted(p for p in (ROOT / "scenarios").rglob("*.yaml") if p.parent.name != "modern")
 
 
-
-
-
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
 def test_every_shipped_scenario_loads(path):
     """Every scenario in scenarios/ validates and names a known profile."""

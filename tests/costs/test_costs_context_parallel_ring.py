@@ -105,7 +105,11 @@ def test_step_count_and_overlap_by_hand():
     )
     bcompute, bexposed = ring_attention_cost_s(backward, H100, group)
     assert bcompute + bexposed == pytest.approx(
-        max(bsteps[0], first) + max(bsteps[1], rest) + max(bsteps[2], rest) + bsteps[3] + first
+        max(bsteps[0], first)
+        + max(bsteps[1], rest)
+        + max(bsteps[2], rest)
+        + bsteps[3]
+        + first
         + ring_merge_time_s(backward, H100)
     )
 

@@ -51,8 +51,13 @@ def scenarios(draw):
             "seq_length": draw(st.sampled_from([128, 2048])),
             "vocab_size": draw(st.sampled_from([5000, 50000, 250000])),
         },
-        "parallel": {"tp": tp, "pp": pp, "dp": dp, "vpp": vpp,
-                     "sequence_parallel": tp > 1 and draw(st.booleans())},  # fmt: skip
+        "parallel": {
+            "tp": tp,
+            "pp": pp,
+            "dp": dp,
+            "vpp": vpp,
+            "sequence_parallel": tp > 1 and draw(st.booleans()),
+        },  # fmt: skip
         "training": training,
     }
     try:
@@ -141,8 +146,13 @@ def _layout(tp: int, pp: int, vpp: int, mbs: int, sp: bool):
     return parse_scenario(
         {
             "hardware": "a100-sxm4-80gb",
-            "model": {"num_layers": 16, "hidden_size": 1024, "num_attention_heads": 16,
-                      "seq_length": 512, "vocab_size": 5000},  # fmt: skip
+            "model": {
+                "num_layers": 16,
+                "hidden_size": 1024,
+                "num_attention_heads": 16,
+                "seq_length": 512,
+                "vocab_size": 5000,
+            },  # fmt: skip
             "parallel": {"tp": tp, "pp": pp, "dp": 2, "vpp": vpp, "sequence_parallel": sp},
             "training": {"micro_batch_size": mbs, "global_batch_size": 2 * mbs * 16},
         },

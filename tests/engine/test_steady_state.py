@@ -113,11 +113,19 @@ def _gpt3_175b(tp: int, pp: int, vpp: int, mbs: int, sp: bool, recompute: str, *
     return parse_scenario(
         {
             "hardware": "a100-sxm4-80gb",
-            "model": {"num_layers": 96, "hidden_size": 12288, "num_attention_heads": 96,
-                      "seq_length": 2048, "vocab_size": 51200},  # fmt: skip
+            "model": {
+                "num_layers": 96,
+                "hidden_size": 12288,
+                "num_attention_heads": 96,
+                "seq_length": 2048,
+                "vocab_size": 51200,
+            },  # fmt: skip
             "parallel": {"tp": tp, "pp": pp, "dp": 1024 // (tp * pp), "vpp": vpp, "sequence_parallel": sp},
             "training": {
-                "micro_batch_size": mbs, "global_batch_size": 1536, "recompute": recompute, **training
+                "micro_batch_size": mbs,
+                "global_batch_size": 1536,
+                "recompute": recompute,
+                **training,
             },  # fmt: skip
         },
         "gpt3-175b",
@@ -179,8 +187,13 @@ def _late_transient() -> object:
     return parse_scenario(
         {
             "hardware": "a100-sxm4-80gb",
-            "model": {"num_layers": 12, "hidden_size": 12288, "num_attention_heads": 16,
-                      "seq_length": 2048, "vocab_size": 1000},  # fmt: skip
+            "model": {
+                "num_layers": 12,
+                "hidden_size": 12288,
+                "num_attention_heads": 16,
+                "seq_length": 2048,
+                "vocab_size": 1000,
+            },  # fmt: skip
             "parallel": {"tp": 8, "pp": 4, "dp": 2},
             "training": {"micro_batch_size": 2, "global_batch_size": 88, "recompute": "none"},
         },

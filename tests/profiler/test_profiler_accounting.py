@@ -22,8 +22,14 @@ from simcluster.profiler.layer.spec import LayerSpec
 # (hidden_size, num_attention_heads, seq_length, micro_batch_size, tp)
 SHAPES = [(96, 3, 40, 3, 1), (96, 6, 40, 3, 2), (128, 4, 64, 2, 2), (128, 4, 64, 2, 4)]
 # The six rows of Table 2 (t = 1 is "no parallelism"), plus full recompute with SP.
-ROWS = [(Recompute.NONE, False), (Recompute.NONE, True), (Recompute.SELECTIVE, False),
-        (Recompute.SELECTIVE, True), (Recompute.FULL, False), (Recompute.FULL, True)]
+ROWS = [
+    (Recompute.NONE, False),
+    (Recompute.NONE, True),
+    (Recompute.SELECTIVE, False),
+    (Recompute.SELECTIVE, True),
+    (Recompute.FULL, False),
+    (Recompute.FULL, True),
+]
 
 
 def _spec(shape: tuple[int, ...], recompute: Recompute, sp: bool, **kw: object) -> LayerSpec:
@@ -33,8 +39,9 @@ def _spec(shape: tuple[int, ...], recompute: Recompute, sp: bool, **kw: object) 
 
 @pytest.mark.parametrize("recompute,sp", ROWS, ids=[f"{r.value}-sp{int(p)}" for r, p in ROWS])
 @pytest.mark.parametrize("shape", SHAPES, ids=["x".join(map(str, s)) for s in SHAPES])
-def test_measured_equals_table2_plus_negligible(shape: tuple[int, ...], recompute: Recompute,
-                                                sp: bool) -> None:
+def test_measured_equals_table2_plus_negligible(
+    shape: tuple[int, ...], recompute: Recompute, sp: bool
+) -> None:
     """bf16, stand-in rank 0: every saved byte is a Table 2 term or a named buffer."""
     spec = _spec(shape, recompute, sp)
     measured = measure_saved_bytes(spec)
@@ -43,8 +50,7 @@ def test_measured_equals_table2_plus_negligible(shape: tuple[int, ...], recomput
     assert measured.layernorm_stats_bytes == negligible["layernorm_stats"]
 
 
-@pytest.mark.parametrize("recompute,sp", ROWS[:4], ids=[f"{r.value}-sp{int(p)}"
-                                                        for r, p in ROWS[:4]])
+@pytest.mark.parametrize("recompute,sp", ROWS[:4], ids=[f"{r.value}-sp{int(p)}" for r, p in ROWS[:4]])
 def test_dropout_masks_are_one_byte_per_element(recompute: Recompute, sp: bool) -> None:
     """Masks: sbh after each block (÷t with SP) and as²b/t on the attention probabilities."""
     spec = _spec((128, 4, 64, 2, 2), recompute, sp)
@@ -70,10 +76,17 @@ def test_fp32_and_no_dropout_are_accounted_too(recompute: Recompute, sp: bool) -
         assert measure_saved_bytes(spec).total_bytes == expected_saved_bytes(spec, "cpu")
 
 
-@given(t=st.sampled_from([1, 2, 4, 8]), heads=st.integers(1, 16), d=st.integers(1, 128),
-       s=st.integers(1, 4096), b=st.integers(1, 8), row=st.sampled_from(ROWS))
-def test_table2_formulas_as_printed(t: int, heads: int, d: int, s: int, b: int,
-                                    row: tuple[Recompute, bool]) -> None:
+@given(
+    t=st.sampled_from([1, 2, 4, 8]),
+    heads=st.integers(1, 16),
+    d=st.integers(1, 128),
+    s=st.integers(1, 4096),
+    b=st.integers(1, 8),
+    row=st.sampled_from(ROWS),
+)
+def test_table2_formulas_as_printed(
+    t: int, heads: int, d: int, s: int, b: int, row: tuple[Recompute, bool]
+) -> None:
     """table2_bytes equals the paper's printed expressions for every row."""
     recompute, sp = row
     a, h = heads * t, heads * t * d
@@ -97,8 +110,7 @@ def test_cuda_keeps_fp32_layernorm_stats() -> None:
     spec = LayerSpec(128, 4, 64, 2, tp=2, sequence_parallel=True)
     assert negligible_buffers(spec, "cuda") == {"layernorm_stats": 2 * 2 * 32 * 2 * 4}
     assert negligible_buffers(spec, "cpu") == {"layernorm_stats": 2 * 2 * 32 * 2 * 2}
-    assert negligible_buffers(replace(spec, recompute=Recompute.FULL), "cuda") == {
-        "layernorm_stats": 0}
+    assert negligible_buffers(replace(spec, recompute=Recompute.FULL), "cuda") == {"layernorm_stats": 0}
 
 
 def test_spec_rejects_heads_not_divisible_by_tp() -> None:

@@ -40,8 +40,13 @@ from simcluster.workload.layer import saved_activation_bytes
 RTOL = 1e-5  # fp32, max |parallel - serial| / max |serial|
 FLASH = {"attention_backend": AttentionBackend.FLASH}
 ROPE = {"position_embedding": PositionEmbedding.ROPE}
-LLAMA = {**FLASH, **ROPE, "num_query_groups": 4, "activation": Activation.SWIGLU,
-         "normalization": Normalization.RMSNORM}
+LLAMA = {
+    **FLASH,
+    **ROPE,
+    "num_query_groups": 4,
+    "activation": Activation.SWIGLU,
+    "normalization": Normalization.RMSNORM,
+}
 
 
 def _gloo_specs() -> list[LayerSpec]:
@@ -49,30 +54,43 @@ def _gloo_specs() -> list[LayerSpec]:
     World of 4: tp 1 × cp 2 (two data-parallel replicas), tp 2 × cp 2 (SP on and off, every
     recompute mode), tp 1 × cp 4 (ranks 1 and 2 see lower and upper tiles)."""
 
-    def spec(tp: int, cp: int, sp: bool = False, recompute: Recompute = Recompute.NONE,
-             **options: object) -> LayerSpec:
-        return LayerSpec(hidden_size=96, num_attention_heads=12, seq_length=48 // cp,
-                         micro_batch_size=3, tp=tp, cp=cp, sequence_parallel=sp,
-                         recompute=recompute, dtype=Dtype.FP32, dropout_prob=0.1, **options)
+    def spec(
+        tp: int, cp: int, sp: bool = False, recompute: Recompute = Recompute.NONE, **options: object
+    ) -> LayerSpec:
+        return LayerSpec(
+            hidden_size=96,
+            num_attention_heads=12,
+            seq_length=48 // cp,
+            micro_batch_size=3,
+            tp=tp,
+            cp=cp,
+            sequence_parallel=sp,
+            recompute=recompute,
+            dtype=Dtype.FP32,
+            dropout_prob=0.1,
+            **options,
+        )
 
-    return ([spec(1, 2, **LLAMA), spec(1, 2, **FLASH)]
-            + [spec(2, 2, True, recompute, **LLAMA) for recompute in Recompute]
-            + [spec(2, 2, False, **LLAMA), spec(1, 4, **LLAMA)])
+    return (
+        [spec(1, 2, **LLAMA), spec(1, 2, **FLASH)]
+        + [spec(2, 2, True, recompute, **LLAMA) for recompute in Recompute]
+        + [spec(2, 2, False, **LLAMA), spec(1, 4, **LLAMA)]
+    )
 
 
 @pytest.fixture(scope="module")
 def comparisons() -> list:
     """Every rank's comparisons from one gloo world of 4 processes."""
-    return [c for per_rank in run_distributed(compare_with_serial_cp, 4, _gloo_specs())
-            for c in per_rank]
+    return [c for per_rank in run_distributed(compare_with_serial_cp, 4, _gloo_specs()) for c in per_rank]
 
 
 def test_context_parallel_layer_matches_serial(comparisons: list) -> None:
     """Output, input gradient and every parameter gradient (summed over the cp group) equal
     the serial layer's on the whole causal sequence, for every rank and layout."""
     assert len(comparisons) == 4 * len(_gloo_specs())
-    bad = [(c.rank, c.spec.tp, c.spec.cp, c.spec.recompute.value, c.worst)
-           for c in comparisons if c.worst > RTOL]
+    bad = [
+        (c.rank, c.spec.tp, c.spec.cp, c.spec.recompute.value, c.worst) for c in comparisons if c.worst > RTOL
+    ]
     assert not bad
 
 
@@ -89,36 +107,61 @@ def test_ring_saves_q_last_kv_buffer_out_and_lse() -> None:
     """TE's save list (AttnFuncWithCPAndKVP2P, 16-bit path): Q as given, one K/V buffer of
     s/c tokens (a new storage, not the layer's K and V), O and the fp32 LSE [b, a/t, s/c]."""
     s, b, heads, groups, d = 8, 2, 4, 2, 16
-    q, k, v = (torch.randn(s, b, n, d, dtype=torch.bfloat16, requires_grad=True)
-               for n in (heads, groups, groups))
+    q, k, v = (
+        torch.randn(s, b, n, d, dtype=torch.bfloat16, requires_grad=True) for n in (heads, groups, groups)
+    )
     saved: list[torch.Tensor] = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
         out = ring_attention(q, k, v, ShardStandInComm(2))
     assert [(tuple(t.shape), t.dtype) for t in saved] == [
-        ((s, b, heads, d), torch.bfloat16), ((2, s, b, groups, d), torch.bfloat16),
-        ((s, b, heads, d), torch.bfloat16), ((b, heads, s), torch.float32)]
+        ((s, b, heads, d), torch.bfloat16),
+        ((2, s, b, groups, d), torch.bfloat16),
+        ((s, b, heads, d), torch.bfloat16),
+        ((b, heads, s), torch.float32),
+    ]
     assert saved[0] is q and saved[2] is out
     assert saved[1].untyped_storage().data_ptr() not in (
-        k.untyped_storage().data_ptr(), v.untyped_storage().data_ptr())
+        k.untyped_storage().data_ptr(),
+        v.untyped_storage().data_ptr(),
+    )
 
 
-ROWS = [(Recompute.NONE, False, 1), (Recompute.NONE, True, 2), (Recompute.SELECTIVE, True, 2),
-        (Recompute.FULL, True, 2)]
-OPTIONS = {"flash": FLASH, "flash_rope": {**FLASH, **ROPE},
-           "flash_gqa": {**FLASH, "num_query_groups": 4}, "llama": LLAMA}
+ROWS = [
+    (Recompute.NONE, False, 1),
+    (Recompute.NONE, True, 2),
+    (Recompute.SELECTIVE, True, 2),
+    (Recompute.FULL, True, 2),
+]
+OPTIONS = {
+    "flash": FLASH,
+    "flash_rope": {**FLASH, **ROPE},
+    "flash_gqa": {**FLASH, "num_query_groups": 4},
+    "llama": LLAMA,
+}
 
 
 @pytest.mark.parametrize("cp", [2, 4])
 @pytest.mark.parametrize("recompute,sp,tp", ROWS, ids=[f"{r.value}-sp{int(p)}-t{t}" for r, p, t in ROWS])
 @pytest.mark.parametrize("name", list(OPTIONS))
-def test_measured_equals_op_graph_with_cp(name: str, recompute: Recompute, sp: bool, tp: int,
-                                          cp: int) -> None:
+def test_measured_equals_op_graph_with_cp(
+    name: str, recompute: Recompute, sp: bool, tp: int, cp: int
+) -> None:
     """bf16, rank 0 of the cp ring (stand-in comms), h 128, a 8, s/c = 16, b 2, dropout 0.1
     and 0: measured == the op graph's CP layer + named view-held bytes + norm statistics;
     the op graph's CP layer keeps what the local flash layer on s/c tokens keeps."""
     for p in (0.1, 0.0):
-        spec = LayerSpec(128, 8, 16, 2, tp=tp, cp=cp, sequence_parallel=sp, recompute=recompute,
-                         dropout_prob=p, **OPTIONS[name])
+        spec = LayerSpec(
+            128,
+            8,
+            16,
+            2,
+            tp=tp,
+            cp=cp,
+            sequence_parallel=sp,
+            recompute=recompute,
+            dropout_prob=p,
+            **OPTIONS[name],
+        )
         measured = measure_saved_bytes(spec)
         assert measured.total_bytes == expected_saved_bytes(spec, "cpu")
         assert measured.layernorm_stats_bytes == negligible_buffers(spec)["layernorm_stats"]
@@ -140,14 +183,18 @@ def test_ring_frees_the_qkv_output_unless_q_is_its_view() -> None:
     assert ring_held_bytes(spec.config()) == 8192
     local = saved_activation_bytes(spec.config())
     assert measure_saved_bytes(spec).total_bytes == (
-        local + 8192 + negligible_buffers(spec)["layernorm_stats"])
+        local + 8192 + negligible_buffers(spec)["layernorm_stats"]
+    )
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    ({"cp": 2}, "cp=2 needs attention_backend=flash"),
-    ({"cp": 2, **FLASH, "seq_length": 15}, r"seq_length=15 \(tokens per cp rank, s/cp\) must be even"),
-    ({"cp": 0, **FLASH}, "cp must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"cp": 2}, "cp=2 needs attention_backend=flash"),
+        ({"cp": 2, **FLASH, "seq_length": 15}, r"seq_length=15 \(tokens per cp rank, s/cp\) must be even"),
+        ({"cp": 0, **FLASH}, "cp must be >= 1"),
+    ],
+)
 def test_context_parallel_spec_rules(kwargs: dict, message: str) -> None:
     base = {"hidden_size": 96, "num_attention_heads": 12, "seq_length": 16, "micro_batch_size": 2}
     with pytest.raises(ValueError, match=message):

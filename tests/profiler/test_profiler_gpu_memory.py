@@ -14,8 +14,22 @@ from simcluster.config.choices import Recompute
 from simcluster.profiler.bench.gpu_memory import main, measure_stack
 from simcluster.profiler.layer.spec import LayerSpec
 
-TINY = ["--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "32",
-        "--micro-batch-size", "2", "--tp", "2", "--num-layers", "3", "--device", "cpu"]
+TINY = [
+    "--hidden-size",
+    "64",
+    "--num-attention-heads",
+    "4",
+    "--seq-length",
+    "32",
+    "--micro-batch-size",
+    "2",
+    "--tp",
+    "2",
+    "--num-layers",
+    "3",
+    "--device",
+    "cpu",
+]
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -26,8 +40,7 @@ def test_cpu_run_writes_csv_and_markdown(tmp_path: Path) -> None:
     assert all(r.retained_bytes == r.predicted_bytes for r in rows)
     with (tmp_path / "gpu_memory.csv").open() as f:
         records = list(csv.DictReader(f))
-    assert [r["recompute"] for r in records] == ["none", "none", "selective", "selective",
-                                                 "full", "full"]
+    assert [r["recompute"] for r in records] == ["none", "none", "selective", "selective", "full", "full"]
     assert records[0]["torch_version"] == torch.__version__
     markdown = (tmp_path / "gpu_memory.md").read_text().splitlines()
     assert len(markdown) == 2 + 6 and markdown[2].startswith("| ")
@@ -36,12 +49,13 @@ def test_cpu_run_writes_csv_and_markdown(tmp_path: Path) -> None:
 def test_runs_with_torch_and_stdlib_only(tmp_path: Path) -> None:
     """`python -m simcluster.profiler.bench.gpu_memory` needs none of the simulator's dependencies."""
     blocked = ["pydantic", "yaml", "simpy", "pandas", "matplotlib", "typer", "pyarrow"]
-    code = (f"import sys, runpy\nfor m in {blocked!r}: sys.modules[m] = None\n"
-            f"sys.argv = ['gpu_memory', *{TINY!r}, '--recompute', 'selective', "
-            f"'--out-dir', {str(tmp_path)!r}]\n"
-            "runpy.run_module('simcluster.profiler.bench.gpu_memory', run_name='__main__')\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
-                          text=True, timeout=60)
+    code = (
+        f"import sys, runpy\nfor m in {blocked!r}: sys.modules[m] = None\n"
+        f"sys.argv = ['gpu_memory', *{TINY!r}, '--recompute', 'selective', "
+        f"'--out-dir', {str(tmp_path)!r}]\n"
+        "runpy.run_module('simcluster.profiler.bench.gpu_memory', run_name='__main__')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "gpu_memory.csv").exists()
 

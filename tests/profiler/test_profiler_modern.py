@@ -35,23 +35,29 @@ RMSNORM = {"normalization": Normalization.RMSNORM}
 ROPE = {"position_embedding": PositionEmbedding.ROPE}
 FLASH = {"attention_backend": AttentionBackend.FLASH}
 LLAMA = {**GQA, **SWIGLU, **RMSNORM, **ROPE, **FLASH}
-OPTIONS = {"gqa": GQA, "swiglu": SWIGLU, "squared_relu": SQUARED_RELU, "rmsnorm": RMSNORM,
-           "rope": ROPE, "flash": FLASH, "flash_gqa": {**FLASH, **GQA}, "llama": LLAMA}
-ROWS = [(Recompute.NONE, False), (Recompute.NONE, True), (Recompute.SELECTIVE, True),
-        (Recompute.FULL, True)]
+OPTIONS = {
+    "gqa": GQA,
+    "swiglu": SWIGLU,
+    "squared_relu": SQUARED_RELU,
+    "rmsnorm": RMSNORM,
+    "rope": ROPE,
+    "flash": FLASH,
+    "flash_gqa": {**FLASH, **GQA},
+    "llama": LLAMA,
+}
+ROWS = [(Recompute.NONE, False), (Recompute.NONE, True), (Recompute.SELECTIVE, True), (Recompute.FULL, True)]
 
 
-def _spec(options: dict, recompute: Recompute = Recompute.NONE, sp: bool = True, tp: int = 2,
-          **kw: object) -> LayerSpec:
+def _spec(
+    options: dict, recompute: Recompute = Recompute.NONE, sp: bool = True, tp: int = 2, **kw: object
+) -> LayerSpec:
     """h 128, a 8, s 32, b 2: with g = 4 and t = 2 a rank holds 2 groups of 2 heads."""
-    return LayerSpec(128, 8, 32, 2, tp=tp, sequence_parallel=sp, recompute=recompute,
-                     **{**options, **kw})
+    return LayerSpec(128, 8, 32, 2, tp=tp, sequence_parallel=sp, recompute=recompute, **{**options, **kw})
 
 
 @pytest.mark.parametrize("recompute,sp", ROWS, ids=[f"{r.value}-sp{int(p)}" for r, p in ROWS])
 @pytest.mark.parametrize("name", list(OPTIONS))
-def test_measured_equals_op_graph_plus_named_extras(name: str, recompute: Recompute,
-                                                    sp: bool) -> None:
+def test_measured_equals_op_graph_plus_named_extras(name: str, recompute: Recompute, sp: bool) -> None:
     """bf16, rank 0 of t = 2, dropout 0.1 and 0: every saved byte is the op graph's or a norm
     statistic (the QKV output a selective checkpoint keeps through V's view included)."""
     for p in (0.1, 0.0):
@@ -79,8 +85,9 @@ def test_swiglu_keeps_its_two_f_wide_input() -> None:
     """fc1 is 2f wide; SwiGLU keeps it (2·e·S·2f/t) and fc2 its f-wide output: 3f against
     GeLU's 2f, i.e. e·S·f/t = 2·64·512/2 more bytes."""
     gelu, swiglu = _spec({}), _spec(SWIGLU)
-    assert (measure_saved_bytes(swiglu).total_bytes - measure_saved_bytes(gelu).total_bytes
-            == 2 * 64 * 512 // 2)
+    assert (
+        measure_saved_bytes(swiglu).total_bytes - measure_saved_bytes(gelu).total_bytes == 2 * 64 * 512 // 2
+    )
 
 
 def test_rmsnorm_keeps_fp32_rsigma() -> None:
@@ -95,8 +102,11 @@ def _held(options: dict, recompute: Recompute = Recompute.NONE, **kw: object) ->
     op graph without the held term."""
     spec = _spec(options, recompute, dropout_prob=0.0, **kw)
     extra = sum(negligible_buffers(spec).values())
-    return measure_saved_bytes(spec).total_bytes - extra - (
-        table2_bytes(spec) - int(qkv_output_held_bytes(spec.config())))
+    return (
+        measure_saved_bytes(spec).total_bytes
+        - extra
+        - (table2_bytes(spec) - int(qkv_output_held_bytes(spec.config())))
+    )
 
 
 @pytest.mark.parametrize("name", ["rope", "flash_rope", "gqa", "flash_gqa", "llama"])
@@ -109,20 +119,23 @@ def test_without_a_checkpoint_te_copies_so_the_qkv_output_is_freed(name: str) ->
     assert _held(options) == 0
 
 
-@pytest.mark.parametrize(("options", "held"), [
-    # e·S·(q + k)/t = 2·64·(128 + 128)/2: RoPE'd Q and K beside the whole QKV output
-    ({**ROPE, **FLASH}, 2 * 64 * (128 + 128) // 2),
-    ({**ROPE}, 2 * 64 * (128 + 128) // 2),
-    # GQA, a rank holding 2 groups of 2 heads: query.reshape copies Q (e·S·q/t = 2·64·128/2)
-    ({**GQA, **FLASH}, 2 * 64 * 128 // 2),
-    ({**GQA}, 2 * 64 * 128 // 2),
-    # one group per rank: Q stays a view, the checkpoint keeps just the one output
-    ({**FLASH, "num_query_groups": 2}, 0),
-    # GQA and RoPE: q + k again, with k = 128·4/8 = 64
-    (LLAMA, 2 * 64 * (128 + 64) // 2),
-    # the paper's layer: MHA, learned positions, Q, K, V three views of one output
-    ({}, 0),
-])
+@pytest.mark.parametrize(
+    ("options", "held"),
+    [
+        # e·S·(q + k)/t = 2·64·(128 + 128)/2: RoPE'd Q and K beside the whole QKV output
+        ({**ROPE, **FLASH}, 2 * 64 * (128 + 128) // 2),
+        ({**ROPE}, 2 * 64 * (128 + 128) // 2),
+        # GQA, a rank holding 2 groups of 2 heads: query.reshape copies Q (e·S·q/t = 2·64·128/2)
+        ({**GQA, **FLASH}, 2 * 64 * 128 // 2),
+        ({**GQA}, 2 * 64 * 128 // 2),
+        # one group per rank: Q stays a view, the checkpoint keeps just the one output
+        ({**FLASH, "num_query_groups": 2}, 0),
+        # GQA and RoPE: q + k again, with k = 128·4/8 = 64
+        (LLAMA, 2 * 64 * (128 + 64) // 2),
+        # the paper's layer: MHA, learned positions, Q, K, V three views of one output
+        ({}, 0),
+    ],
+)
 def test_selective_checkpoint_keeps_the_qkv_output_through_v(options: dict, held: int) -> None:
     """Megatron's CheckpointFunction saves its inputs Q, K, V as given: V's view keeps the QKV
     output alive beside a new Q and K. The op graph counts it (qkv_output_held_bytes), and
@@ -155,28 +168,59 @@ def test_te_qkv_layout_keeps_packed_layouts_and_copies_the_rest() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(t=st.sampled_from([1, 2, 4]), groups_per_rank=st.integers(1, 3),
-       heads_per_group=st.integers(1, 3), d=st.sampled_from([2, 8, 64]),
-       s=st.integers(1, 64), b=st.integers(1, 4), sp=st.booleans(),
-       recompute=st.sampled_from(list(Recompute)), activation=st.sampled_from(list(Activation)),
-       norm=st.sampled_from(list(Normalization)), pe=st.sampled_from(list(PositionEmbedding)),
-       backend=st.sampled_from(list(AttentionBackend)), p=st.sampled_from([0.0, 0.1]))
-def test_section4_formula_equals_op_graph(t, groups_per_rank, heads_per_group, d, s, b, sp,
-                                          recompute, activation, norm, pe, backend, p) -> None:
+@given(
+    t=st.sampled_from([1, 2, 4]),
+    groups_per_rank=st.integers(1, 3),
+    heads_per_group=st.integers(1, 3),
+    d=st.sampled_from([2, 8, 64]),
+    s=st.integers(1, 64),
+    b=st.integers(1, 4),
+    sp=st.booleans(),
+    recompute=st.sampled_from(list(Recompute)),
+    activation=st.sampled_from(list(Activation)),
+    norm=st.sampled_from(list(Normalization)),
+    pe=st.sampled_from(list(PositionEmbedding)),
+    backend=st.sampled_from(list(AttentionBackend)),
+    p=st.sampled_from([0.0, 0.1]),
+)
+def test_section4_formula_equals_op_graph(
+    t, groups_per_rank, heads_per_group, d, s, b, sp, recompute, activation, norm, pe, backend, p
+) -> None:
     """docs/memory.md's terms, written out here, equal the simulator's op graph for every mix."""
     g = groups_per_rank * t
     a = g * heads_per_group
-    spec = LayerSpec(a * d, a, s * t, b, tp=t, sequence_parallel=sp, recompute=recompute,
-                     num_query_groups=g, activation=activation, normalization=norm,
-                     position_embedding=pe, attention_backend=backend, dropout_prob=p)
+    spec = LayerSpec(
+        a * d,
+        a,
+        s * t,
+        b,
+        tp=t,
+        sequence_parallel=sp,
+        recompute=recompute,
+        num_query_groups=g,
+        activation=activation,
+        normalization=norm,
+        position_embedding=pe,
+        attention_backend=backend,
+        dropout_prob=p,
+    )
     assert sum(section4_terms(spec).values()) == table2_bytes(spec)
 
 
 def test_llama_8b_shape_is_34_sbh_over_t() -> None:
     """§4's worked value: h = q = 4096, k = 1024, f = 14336 gives 139264·sb/t bytes, 34·sbh/t,
     + the 4sb·a/t LSE; no dropout (the Llama recipes set both to 0)."""
-    spec = LayerSpec(4096, 32, 16, 1, ffn_hidden_size=14336, tp=8, sequence_parallel=True,
-                     dropout_prob=0.0, **{**LLAMA, "num_query_groups": 8})
+    spec = LayerSpec(
+        4096,
+        32,
+        16,
+        1,
+        ffn_hidden_size=14336,
+        tp=8,
+        sequence_parallel=True,
+        dropout_prob=0.0,
+        **{**LLAMA, "num_query_groups": 8},
+    )
     sb = 16
     assert table2_bytes(spec) == 139264 * sb // 8 + 4 * sb * 32 // 8
 

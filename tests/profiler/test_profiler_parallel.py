@@ -40,8 +40,9 @@ MODERN = {
     "rope": {"position_embedding": PositionEmbedding.ROPE},
     "flash": {"attention_backend": AttentionBackend.FLASH},
 }
-LLAMA = {k: v for options in MODERN.values() for k, v in options.items()
-         if k != "activation"} | {"activation": Activation.SWIGLU}
+LLAMA = {k: v for options in MODERN.values() for k, v in options.items() if k != "activation"} | {
+    "activation": Activation.SWIGLU
+}
 
 
 def _specs(tp: int) -> list[LayerSpec]:
@@ -51,13 +52,24 @@ def _specs(tp: int) -> list[LayerSpec]:
     sps = (False,) if tp == 1 else (False, True)
 
     def spec(recompute: Recompute, sp: bool, **options: object) -> LayerSpec:
-        return LayerSpec(hidden_size=96, num_attention_heads=12, seq_length=40,
-                         micro_batch_size=3, tp=tp, sequence_parallel=sp, recompute=recompute,
-                         dtype=Dtype.FP32, dropout_prob=0.1, **options)
+        return LayerSpec(
+            hidden_size=96,
+            num_attention_heads=12,
+            seq_length=40,
+            micro_batch_size=3,
+            tp=tp,
+            sequence_parallel=sp,
+            recompute=recompute,
+            dtype=Dtype.FP32,
+            dropout_prob=0.1,
+            **options,
+        )
 
-    return ([spec(recompute, sp) for recompute, sp in itertools.product(Recompute, sps)]
-            + [spec(Recompute.NONE, sps[-1], **options) for options in MODERN.values()]
-            + [spec(recompute, sp, **LLAMA) for recompute, sp in itertools.product(Recompute, sps)])
+    return (
+        [spec(recompute, sp) for recompute, sp in itertools.product(Recompute, sps)]
+        + [spec(Recompute.NONE, sps[-1], **options) for options in MODERN.values()]
+        + [spec(recompute, sp, **LLAMA) for recompute, sp in itertools.product(Recompute, sps)]
+    )
 
 
 @pytest.fixture(scope="module", params=[2, 4], ids=lambda t: f"t={t}")
@@ -78,8 +90,11 @@ def test_sharded_layer_matches_serial(group: tuple[int, list]) -> None:
     t, results = group
     comparisons = [c for _, per_rank in results for c in per_rank]
     assert len(comparisons) == t * len(_specs(t))
-    bad = [(c.rank, c.spec.recompute.value, c.spec.sequence_parallel, c.worst)
-           for c in comparisons if c.worst > RTOL]
+    bad = [
+        (c.rank, c.spec.recompute.value, c.spec.sequence_parallel, c.worst)
+        for c in comparisons
+        if c.worst > RTOL
+    ]
     assert not bad
 
 
@@ -93,8 +108,7 @@ def test_serial_layer_with_recompute_matches_without() -> None:
 def test_comparison_detects_a_wrong_swiglu_shard() -> None:
     """The check is sensitive to SwiGLU's stride-2 sharding: slicing fc1 in plain contiguous
     blocks (rank 0 all gate, rank 1 all up) gives wrong outputs."""
-    spec = LayerSpec(96, 12, 40, 3, tp=2, dtype=Dtype.FP32, dropout_prob=0.0,
-                     activation=Activation.SWIGLU)
+    spec = LayerSpec(96, 12, 40, 3, tp=2, dtype=Dtype.FP32, dropout_prob=0.0, activation=Activation.SWIGLU)
     weights = serial_weights(spec.serial(), 0)
     stride2 = shard(weights, spec, 0)
     plain = weights["fc1_weight"].chunk(2, dim=0)[0]

@@ -38,8 +38,6 @@ def _gpipe(p: int, m: int, v: int) -> Shape:
 
 stages = st.integers(1, 8)
 one_f_one_b_shapes = st.builds(_one_f_one_b, stages, st.integers(1, 16))
-interleaved_shapes = st.builds(
-    _interleaved, st.integers(1, 5), st.integers(1, 4), st.integers(2, 4)
-)
+interleaved_shapes = st.builds(_interleaved, st.integers(1, 5), st.integers(1, 4), st.integers(2, 4))
 gpipe_shapes = st.builds(_gpipe, stages, st.integers(1, 10), st.integers(1, 3))
 any_shape = st.one_of(one_f_one_b_shapes, interleaved_shapes, gpipe_shapes)

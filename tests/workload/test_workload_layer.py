@@ -82,10 +82,10 @@ def test_recompute_reruns_attention_core_or_whole_layer():
 
 def test_sequence_parallel_swaps_all_reduce_for_gather_and_scatter():
     """Without SP: 2 all-reduces forward; with SP: 2 all-gathers + 2 reduce-scatters (Fig. 5)."""
+
     def kinds(c):
-        return sorted(
-            op.collective.value for op in layer_ops(c).forward if op.kind is OpKind.COLLECTIVE
-        )
+        return sorted(op.collective.value for op in layer_ops(c).forward if op.kind is OpKind.COLLECTIVE)
+
     cfg = LayerConfig(128, 4, 64, 1, 512, tp=4)
     assert kinds(cfg) == [CollectiveKind.ALL_REDUCE.value] * 2
     assert kinds(replace(cfg, sequence_parallel=True)) == ["all_gather"] * 2 + ["reduce_scatter"] * 2

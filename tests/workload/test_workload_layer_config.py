@@ -26,8 +26,16 @@ def test_derived_facts_of_the_22b_layer():
 )
 def test_each_broken_rule_is_named_once_and_rejected(sizes, field):
     """A broken divisibility rule is reported for that field alone, and LayerConfig refuses it."""
-    shape = {"hidden_size": 128, "num_attention_heads": 8, "seq_length": 32, "micro_batch_size": 1,
-             "ffn_hidden_size": 512, "tp": 1, "sequence_parallel": False, **sizes}
+    shape = {
+        "hidden_size": 128,
+        "num_attention_heads": 8,
+        "seq_length": 32,
+        "micro_batch_size": 1,
+        "ffn_hidden_size": 512,
+        "tp": 1,
+        "sequence_parallel": False,
+        **sizes,
+    }
     rule_args = {k: v for k, v in shape.items() if k != "micro_batch_size"}
     assert [bad.field for bad in indivisible_sizes(**rule_args)] == [field]
     with pytest.raises(ValueError, match=f"LayerConfig.{field}="):

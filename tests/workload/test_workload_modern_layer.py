@@ -28,11 +28,20 @@ FLASH = AttentionBackend.FLASH
 def _llama3_8b(**overrides) -> LayerConfig:
     """Llama 3 8B (h 4096, a 32, g 8, f 14336, s 8192) on t = 8 with SP, Llama recipe: no dropout."""
     fields = dict(
-        hidden_size=4096, num_attention_heads=32, seq_length=8192, micro_batch_size=1,
-        ffn_hidden_size=14336, tp=8, sequence_parallel=True, num_query_groups=8,
-        activation=Activation.SWIGLU, normalization=Normalization.RMSNORM,
-        position_embedding=PositionEmbedding.ROPE, attention_backend=FLASH,
-        hidden_dropout=0.0, attention_dropout=0.0,
+        hidden_size=4096,
+        num_attention_heads=32,
+        seq_length=8192,
+        micro_batch_size=1,
+        ffn_hidden_size=14336,
+        tp=8,
+        sequence_parallel=True,
+        num_query_groups=8,
+        activation=Activation.SWIGLU,
+        normalization=Normalization.RMSNORM,
+        position_embedding=PositionEmbedding.ROPE,
+        attention_backend=FLASH,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
     )
     return LayerConfig(**{**fields, **overrides})
 
@@ -111,9 +120,10 @@ def test_flash_removes_every_s_squared_term():
         large = layer_ops(_llama3_8b(seq_length=4096, recompute=recompute)).saved_bytes
         assert large == 2 * small
     unfused = dict(attention_backend=AttentionBackend.UNFUSED)
-    assert layer_ops(_llama3_8b(seq_length=4096, **unfused)).saved_bytes > 2 * layer_ops(
-        _llama3_8b(seq_length=2048, **unfused)
-    ).saved_bytes
+    assert (
+        layer_ops(_llama3_8b(seq_length=4096, **unfused)).saved_bytes
+        > 2 * layer_ops(_llama3_8b(seq_length=2048, **unfused)).saved_bytes
+    )
     names = set(_ops(_llama3_8b()))
     assert not names & {"attn.qk", "attn.softmax", "attn.dropout", "attn.av", "attn.context_copy"}
 
@@ -201,9 +211,18 @@ def modern_configs(draw):
 def test_closed_forms_equal_the_op_graph_for_any_shape(cfg):
     """memory.layer_activation_bytes (docs/memory.md's formulas) == Σ saved bytes of the op graph."""
     expected = layer_activation_bytes(
-        cfg.seq_length, cfg.micro_batch_size, cfg.hidden_size, cfg.num_attention_heads, cfg.tp,
-        cfg.sequence_parallel, cfg.recompute, ffn=cfg.ffn_hidden_size, query_groups=cfg.query_groups,
-        activation=cfg.activation, flash=cfg.flash, hidden_dropout=cfg.hidden_dropout > 0,
+        cfg.seq_length,
+        cfg.micro_batch_size,
+        cfg.hidden_size,
+        cfg.num_attention_heads,
+        cfg.tp,
+        cfg.sequence_parallel,
+        cfg.recompute,
+        ffn=cfg.ffn_hidden_size,
+        query_groups=cfg.query_groups,
+        activation=cfg.activation,
+        flash=cfg.flash,
+        hidden_dropout=cfg.hidden_dropout > 0,
         attention_dropout=cfg.attention_dropout > 0,
         rope=cfg.position_embedding is PositionEmbedding.ROPE, kv_channels=cfg.kv_channels or 0,
     )

@@ -25,7 +25,12 @@ def test_llama3_8b_layer_parameters_by_hand():
     Megatron's default biases (q + 2k + 2f + 2h) and two RMSNorm weights (2h)."""
     cfg = layer_config(_scenario())
     params = layer_params_per_rank(
-        4096, 14336, 1, query_width=cfg.query_width, kv_width=cfg.kv_width, gated=True,
+        4096,
+        14336,
+        1,
+        query_width=cfg.query_width,
+        kv_width=cfg.kv_width,
+        gated=True,
         normalization=cfg.normalization,
     )
     assert params == 218_103_808 + (6144 + 2 * 14336 + 2 * 4096) + 2 * 4096

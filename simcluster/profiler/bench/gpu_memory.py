@@ -67,30 +67,46 @@ class StackMemory:
         return self.retained_bytes / self.predicted_bytes
 
 
-def measure_stack(spec: LayerSpec, num_layers: int, device: str = "cuda",
-                  seed: int = 0) -> StackMemory:
+def measure_stack(spec: LayerSpec, num_layers: int, device: str = "cuda", seed: int = 0) -> StackMemory:
     """Forward `num_layers` stand-in layers of `spec` on `device` and measure what stays."""
     dev = torch.device(device)
     comm = ShardStandInComm(spec.tp)
-    stack = nn.Sequential(*[local_layer(spec, comm, seed + i, device)
-                            for i in range(num_layers)])
+    stack = nn.Sequential(*[local_layer(spec, comm, seed + i, device) for i in range(num_layers)])
     gen = torch.Generator(device=dev)
     gen.manual_seed(seed)
-    x = torch.randn(spec.local_seq_length, spec.micro_batch_size, spec.hidden_size,
-                    generator=gen, device=dev, dtype=spec.torch_dtype).requires_grad_()
+    x = torch.randn(
+        spec.local_seq_length,
+        spec.micro_batch_size,
+        spec.hidden_size,
+        generator=gen,
+        device=dev,
+        dtype=spec.torch_dtype,
+    ).requires_grad_()
     if dev.type == "cuda":
         retained, peak, method = _cuda_bytes(stack, x)
     else:
         retained, peak, method = _hook_bytes(stack, x)
     return StackMemory(
-        date=datetime.date.today().isoformat(), device=dev.type,
-        device_name=_device_name(dev), torch_version=torch.__version__,
-        cuda_version=str(torch.version.cuda), method=method, table2_row=table2_row(spec),
-        hidden_size=spec.hidden_size, num_attention_heads=spec.num_attention_heads,
-        seq_length=spec.seq_length, micro_batch_size=spec.micro_batch_size, tp=spec.tp,
-        sequence_parallel=spec.sequence_parallel, recompute=spec.recompute.value,
-        dtype=spec.dtype.value, num_layers=num_layers, retained_bytes=retained,
-        predicted_bytes=num_layers * expected_saved_bytes(spec, dev.type), peak_bytes=peak)
+        date=datetime.date.today().isoformat(),
+        device=dev.type,
+        device_name=_device_name(dev),
+        torch_version=torch.__version__,
+        cuda_version=str(torch.version.cuda),
+        method=method,
+        table2_row=table2_row(spec),
+        hidden_size=spec.hidden_size,
+        num_attention_heads=spec.num_attention_heads,
+        seq_length=spec.seq_length,
+        micro_batch_size=spec.micro_batch_size,
+        tp=spec.tp,
+        sequence_parallel=spec.sequence_parallel,
+        recompute=spec.recompute.value,
+        dtype=spec.dtype.value,
+        num_layers=num_layers,
+        retained_bytes=retained,
+        predicted_bytes=num_layers * expected_saved_bytes(spec, dev.type),
+        peak_bytes=peak,
+    )
 
 
 def _cuda_bytes(stack: nn.Module, x: Tensor) -> tuple[int, int, str]:
@@ -153,8 +169,12 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--num-layers", type=int, default=4)
     p.add_argument("--dtype", choices=[d.value for d in Dtype], default=Dtype.BF16.value)
     p.add_argument("--dropout-prob", type=float, default=0.1)
-    p.add_argument("--recompute", choices=[r.value for r in Recompute], action="append",
-                   help="repeatable; default: every Table 2 row, with and without SP")
+    p.add_argument(
+        "--recompute",
+        choices=[r.value for r in Recompute],
+        action="append",
+        help="repeatable; default: every Table 2 row, with and without SP",
+    )
     p.add_argument("--sequence-parallel", choices=["on", "off"], action="append")
     p.add_argument("--device", default="cuda")
     p.add_argument("--out-dir", type=Path, default=Path("out/gpu_memory"))
@@ -165,18 +185,26 @@ def main(argv: Sequence[str] | None = None) -> list[StackMemory]:
     """Measure each requested (recompute, SP) row, write the files, print one line each."""
     args = _parse(argv)
     recomputes = [Recompute(r) for r in args.recompute] if args.recompute else list(Recompute)
-    sps = [s == "on" for s in args.sequence_parallel] if args.sequence_parallel \
-        else [False, True]
+    sps = [s == "on" for s in args.sequence_parallel] if args.sequence_parallel else [False, True]
     rows = []
     for recompute in recomputes:
         for sp in sps:
-            spec = LayerSpec(args.hidden_size, args.num_attention_heads, args.seq_length,
-                             args.micro_batch_size, tp=args.tp, sequence_parallel=sp,
-                             recompute=recompute, dtype=Dtype(args.dtype),
-                             dropout_prob=args.dropout_prob)
+            spec = LayerSpec(
+                args.hidden_size,
+                args.num_attention_heads,
+                args.seq_length,
+                args.micro_batch_size,
+                tp=args.tp,
+                sequence_parallel=sp,
+                recompute=recompute,
+                dtype=Dtype(args.dtype),
+                dropout_prob=args.dropout_prob,
+            )
             row = measure_stack(spec, args.num_layers, args.device)
-            print(f"{row.table2_row}: retained {row.retained_bytes} B, predicted "
-                  f"{row.predicted_bytes} B (x{row.ratio:.4f}), peak {row.peak_bytes} B")
+            print(
+                f"{row.table2_row}: retained {row.retained_bytes} B, predicted "
+                f"{row.predicted_bytes} B (x{row.ratio:.4f}), peak {row.peak_bytes} B"
+            )
             rows.append(row)
             if args.device.startswith("cuda"):
                 torch.cuda.empty_cache()

@@ -67,6 +67,9 @@ def measure_case(case: Case, dev: torch.device, mode: LayerMode, repeats: int) -
         "tp": spec.tp,
         "sequence_parallel": spec.sequence_parallel,
         "seq_length": spec.seq_length,
+        "micro_batch_size": spec.micro_batch_size,
+        "recompute": case[5],
+        "layer": dict(case[1]),  # LayerConfig fields beyond the shape (calibration.host_fit)
         "layer_mode": mode.value,
     }
     row["eager_s"], row["host_issue_s"] = _times(eager, dev, repeats)

@@ -27,8 +27,9 @@ with the layer's torch.compile'd regions (`layer.regions`), as Megatron-core / T
 kernels; `--sustained` settles the GPU's clock under a GEMM loop first and keeps it warm
 between kernels (`sustained`), and every kernel carries the SM clock and power NVML reported
 after it (null where unavailable); `--modern` times the modern kinds (`modern_kernels`:
-RMSNorm, RoPE, SwiGLU, GQA flash, FP8 and bf16 GEMMs, AdamW). `--limit N` times only the
-first N planned kernels (a smoke test of the plumbing).
+RMSNorm, RoPE, SwiGLU, GQA flash, FP8 and bf16 GEMMs, AdamW), and, in a fused run, RMSNorm,
+RoPE and SwiGLU eager as well (records say their layer_mode), so one GPU run measures both.
+`--limit N` times only the first N planned kernels (a smoke test of the plumbing).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import itertools
 import statistics
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,7 @@ from simcluster.calibration.shapes import (
     DROPOUT_PROB,
     TP_DEGREES,
     LayerShape,
+    attention_bmm_shapes,
     attention_grid,
     calibration_shapes,
     grid_name,
@@ -84,8 +86,9 @@ LAUNCHES_PER_CALL = 32
 OVERHEAD_SHAPE = LayerShape(64, 8, 8, 1)  # h, a, s, b: kernels of a few µs at most
 
 
-def plan_benchmarks(shapes: Sequence[LayerShape]) -> list[Benchmark]:
-    """Distinct kernels of the op graphs of `shapes` × t × SP, in first-seen order."""
+def plan_benchmarks(shapes: Sequence[LayerShape], bmm_only: Sequence[LayerShape] = ()) -> list[Benchmark]:
+    """Distinct kernels of the op graphs of `shapes` × t × SP, then the attention core's
+    batched GEMMs alone of `bmm_only` (`shapes.attention_bmm_shapes`), in first-seen order."""
     seen: dict[tuple[str, tuple[int, ...]], Benchmark] = {}
     for shape in shapes:
         for tp in TP_DEGREES:
@@ -102,6 +105,10 @@ def plan_benchmarks(shapes: Sequence[LayerShape]) -> list[Benchmark]:
                     if too_big and _touches_scores(bench):
                         continue
                     seen[bench.key] = bench
+    for shape in bmm_only:
+        for bench in plan_benchmarks([shape]):
+            if bench.name.startswith("bmm") and bench.key not in seen:
+                seen[bench.key] = bench
     return list(seen.values())
 
 
@@ -159,11 +166,13 @@ def _run_calibration(
 ) -> Measurements:
     timer = Timer(dev, TimingPolicy.for_device(dev.type, quick))
     shapes = calibration_shapes(dev.type, quick)
-    plan = plan_benchmarks(shapes)[: run.limit]
+    bmm_only = attention_bmm_shapes(dev.type, quick)
+    plan = plan_benchmarks(shapes, bmm_only)[: run.limit]
     attention = attention_grid(dev.type, quick, attention_head_dim)
     modern_plan = plan_modern(quick) if run.modern else []
+    eager_modern = sum(b.kind == "memory_bound" for b in modern_plan) if run.mode is LayerMode.FUSED else 0
     if progress is not None:
-        progress.start(len(plan) + 5 + attention_steps(attention) + len(modern_plan))
+        progress.start(len(plan) + 5 + attention_steps(attention) + len(modern_plan) + eager_modern)
     run.sensors = GpuSensors(dev)
     warmup = run.load.settle() if run.load is not None else None
     ctx = BuildContext(dev, DTYPE, device_generator(dev, seed), DROPOUT_PROB, run.mode)
@@ -197,13 +206,26 @@ def _run_calibration(
     modern, skipped = time_modern(
         timer, ctx, modern_plan, run.read, run.before_kernel, lambda label: _step(progress, label)
     )
+    if run.mode is LayerMode.FUSED and modern_plan:  # the eager RMSNorm / RoPE / SwiGLU too
+        eager = [b for b in modern_plan if b.kind == "memory_bound"]
+        more, more_skipped = time_modern(
+            timer, replace(ctx, mode=LayerMode.EAGER), eager, run.read, run.before_kernel,
+            lambda label: _step(progress, f"{label} eager"),
+        )  # fmt: skip
+        modern, skipped = modern + more, skipped + more_skipped
     return Measurements(
         device=describe_device(dev),
         command=command,
         grid=grid_name(dev.type, quick),
         dtype="bf16",
         dropout_prob=DROPOUT_PROB,
-        shapes=[{**asdict(s), "tokens": s.tokens, "tp": list(TP_DEGREES)} for s in shapes],
+        shapes=[
+            *({**asdict(s), "tokens": s.tokens, "tp": list(TP_DEGREES)} for s in shapes),
+            *(
+                {**asdict(s), "tokens": s.tokens, "tp": list(TP_DEGREES), "kernels": "attention bmm"}
+                for s in bmm_only
+            ),
+        ],
         policy=asdict(timer.policy),
         launch_s=launch_s,
         copy_bytes=copy_bytes,

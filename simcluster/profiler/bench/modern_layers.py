@@ -24,6 +24,16 @@ from typing import Any
 
 import torch
 
+from simcluster.calibration.named_layers import (  # one source for both sides
+    GPT3_175B_FLASH,
+    GPT3_175B_PAPER,
+    LLAMA3_8B,
+    LLAMA3_70B,
+    TINY,
+    dropout_of,
+)
+
+__all__ = ["GPT3_175B_FLASH", "GPT3_175B_PAPER", "LLAMA3_8B", "LLAMA3_70B", "TINY"]  # host_graph's cases
 from simcluster.calibration.records import LayerRun, LayerTiming, write_text_atomically
 from simcluster.config.choices import LayerMode, Recompute
 from simcluster.profiler.bench.command_line import entry_point_parser, parse_entry_point_args
@@ -33,30 +43,6 @@ from simcluster.profiler.bench.progress import Progress, StderrProgress
 from simcluster.profiler.bench.sustained import GpuSensors, SustainedLoad, add_run_options
 from simcluster.profiler.bench.timing import Timer, TimingPolicy, cpu_threads
 from simcluster.profiler.layer.spec import LayerSpec
-
-FLASH_LLAMA: dict[str, Any] = {
-    "activation": "swiglu",
-    "normalization": "rmsnorm",
-    "position_embedding": "rope",
-    "attention_backend": "flash",
-}
-LLAMA3_8B = {
-    "hidden_size": 4096,
-    "num_attention_heads": 32,
-    "num_query_groups": 8,
-    "ffn_hidden_size": 14336,
-    **FLASH_LLAMA,
-}
-LLAMA3_70B = {**LLAMA3_8B, "hidden_size": 8192, "num_attention_heads": 64, "ffn_hidden_size": 28672}
-GPT3_175B_FLASH = {"hidden_size": 12288, "num_attention_heads": 96, "attention_backend": "flash"}
-GPT3_175B_PAPER = {"hidden_size": 12288, "num_attention_heads": 96}
-TINY = {
-    "hidden_size": 64,
-    "num_attention_heads": 4,
-    "num_query_groups": 2,
-    "ffn_hidden_size": 96,
-    **FLASH_LLAMA,
-}
 
 # (name, model, seq_length, micro_batch_size, tp, recompute); SP whenever tp > 1
 Case = tuple[str, dict[str, Any], int, int, int, str]
@@ -75,7 +61,7 @@ def cases(quick: bool) -> list[Case]:
 
 def spec_of(case: Case) -> LayerSpec:
     _, model, s, b, tp, recompute = case
-    dropout = 0.0 if model.get("attention_backend") == "flash" else 0.1
+    dropout = dropout_of(model)
     return LayerSpec(
         seq_length=s,
         micro_batch_size=b,

@@ -76,8 +76,7 @@ class SavedTensorCounter:
 
     def __init__(self, exclude: nn.Module | list[Tensor]) -> None:
         # A module's constant buffers (RoPE's cos/sin tables) are model state, not activations.
-        params = ([*exclude.parameters(), *exclude.buffers()] if isinstance(exclude, nn.Module)
-                  else exclude)
+        params = [*exclude.parameters(), *exclude.buffers()] if isinstance(exclude, nn.Module) else exclude
         self._excluded = {_storage_key(p) for p in params}
         self._seen: dict[tuple[str, int], tuple[str, int]] = {}
         self._alive: list[torch.UntypedStorage] = []  # no address reuse while counting
@@ -127,12 +126,14 @@ def _category(tensor: Tensor) -> str:
     return "activation"
 
 
-def measure_saved_bytes(spec: LayerSpec, device: str = "cpu", seed: int = 0,
-                        mode: LayerMode = LayerMode.EAGER) -> SavedBytes:
+def measure_saved_bytes(
+    spec: LayerSpec, device: str = "cpu", seed: int = 0, mode: LayerMode = LayerMode.EAGER
+) -> SavedBytes:
     """Bytes one layer forward keeps for backward on rank 0 of `spec.tp` (stand-in comm),
     its memory-bound regions run eager or fused (`mode`)."""
-    layer = local_layer(spec, ShardStandInComm(spec.tp), seed, device,
-                        cp_comm=ShardStandInComm(spec.cp), mode=mode)
+    layer = local_layer(
+        spec, ShardStandInComm(spec.tp), seed, device, cp_comm=ShardStandInComm(spec.cp), mode=mode
+    )
     x = layer_input(spec, seed, rank=0, device=device).requires_grad_()
     with SavedTensorCounter(layer) as counter:
         out = layer(x)
@@ -239,8 +240,7 @@ def section4_terms(spec: LayerSpec) -> dict[str, int]:
     if flash and not selective:
         terms["attention_lse"] = 4 * full * spec.heads_per_rank
     if not flash and not selective:
-        scores = _exact(Fraction(spec.micro_batch_size * spec.num_attention_heads
-                                 * spec.seq_length**2, t))
+        scores = _exact(Fraction(spec.micro_batch_size * spec.num_attention_heads * spec.seq_length**2, t))
         dropped = spec.attention_dropout > 0  # else ×V keeps the softmax output itself
         terms["attention_scores"] = (2 * e + 1) * scores if dropped else e * scores
     terms["attention_output"] = _exact(Fraction(e * full * q, t))  # O, proj's input

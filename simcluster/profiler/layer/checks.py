@@ -56,14 +56,12 @@ class Comparison:
         return max(self.rel_errors.values())
 
 
-def compare_with_serial(comm: Comm, specs: Sequence[LayerSpec], seed: int = 0
-                        ) -> list[Comparison]:
+def compare_with_serial(comm: Comm, specs: Sequence[LayerSpec], seed: int = 0) -> list[Comparison]:
     """One `Comparison` per spec (each spec's tp must equal comm.world_size)."""
     return [_compare(comm, spec, seed) for spec in specs]
 
 
-def compare_with_serial_cp(world: Comm, specs: Sequence[LayerSpec], seed: int = 0
-                           ) -> list[Comparison]:
+def compare_with_serial_cp(world: Comm, specs: Sequence[LayerSpec], seed: int = 0) -> list[Comparison]:
     """`compare_with_serial` for specs with context parallelism: each spec's tp·cp must
     divide world.world_size (the rest are data-parallel replicas). Comparison.rank is the
     world rank."""
@@ -75,26 +73,27 @@ def compare_with_serial_cp(world: Comm, specs: Sequence[LayerSpec], seed: int = 
     return results
 
 
-def _compare(comm: Comm, spec: LayerSpec, seed: int, cp_comm: Comm | None = None
-             ) -> Comparison:
+def _compare(comm: Comm, spec: LayerSpec, seed: int, cp_comm: Comm | None = None) -> Comparison:
     cp_comm = cp_comm or ShardStandInComm(1)
     reference = replace(spec.serial(), recompute=Recompute.NONE)
     ref_out, ref_dx, ref_grads = _forward_backward(
-        serial_layer(reference, seed), layer_input(reference, seed),
-        layer_input(reference, seed + 1))
+        serial_layer(reference, seed), layer_input(reference, seed), layer_input(reference, seed + 1)
+    )
     out, dx, grads = _forward_backward(
         sharded_layer(spec, comm, seed, cp_comm=cp_comm),
         layer_input(spec, seed, comm.rank, cp_rank=cp_comm.rank),
-        layer_input(spec, seed + 1, comm.rank, cp_rank=cp_comm.rank))
+        layer_input(spec, seed + 1, comm.rank, cp_rank=cp_comm.rank),
+    )
     if spec.sequence_parallel:  # replicated params saw s/t tokens: sum their grads
-        grads = {n: comm.all_reduce(g.clone()) if n in REPLICATED else g
-                 for n, g in grads.items()}
+        grads = {n: comm.all_reduce(g.clone()) if n in REPLICATED else g for n, g in grads.items()}
     if spec.cp > 1:  # every param saw s/c tokens: sum over the cp group
         grads = {n: cp_comm.all_reduce(g.clone()) for n, g in grads.items()}
     expected = shard(ref_grads, spec, comm.rank)
     rows = {"tp_rank": comm.rank, "cp_rank": cp_comm.rank}
-    errors = {"output": _rel_error(out, _local_rows(ref_out, spec, **rows)),
-              "input_grad": _rel_error(dx, _local_rows(ref_dx, spec, **rows))}
+    errors = {
+        "output": _rel_error(out, _local_rows(ref_out, spec, **rows)),
+        "input_grad": _rel_error(dx, _local_rows(ref_dx, spec, **rows)),
+    }
     errors.update({f"grad/{n}": _rel_error(grads[n], expected[n]) for n in grads})
     return Comparison(spec, comm.rank, errors)
 
@@ -114,10 +113,20 @@ def check_operators(comm: Comm) -> dict[str, float]:
         # name: (op, input, upstream grad, expected output, expected input grad)
         "f": (copy_to_tensor_parallel, every[r], every[r], every[r], total),
         "f_bar": (reduce_from_tensor_parallel, every[r], every[r], total, every[r]),
-        "g": (gather_from_sequence_parallel, every[r], every_long[r], torch.cat(every),
-              total_long.chunk(t)[r]),
-        "g_bar": (reduce_scatter_to_sequence_parallel, every_long[r], every[r],
-                  total_long.chunk(t)[r], torch.cat(every)),
+        "g": (
+            gather_from_sequence_parallel,
+            every[r],
+            every_long[r],
+            torch.cat(every),
+            total_long.chunk(t)[r],
+        ),
+        "g_bar": (
+            reduce_scatter_to_sequence_parallel,
+            every_long[r],
+            every[r],
+            total_long.chunk(t)[r],
+            torch.cat(every),
+        ),
     }
     errors = {}
     for name, (op, x, grad, want_out, want_grad) in cases.items():
@@ -134,14 +143,14 @@ def _rank_tensor(rank: int, rows: int) -> Tensor:
     return torch.arange(rows * 3, dtype=torch.float32).view(rows, 3) + 100.0 * rank
 
 
-def self_check(comm: Comm, specs: Sequence[LayerSpec]
-               ) -> tuple[dict[str, float], list[Comparison]]:
+def self_check(comm: Comm, specs: Sequence[LayerSpec]) -> tuple[dict[str, float], list[Comparison]]:
     """`check_operators` and `compare_with_serial` in one go (one process group)."""
     return check_operators(comm), compare_with_serial(comm, specs)
 
 
-def _forward_backward(layer: ParallelTransformerLayer, x: Tensor, grad_out: Tensor
-                      ) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+def _forward_backward(
+    layer: ParallelTransformerLayer, x: Tensor, grad_out: Tensor
+) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
     x.requires_grad_()
     out = layer(x)
     out.backward(grad_out)

@@ -57,8 +57,7 @@ def local_positions(seq_length: int, cp: int, rank: int) -> Tensor:
         raise ValueError(f"seq_length {seq_length} not divisible by 2·cp = {2 * cp}")
     n = seq_length // (2 * cp)
     first, second = chunk_ids(cp, rank)
-    return torch.cat([torch.arange(first * n, (first + 1) * n),
-                      torch.arange(second * n, (second + 1) * n)])
+    return torch.cat([torch.arange(first * n, (first + 1) * n), torch.arange(second * n, (second + 1) * n)])
 
 
 def local_rows(full: Tensor, cp: int, rank: int) -> Tensor:
@@ -130,17 +129,18 @@ class _RingAttention(torch.autograd.Function):
         for step in range(comm.world_size):
             following = comm.shift(kv, 1) if step < comm.world_size - 1 else None
             rows, cols = _tile(step_kind(step, comm.rank), half)
-            scores = _scores(qf[..., rows, :], _kv_first(kv[0])[..., cols, :], scale,
-                             causal=step == 0)
+            scores = _scores(qf[..., rows, :], _kv_first(kv[0])[..., cols, :], scale, causal=step == 0)
             tile_lse = torch.logsumexp(scores, dim=-1)  # [b, g, n/g, rows]
-            tile_out = torch.matmul(torch.exp(scores - tile_lse.unsqueeze(-1)),
-                                    _kv_first(kv[1])[..., cols, :])
+            tile_out = torch.matmul(
+                torch.exp(scores - tile_lse.unsqueeze(-1)), _kv_first(kv[1])[..., cols, :]
+            )
             if out is None or lse is None:  # step 0 covers every row
                 out, lse = tile_out, tile_lse
             else:  # merge through the softmax statistics (TE's out / lse correction)
                 merged = torch.logaddexp(lse[..., rows], tile_lse)
-                out[..., rows, :] = (out[..., rows, :] * torch.exp(lse[..., rows] - merged).unsqueeze(-1)
-                                     + tile_out * torch.exp(tile_lse - merged).unsqueeze(-1))
+                out[..., rows, :] = out[..., rows, :] * torch.exp(lse[..., rows] - merged).unsqueeze(
+                    -1
+                ) + tile_out * torch.exp(tile_lse - merged).unsqueeze(-1)
                 lse[..., rows] = merged
             if following is not None:
                 kv = following
@@ -170,8 +170,7 @@ class _RingAttention(torch.autograd.Function):
             rows, cols = _tile(step_kind(c - 1 - i, comm.rank), half)
             kf, vf = _kv_first(kv[0])[..., cols, :], _kv_first(kv[1])[..., cols, :]
             q_rows, dout_rows = qf[..., rows, :], dout[..., rows, :]
-            probs = torch.exp(_scores(q_rows, kf, scale, causal=i == c - 1)
-                              - lse[..., rows].unsqueeze(-1))
+            probs = torch.exp(_scores(q_rows, kf, scale, causal=i == c - 1) - lse[..., rows].unsqueeze(-1))
             dprobs = torch.matmul(dout_rows, vf.transpose(-1, -2))
             dscores = probs * (dprobs - delta[..., rows].unsqueeze(-1)) * scale
             dq[..., rows, :] += torch.matmul(dscores, kf)

@@ -70,8 +70,9 @@ class _Dropout(torch.autograd.Function):
 
 def _check_keep(x: Tensor, keep: Tensor) -> None:
     if keep.dtype != torch.bool or keep.shape != x.shape:
-        raise ValueError(f"keep-mask must be bool of shape {tuple(x.shape)}, "
-                         f"got {keep.dtype} {tuple(keep.shape)}")
+        raise ValueError(
+            f"keep-mask must be bool of shape {tuple(x.shape)}, got {keep.dtype} {tuple(keep.shape)}"
+        )
 
 
 def dropout(x: Tensor, keep: Tensor | None, prob: float, impl: RegionMath = EAGER_MATH) -> Tensor:
@@ -87,8 +88,15 @@ class _BiasDropoutAdd(torch.autograd.Function):
     saves only the keep-mask, as the eager composition does (its adds save nothing)."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, bias: Tensor, residual: Tensor, keep: Tensor | None,
-                prob: float, impl: RegionMath) -> Tensor:
+    def forward(
+        ctx: Any,
+        x: Tensor,
+        bias: Tensor,
+        residual: Tensor,
+        keep: Tensor | None,
+        prob: float,
+        impl: RegionMath,
+    ) -> Tensor:
         ctx.scale, ctx.impl, ctx.has_keep = 1.0 / (1.0 - prob), impl, keep is not None
         if keep is None:
             return impl.bias_add_fwd(x, bias, residual)
@@ -104,8 +112,9 @@ class _BiasDropoutAdd(torch.autograd.Function):
         return grad_x, grad_bias, grad, None, None, None
 
 
-def bias_dropout_add(x: Tensor, bias: Tensor, residual: Tensor, keep: Tensor | None, prob: float,
-                     impl: RegionMath = EAGER_MATH) -> Tensor:
+def bias_dropout_add(
+    x: Tensor, bias: Tensor, residual: Tensor, keep: Tensor | None, prob: float, impl: RegionMath = EAGER_MATH
+) -> Tensor:
     """residual + dropout(x + bias, keep): eager, the composition of torch ops the eager
     layer has always run; fused, one region forward and one backward."""
     if impl.mode is LayerMode.EAGER:
@@ -121,8 +130,16 @@ class MaskSource(Protocol):
     `full_shape` is the serial (t = 1) mask; this rank keeps `[start, stop)` of `dim`.
     """
 
-    def keep_mask(self, site: str, full_shape: tuple[int, ...], dim: int, start: int,
-                  stop: int, prob: float, device: torch.device) -> Tensor | None: ...
+    def keep_mask(
+        self,
+        site: str,
+        full_shape: tuple[int, ...],
+        dim: int,
+        start: int,
+        stop: int,
+        prob: float,
+        device: torch.device,
+    ) -> Tensor | None: ...
 
 
 class SlicedMasks:
@@ -136,8 +153,16 @@ class SlicedMasks:
     def __init__(self, seed: int) -> None:
         self.seed = seed
 
-    def keep_mask(self, site: str, full_shape: tuple[int, ...], dim: int, start: int,
-                  stop: int, prob: float, device: torch.device) -> Tensor | None:
+    def keep_mask(
+        self,
+        site: str,
+        full_shape: tuple[int, ...],
+        dim: int,
+        start: int,
+        stop: int,
+        prob: float,
+        device: torch.device,
+    ) -> Tensor | None:
         if prob == 0.0:
             return None
         gen = torch.Generator(device="cpu")
@@ -151,8 +176,16 @@ class LocalMasks:
     """Fast masks of the local shape only, from the device's global RNG (which
     torch.utils.checkpoint saves and restores, so recompute redraws the same mask)."""
 
-    def keep_mask(self, site: str, full_shape: tuple[int, ...], dim: int, start: int,
-                  stop: int, prob: float, device: torch.device) -> Tensor | None:
+    def keep_mask(
+        self,
+        site: str,
+        full_shape: tuple[int, ...],
+        dim: int,
+        start: int,
+        stop: int,
+        prob: float,
+        device: torch.device,
+    ) -> Tensor | None:
         if prob == 0.0:
             return None
         shape = list(full_shape)
@@ -251,8 +284,7 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, impl: RegionMath = EAGER_MAT
     return _Rope.apply(x, cos, sin, impl)
 
 
-def rope_tables(positions: Tensor, head_dim: int, base: float, dtype: torch.dtype
-                ) -> tuple[Tensor, Tensor]:
+def rope_tables(positions: Tensor, head_dim: int, base: float, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     """cos and sin [s, 1, 1, d] for token `positions` [s] (Megatron's RotaryEmbedding:
     inv_freq = base^(−2i/d), the angles repeated for both halves)."""
     inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
@@ -280,8 +312,9 @@ def te_qkv_layout(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tens
     shapes_qkv = q.shape == k.shape == v.shape
     shapes_kv = k.shape[:-1] == v.shape[:-1]
     strides_qkv = q.stride() == k.stride() == v.stride()
-    strides_kv = (tuple(x / k.shape[-1] for x in k.stride()[:-1])
-                  == tuple(x / v.shape[-1] for x in v.stride()[:-1]))
+    strides_kv = tuple(x / k.shape[-1] for x in k.stride()[:-1]) == tuple(
+        x / v.shape[-1] for x in v.stride()[:-1]
+    )
     offsets = [x.storage_offset() for x in (q, k, v)]
     hd = q.shape[-1] * q.shape[-2]
     offsets_3hd = offsets == [0, hd, 2 * hd]

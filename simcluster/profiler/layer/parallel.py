@@ -131,8 +131,9 @@ class ShardStandInComm:
 
     def __init__(self, world_size: int, rank: int = 0) -> None:
         if world_size < 1 or not 0 <= rank < world_size:
-            raise ValueError(f"need world_size >= 1 and 0 <= rank < world_size, got "
-                             f"world_size={world_size}, rank={rank}")
+            raise ValueError(
+                f"need world_size >= 1 and 0 <= rank < world_size, got world_size={world_size}, rank={rank}"
+            )
         self._world_size = world_size
         self._rank = rank
 
@@ -182,14 +183,15 @@ def tp_cp_comms(world: Comm, tp: int, cp: int) -> tuple[Comm, Comm]:
     if (tp, cp) not in _GROUPS:
         tp_comm: Comm = ShardStandInComm(1)
         cp_comm: Comm = ShardStandInComm(1)
-        blocks = [[tp * (c + cp * d) + i for c in range(cp) for i in range(tp)]
-                  for d in range(size // (tp * cp))]
+        blocks = [
+            [tp * (c + cp * d) + i for c in range(cp) for i in range(tp)] for d in range(size // (tp * cp))
+        ]
         for block in blocks:  # the same new_group calls, in the same order, on every rank
-            for members in ([block[c * tp:(c + 1) * tp] for c in range(cp)] if tp > 1 else []):
+            for members in [block[c * tp : (c + 1) * tp] for c in range(cp)] if tp > 1 else []:
                 group = dist.new_group(members)
                 if world.rank in members:
                     tp_comm = DistributedComm(group)
-            for members in ([block[i::tp] for i in range(tp)] if cp > 1 else []):
+            for members in [block[i::tp] for i in range(tp)] if cp > 1 else []:
                 group = dist.new_group(members)
                 if world.rank in members:
                     cp_comm = DistributedComm(group)
@@ -280,8 +282,7 @@ class _Linear(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Tensor | None,
-                comm: Comm | None) -> Tensor:
+    def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Tensor | None, comm: Comm | None) -> Tensor:
         ctx.comm = comm
         ctx.has_bias = bias is not None
         ctx.save_for_backward(x, weight)
@@ -309,8 +310,9 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return _Linear.apply(x, weight, bias, None)
 
 
-def column_parallel_linear(x: Tensor, weight: Tensor, bias: Tensor | None, comm: Comm,
-                           sequence_parallel: bool) -> Tensor:
+def column_parallel_linear(
+    x: Tensor, weight: Tensor, bias: Tensor | None, comm: Comm, sequence_parallel: bool
+) -> Tensor:
     """Column-parallel linear: weight holds this rank's output rows (W split by columns of Wᵀ).
 
     Without SP: f then the GEMM; the full input (2sbh bytes) is saved on every rank. With SP:
@@ -321,8 +323,7 @@ def column_parallel_linear(x: Tensor, weight: Tensor, bias: Tensor | None, comm:
     return linear(copy_to_tensor_parallel(x, comm), weight, bias)
 
 
-def row_parallel_linear(x: Tensor, weight: Tensor, comm: Comm,
-                        sequence_parallel: bool) -> Tensor:
+def row_parallel_linear(x: Tensor, weight: Tensor, comm: Comm, sequence_parallel: bool) -> Tensor:
     """Row-parallel linear without bias: GEMM on the local slice of the input features, then
     f̄ (all-reduce) or, with SP, ḡ (reduce-scatter to [s/t, b, h]). The caller adds the bias
     once, after the reduction (Megatron's bias-dropout-add)."""

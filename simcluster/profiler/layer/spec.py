@@ -70,16 +70,19 @@ class LayerSpec(LayerConfig):
             raise ValueError(f"LayerSpec.cp must be >= 1, got {self.cp}")
         # over the whole sequence; LayerConfig has checked SP's split of this rank's s/cp
         broken = context_parallel_problems(
-            self.cp, self.full_seq_length, self.tp, False, self.attention_backend)
+            self.cp, self.full_seq_length, self.tp, False, self.attention_backend
+        )
         if ContextParallelRule.FLASH_BACKEND in broken:
             raise ValueError(
                 f"LayerSpec.cp={self.cp} needs attention_backend=flash, got "
                 f"{self.attention_backend.value}: context parallelism runs the attention core as "
-                "TE's flash-attention K/V ring (AttnFuncWithCPAndKVP2P)")
+                "TE's flash-attention K/V ring (AttnFuncWithCPAndKVP2P)"
+            )
         if ContextParallelRule.SEQUENCE_CHUNKS in broken:
             raise ValueError(
                 f"LayerSpec.seq_length={self.seq_length} (tokens per cp rank, s/cp) must be even "
-                f"with cp={self.cp}: the sequence is split into 2·cp chunks, two per rank")
+                f"with cp={self.cp}: the sequence is split into 2·cp chunks, two per rank"
+            )
 
     @property
     def full_seq_length(self) -> int:

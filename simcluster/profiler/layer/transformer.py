@@ -112,9 +112,15 @@ class ParallelTransformerLayer(nn.Module):
     rope_cos: Tensor  # [s/c, 1, 1, d], RoPE only: constant buffers, not activations
     rope_sin: Tensor
 
-    def __init__(self, spec: LayerSpec, weights: dict[str, Tensor], comm: Comm,
-                 masks: MaskSource, cp_comm: Comm | None = None,
-                 mode: LayerMode = LayerMode.EAGER) -> None:
+    def __init__(
+        self,
+        spec: LayerSpec,
+        weights: dict[str, Tensor],
+        comm: Comm,
+        masks: MaskSource,
+        cp_comm: Comm | None = None,
+        mode: LayerMode = LayerMode.EAGER,
+    ) -> None:
         super().__init__()
         if comm.world_size != spec.tp:
             raise ValueError(f"comm has world_size {comm.world_size}, spec.tp is {spec.tp}")
@@ -124,8 +130,7 @@ class ParallelTransformerLayer(nn.Module):
         shapes = param_shapes(spec)
         for name in param_names(spec):
             if tuple(weights[name].shape) != shapes[name]:
-                raise ValueError(f"{name}: expected shape {shapes[name]}, "
-                                 f"got {tuple(weights[name].shape)}")
+                raise ValueError(f"{name}: expected shape {shapes[name]}, got {tuple(weights[name].shape)}")
             self.register_parameter(name, nn.Parameter(weights[name]))
         if spec.position_embedding is PositionEmbedding.ROPE:
             # Megatron computes the rotary tables once per model forward and hands them to
@@ -152,8 +157,9 @@ class ParallelTransformerLayer(nn.Module):
 
     def _layer(self, x: Tensor) -> Tensor:
         residual = x
-        x = self._bias_dropout_add(self._attention(self._norm(x, "ln1")),
-                                   self.proj_bias, residual, "attention_output")
+        x = self._bias_dropout_add(
+            self._attention(self._norm(x, "ln1")), self.proj_bias, residual, "attention_output"
+        )
         residual = x
         if self.spec.recomputes(RecomputeModule.MLP):
             # Megatron-core `--recompute-modules mlp`: the MLP (TE's fc1 LayerNormLinear with
@@ -170,14 +176,16 @@ class ParallelTransformerLayer(nn.Module):
         weight = getattr(self, f"{name}_weight")
         if self.spec.normalization is Normalization.RMSNORM:
             return rms_norm(x, weight, self.spec.layernorm_epsilon, self.regions)
-        return F.layer_norm(x, (self.spec.hidden_size,), weight, getattr(self, f"{name}_bias"),
-                            self.spec.layernorm_epsilon)
+        return F.layer_norm(
+            x, (self.spec.hidden_size,), weight, getattr(self, f"{name}_bias"), self.spec.layernorm_epsilon
+        )
 
     def _attention(self, x: Tensor) -> Tensor:
         """Self-attention up to the row-parallel projection (bias added by the caller)."""
         spec = self.spec
-        qkv = column_parallel_linear(x, self.qkv_weight, self.qkv_bias, self.comm,
-                                     spec.sequence_parallel)  # [s, b, (q + 2k)/t]
+        qkv = column_parallel_linear(
+            x, self.qkv_weight, self.qkv_bias, self.comm, spec.sequence_parallel
+        )  # [s, b, (q + 2k)/t]
         s, b = qkv.shape[:2]
         d, groups, per_group = spec.head_dim, spec.kv_heads_per_rank, spec.heads_per_group
         # Megatron-core's split: each query group holds [its a/g query heads, k, v].
@@ -216,8 +224,12 @@ class ParallelTransformerLayer(nn.Module):
             return context.reshape(*context.shape[:2], -1)
         s, b, heads, d = q.shape
         out = F.scaled_dot_product_attention(
-            q.permute(1, 2, 0, 3), k.permute(1, 2, 0, 3), v.permute(1, 2, 0, 3),
-            is_causal=True, enable_gqa=k.shape[2] != heads)  # (b, a/t, s, d)
+            q.permute(1, 2, 0, 3),
+            k.permute(1, 2, 0, 3),
+            v.permute(1, 2, 0, 3),
+            is_causal=True,
+            enable_gqa=k.shape[2] != heads,
+        )  # (b, a/t, s, d)
         return out.permute(2, 0, 1, 3).reshape(s, b, heads * d)
 
     def _attention_core(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
@@ -241,8 +253,15 @@ class ParallelTransformerLayer(nn.Module):
         probs = scale_mask_softmax(scores, 1.0 / math.sqrt(d), self.regions)
         first_head = self.comm.rank * heads
         p = self.spec.attention_dropout
-        keep = self.masks.keep_mask("attention", (b, self.spec.num_attention_heads, s, s), 1,
-                                    first_head, first_head + heads, p, probs.device)
+        keep = self.masks.keep_mask(
+            "attention",
+            (b, self.spec.num_attention_heads, s, s),
+            1,
+            first_head,
+            first_head + heads,
+            p,
+            probs.device,
+        )
         probs = dropout(probs, keep, p, self.regions)
         context = torch.bmm(probs.view(b * heads, s, s), v)  # [b·a/t, s, d]
         return context.view(b, heads, s, d).permute(2, 0, 1, 3).reshape(s, b, heads * d)
@@ -266,8 +285,7 @@ class ParallelTransformerLayer(nn.Module):
         full = (spec.full_seq_length, spec.micro_batch_size, spec.hidden_size)
         rows = _region_positions(spec, self.comm.rank, self.cp_comm.rank)
         runs = contiguous_runs(rows)  # one run without CP; up to two with it
-        masks = [self.masks.keep_mask(site, full, 0, start, stop, p, x.device)
-                 for start, stop in runs]
+        masks = [self.masks.keep_mask(site, full, 0, start, stop, p, x.device) for start, stop in runs]
         keep = masks[0] if len(masks) == 1 or masks[0] is None else torch.cat(masks)  # type: ignore[arg-type]
         return bias_dropout_add(x, bias, residual, keep, p, self.regions)
 
@@ -280,9 +298,15 @@ def _region_positions(spec: LayerSpec, tp_rank: int, cp_rank: int) -> Tensor:
     return positions.narrow(0, start, spec.local_seq_length)
 
 
-def sharded_layer(spec: LayerSpec, comm: Comm, seed: int = 0, device: str = "cpu",
-                  masks: MaskSource | None = None, cp_comm: Comm | None = None,
-                  mode: LayerMode = LayerMode.EAGER) -> ParallelTransformerLayer:
+def sharded_layer(
+    spec: LayerSpec,
+    comm: Comm,
+    seed: int = 0,
+    device: str = "cpu",
+    masks: MaskSource | None = None,
+    cp_comm: Comm | None = None,
+    mode: LayerMode = LayerMode.EAGER,
+) -> ParallelTransformerLayer:
     """Rank `comm.rank`'s layer with weights sliced from `serial_weights(spec, seed)`
     (the same on every cp rank of `cp_comm`, default: no CP).
 
@@ -293,29 +317,37 @@ def sharded_layer(spec: LayerSpec, comm: Comm, seed: int = 0, device: str = "cpu
     return ParallelTransformerLayer(spec, weights, comm, masks or SlicedMasks(seed), cp_comm, mode)
 
 
-def serial_layer(spec: LayerSpec, seed: int = 0, device: str = "cpu",
-                 masks: MaskSource | None = None, mode: LayerMode = LayerMode.EAGER
-                 ) -> ParallelTransformerLayer:
+def serial_layer(
+    spec: LayerSpec,
+    seed: int = 0,
+    device: str = "cpu",
+    masks: MaskSource | None = None,
+    mode: LayerMode = LayerMode.EAGER,
+) -> ParallelTransformerLayer:
     """The t = 1 layer that `sharded_layer(spec, ...)` is a slice of."""
     return sharded_layer(spec.serial(), ShardStandInComm(1), seed, device, masks, mode=mode)
 
 
-def local_layer(spec: LayerSpec, comm: Comm, seed: int = 0, device: str = "cpu",
-                masks: MaskSource | None = None, cp_comm: Comm | None = None,
-                mode: LayerMode = LayerMode.EAGER) -> ParallelTransformerLayer:
+def local_layer(
+    spec: LayerSpec,
+    comm: Comm,
+    seed: int = 0,
+    device: str = "cpu",
+    masks: MaskSource | None = None,
+    cp_comm: Comm | None = None,
+    mode: LayerMode = LayerMode.EAGER,
+) -> ParallelTransformerLayer:
     """A layer of rank shapes with weights drawn on `device` (timing and memory runs)."""
     weights = local_weights(spec, seed, torch.device(device))
     return ParallelTransformerLayer(spec, weights, comm, masks or LocalMasks(), cp_comm, mode)
 
 
-def layer_input(spec: LayerSpec, seed: int, rank: int = 0, device: str = "cpu",
-                cp_rank: int = 0) -> Tensor:
+def layer_input(spec: LayerSpec, seed: int, rank: int = 0, device: str = "cpu", cp_rank: int = 0) -> Tensor:
     """Rank `rank`'s slice of a seeded serial input [s, b, h] (all of it without SP), of
     cp rank `cp_rank`'s chunks with CP."""
     gen = torch.Generator(device="cpu")
     gen.manual_seed(seed)
-    full = torch.randn(spec.full_seq_length, spec.micro_batch_size, spec.hidden_size,
-                       generator=gen)
+    full = torch.randn(spec.full_seq_length, spec.micro_batch_size, spec.hidden_size, generator=gen)
     full = local_rows(full, spec.cp, cp_rank)
     start = rank * spec.local_seq_length if spec.sequence_parallel else 0
     local = full.narrow(0, start, spec.local_seq_length).clone()

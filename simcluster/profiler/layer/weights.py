@@ -44,18 +44,25 @@ def param_shapes(spec: LayerSpec) -> dict[str, tuple[int, ...]]:
     q = spec.num_attention_heads * spec.head_dim  # = h
     qkv, fc1 = spec.qkv_width // t, spec.fc1_width // t
     shapes = {
-        "ln1_weight": (h,), "ln1_bias": (h,),
-        "qkv_weight": (qkv, h), "qkv_bias": (qkv,),
-        "proj_weight": (h, q // t), "proj_bias": (h,),
-        "ln2_weight": (h,), "ln2_bias": (h,),
-        "fc1_weight": (fc1, h), "fc1_bias": (fc1,),
-        "fc2_weight": (h, f // t), "fc2_bias": (h,),
+        "ln1_weight": (h,),
+        "ln1_bias": (h,),
+        "qkv_weight": (qkv, h),
+        "qkv_bias": (qkv,),
+        "proj_weight": (h, q // t),
+        "proj_bias": (h,),
+        "ln2_weight": (h,),
+        "ln2_bias": (h,),
+        "fc1_weight": (fc1, h),
+        "fc1_bias": (fc1,),
+        "fc2_weight": (h, f // t),
+        "fc2_bias": (h,),
     }
     return {n: shapes[n] for n in param_names(spec)}
 
 
-def _draw(shape: tuple[int, ...], name: str, gen: torch.Generator, device: torch.device,
-          dtype: torch.dtype) -> Tensor:
+def _draw(
+    shape: tuple[int, ...], name: str, gen: torch.Generator, device: torch.device, dtype: torch.dtype
+) -> Tensor:
     """Normal(0, 0.02) weights and biases; layer-norm weights 1 + Normal(0, 0.02).
 
     Biases are random rather than Megatron's zeros so that tests see every bias's effect.
@@ -71,8 +78,9 @@ def serial_weights(spec: LayerSpec, seed: int) -> dict[str, Tensor]:
     gen = torch.Generator(device="cpu")
     gen.manual_seed(seed)
     shapes = param_shapes(spec.serial())
-    return {name: _draw(shapes[name], name, gen, torch.device("cpu"), torch.float32)
-            for name in param_names(spec)}
+    return {
+        name: _draw(shapes[name], name, gen, torch.device("cpu"), torch.float32) for name in param_names(spec)
+    }
 
 
 def local_weights(spec: LayerSpec, seed: int, device: torch.device) -> dict[str, Tensor]:
@@ -84,8 +92,7 @@ def local_weights(spec: LayerSpec, seed: int, device: torch.device) -> dict[str,
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
     shapes = param_shapes(spec)
-    return {name: _draw(shapes[name], name, gen, device, spec.torch_dtype)
-            for name in param_names(spec)}
+    return {name: _draw(shapes[name], name, gen, device, spec.torch_dtype) for name in param_names(spec)}
 
 
 def shard(full: dict[str, Tensor], spec: LayerSpec, rank: int) -> dict[str, Tensor]:
@@ -102,4 +109,3 @@ def shard(full: dict[str, Tensor], spec: LayerSpec, rank: int) -> dict[str, Tens
             value = value.chunk(t, dim=1)[rank]
         out[name] = value.clone()
     return out
-

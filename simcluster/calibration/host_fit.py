@@ -1,0 +1,153 @@
+"""The host's issue time per op: what `compute.host_issue_us_per_op` means and how
+`calibrate` fits it.
+
+One definition, the one `costs.host` prices with: host seconds to issue one *priced op* of
+the op graph (`workload.ops.Op`, one kernel or collective; `costs.host.kernels_issued`). For
+the one-process layers calibrate and check-profile time, the priced ops are those of the
+stand-in layer (`shapes.standin_ops` of forward, recompute and backward: an all-reduce is
+the identity and issues nothing), as `check.predict_config` counts them.
+
+It is the host cost of the layer that was measured (this project's torch layer, in the
+measured `layer_mode`: eager, or fused with torch.compile'd regions, whose compiled calls
+cost more host time per op than eager kernels), not of Megatron-core / Transformer Engine,
+which issue their fused kernels with less Python per op (the shipped profiles' 42.3 µs per
+kernel is that declared assumption). Two measurements give it:
+
+- `tiny_layer_per_op_s`: what every calibrate run measures (`Measurements.layer_overhead_s`):
+  layers too small for their kernels to matter (h 64, s 8, t 1 and 8, SP off / on, every
+  recompute), forward + backward over their priced ops. The GPU waits for the host
+  throughout, so the device time is the host's.
+- `host_graph_per_op_s`: the host's wall time to issue whole layers (`profiler.bench.host_graph`:
+  perf_counter around forward + backward) over their priced ops, median over the cases that
+  are host-bound (eager time at least (1 + `HOST_BOUND_MARGIN`) × the CUDA-graph replay's):
+  in a GPU-bound case the host's wall time also holds its waits on the GPU (the caching
+  allocator, a full launch queue), which are not issue time (the committed H100 Llama 3 8B
+  t 1: 357 µs per op against 110-186 in the host-bound cases).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from simcluster.calibration.named_layers import NAMED_LAYERS, dropout_of
+from simcluster.calibration.records import Measurements
+from simcluster.calibration.shapes import standin_ops
+from simcluster.config.choices import Recompute
+from simcluster.workload.layer import layer_ops
+from simcluster.workload.layer_config import LayerConfig
+
+HOST_BOUND_MARGIN = 0.05  # as `check.HOST_BOUND_MARGIN`: eager ≥ 1.05 × graph replay is host-bound
+
+
+@dataclass(frozen=True)
+class HostCase:
+    """One host_graph.json case: its priced ops and the host's seconds per op."""
+
+    name: str
+    tp: int
+    priced_ops: int
+    host_issue_s: float
+    eager_s: float
+    graph_s: float | None
+
+    @property
+    def per_op_s(self) -> float:
+        return self.host_issue_s / self.priced_ops
+
+    @property
+    def host_bound(self) -> bool:
+        """The GPU waited for the host: eager ≥ (1 + margin) × the CUDA-graph replay."""
+        return self.graph_s is not None and self.eager_s >= (1 + HOST_BOUND_MARGIN) * self.graph_s
+
+
+def priced_ops(cfg: LayerConfig) -> int:
+    """Ops the stand-in layer issues for one forward + backward (with its recompute)."""
+    ops = layer_ops(cfg)
+    return sum(len(standin_ops(seq, cfg.tp)) for seq in (ops.forward, ops.recompute, ops.backward))
+
+
+def case_config(row: dict[str, Any]) -> LayerConfig:
+    """The LayerConfig of a host_graph.json row: its `layer` fields, or (files written before
+    rows carried them) those of its named layer (`named_layers.NAMED_LAYERS`). Raises
+    ValueError naming the row for a name it does not know."""
+    model = row.get("layer") or NAMED_LAYERS.get(row["name"])
+    if model is None:
+        known = ", ".join(sorted(NAMED_LAYERS))
+        raise ValueError(
+            f"host_graph case {row['name']!r}: no 'layer' fields and not a named layer ({known})"
+        )
+    dropout = dropout_of(model)
+    return LayerConfig(
+        seq_length=row["seq_length"],
+        micro_batch_size=row.get("micro_batch_size", 1),
+        tp=row["tp"],
+        sequence_parallel=row["sequence_parallel"],
+        recompute=Recompute(row.get("recompute", "none")),
+        hidden_dropout=dropout,
+        attention_dropout=dropout,
+        **model,
+    )
+
+
+def host_cases(doc: dict[str, Any]) -> list[HostCase]:
+    """Every case of a host_graph.json document."""
+    return [
+        HostCase(
+            row["name"],
+            row["tp"],
+            priced_ops(case_config(row)),
+            row["host_issue_s"],
+            row["eager_s"],
+            row.get("graph_s"),
+        )
+        for row in doc["cases"]
+    ]
+
+
+def host_graph_per_op_s(doc: dict[str, Any]) -> float:
+    """Median host seconds per priced op over the host-bound cases (module docstring).
+    Raises ValueError when no case is host-bound (a CPU file: no graph replay)."""
+    bound = [c.per_op_s for c in host_cases(doc) if c.host_bound]
+    if not bound:
+        raise ValueError(
+            "host_graph: no host-bound case (eager ≥ 1.05 × CUDA-graph replay) to fit the host from"
+        )
+    return statistics.median(bound)
+
+
+def tiny_layer_per_op_s(meas: Measurements) -> float:
+    """Host seconds per priced op of the tiny layers the microbench timed (module docstring)."""
+    return meas.layer_overhead_s
+
+
+def host_section(meas: Measurements, host_graph: dict[str, Any] | None) -> tuple[float, str, dict[str, Any]]:
+    """(host_issue_us_per_op, its source, the detail kept under `calibration:`) for a GPU
+    profile: from `host_graph` where given, else the tiny layers."""
+    where = f"{meas.device.name}, {meas.device.date}, layer_mode {meas.layer_mode}"
+    tiny_us = tiny_layer_per_op_s(meas) * 1e6
+    detail: dict[str, Any] = {"tiny_layer_us_per_op": round(tiny_us, 2)}
+    if host_graph is None:
+        source = (
+            "host seconds per priced op of this torch layer (simcluster.calibration.host_fit): "
+            "tiny layers (h 64, s 8) forward + backward over their stand-in ops, the GPU waiting "
+            f"for the host throughout ({where}); not Megatron's own per-kernel cost"
+        )
+        return round(tiny_us, 2), source, detail
+    cases = host_cases(host_graph)
+    per_op_us = host_graph_per_op_s(host_graph) * 1e6
+    detail["host_graph_cases"] = [
+        {"name": c.name, "tp": c.tp, "priced_ops": c.priced_ops, "us_per_op": round(c.per_op_s * 1e6, 2),
+         "host_bound": c.host_bound}
+        for c in cases
+    ]  # fmt: skip
+    mode = host_graph.get("layer_mode", meas.layer_mode)
+    source = (
+        "host seconds per priced op of this torch layer (simcluster.calibration.host_fit): the host's "
+        "wall time to issue whole layers (simcluster.profiler.bench.host_graph, layer_mode "
+        f"{mode}) over their stand-in ops, median over the {sum(c.host_bound for c in cases)} "
+        f"host-bound cases ({host_graph.get('device', {}).get('name', meas.device.name)}); not "
+        "Megatron's own per-kernel cost"
+    )
+    return round(per_op_us, 2), source, detail

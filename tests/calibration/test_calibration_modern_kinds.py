@@ -1,0 +1,59 @@
+"""The modern memory-bound kernels (RMSNorm, RoPE, SwiGLU) join the fit: each kind gets a
+curve from the records timed in the measurement's own layer mode."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from pathlib import Path
+
+import pytest
+
+from simcluster.calibration.check import compare
+from simcluster.calibration.fit import MODERN_KINDS, elementwise_points_by_op, measured_grid
+from simcluster.calibration.profile import build_profile
+from simcluster.calibration.records import LayerRun, Measurements
+from simcluster.config.hardware import parse_hardware
+
+FOLDER = Path(__file__).resolve().parents[2] / "docs" / "calibration" / "h100-2026-11-26-script"
+KINDS = set(MODERN_KINDS.values())
+
+
+@pytest.fixture(scope="module")
+def fused() -> Measurements:
+    """The script run's microbench: 25 modern kernels, the memory-bound ones fused."""
+    return Measurements.from_json((FOLDER / "microbench.json").read_text())
+
+
+def test_the_fused_file_gives_a_curve_per_modern_kind(fused: Measurements) -> None:
+    by_op = elementwise_points_by_op(fused)
+    assert KINDS <= set(by_op)
+    assert by_op["swiglu"][0][1] == pytest.approx(1264, rel=1e-3)  # GB/s of op-graph bytes
+    assert set(measured_grid(fused)["memory_bound_bytes"]) >= KINDS
+
+
+def test_records_of_the_other_mode_are_left_out(fused: Measurements) -> None:
+    """Fused records never price an eager profile (and a fused run's eager ones never a fused one)."""
+    as_eager = dataclasses.replace(fused, layer_mode="eager")
+    assert not KINDS & set(elementwise_points_by_op(as_eager))
+
+
+def test_the_fused_modern_layers_come_closer(fused: Measurements) -> None:
+    """Llama 3 8B fused (t 1, t 2; committed): median |error| 4.4 % -> 2.1 % with SwiGLU and
+    RoPE priced by their own fused curves instead of the paper sites' generic one."""
+    profile = parse_hardware(build_profile(fused), "fused.yaml")
+    run = LayerRun.from_json((FOLDER / "modern_layers_fused.json").read_text())
+    errors = [abs(c.error) for c in compare(run, profile)]
+    assert statistics.median(errors) == pytest.approx(0.021, abs=0.003)
+
+
+def test_a_cpu_microbench_times_the_modern_kinds_and_the_fit_reads_them() -> None:
+    """Quick eager CPU run (first kernels only): the modern memory-bound kernels are recorded
+    eager and each gets its curve."""
+    from simcluster.config.choices import LayerMode
+    from simcluster.profiler.bench.microbench import run_calibration
+
+    meas = run_calibration("cpu", quick=True, mode=LayerMode.EAGER, modern=True, limit=2)
+    names = {k.name for k in meas.modern if k.kind == "memory_bound"}
+    assert names == set(MODERN_KINDS) and all(k.layer_mode == "eager" for k in meas.modern if k.name in names)
+    assert KINDS <= set(elementwise_points_by_op(meas))
