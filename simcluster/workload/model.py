@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from simcluster.config.choices import Normalization, PositionEmbedding, Recompute
+from simcluster.config.moe_choices import RecomputeModule
 from simcluster.config.pipeline_split import PipelineSplit
 from simcluster.config.scenario import Scenario
 from simcluster.workload import memory
@@ -249,23 +250,18 @@ def moe_spec(scenario: Scenario) -> MoELayerSpec | None:
     return MoELayerSpec(MoEConfig(**m.moe.model_dump()), layout, tr.moe_token_dispatcher, tr.moe_grouped_gemm)
 
 
-def mla_spec(scenario: Scenario) -> MLALayerSpec | None:
+def mla_spec(scenario: Scenario, cfg: LayerConfig | None = None) -> MLALayerSpec | None:
     """The scenario's multi-latent attention and the recompute modules acting on it (None
-    without MLA): `core_attn` under selective recompute unless `training.recompute_modules`
-    names others (Megatron's default), `mla_up_proj` when named."""
-    m, tr = scenario.model, scenario.training
-    if m.mla is None:
+    without MLA): `core_attn` and `mla_up_proj` as the layer config checkpoints them
+    (`LayerConfig.recomputes`: Megatron's default [core_attn] under selective recompute).
+    `cfg` is `layer_config(scenario)` where the caller has it already."""
+    if scenario.model.mla is None:
         return None
-    selective = tr.recompute is Recompute.SELECTIVE
-    names = (
-        {module.value for module in tr.recompute_modules}
-        if tr.recompute_modules is not None
-        else {"core_attn"}
-    )
+    cfg = cfg or layer_config(scenario)
     return MLALayerSpec(
-        MLAConfig(**m.mla.model_dump()),
-        recompute_core_attn=selective and "core_attn" in names,
-        recompute_up_proj=selective and "mla_up_proj" in names,
+        MLAConfig(**scenario.model.mla.model_dump()),
+        recompute_core_attn=cfg.recomputes(RecomputeModule.CORE_ATTN),
+        recompute_up_proj=cfg.recomputes(RecomputeModule.MLA_UP_PROJ),
     )
 
 
@@ -403,7 +399,7 @@ def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
     then MoE layers; sliding-window and full-attention layers where the model has windows."""
     cfg = layer_config(scenario)
     spec = moe_spec(scenario)
-    mla = mla_spec(scenario)
+    mla = mla_spec(scenario, cfg)
     layer_segment = _layer_segments(scenario, cfg, spec, mla)
     # the last layer's kind: a MoE layer where the model has experts; with windows, full or
     # windowed as that layer is (gpt-oss's layer 36, a multiple of its skip frequency: full)
