@@ -5,6 +5,7 @@ the padded vocabulary, SwiGLU's FFN width)."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from simcluster.config.choices import Dtype, Recompute
@@ -291,9 +292,9 @@ def read_training(read: FlagReader, dp: int, notes: list[str], demoted: dict[str
     for flag in (*switches, "fp4-param-gather"):
         if read.switch(flag):
             training[flag.replace("-", "_")] = True
-    if (recipe := _fp8_recipe(read, training["dtype"], notes, demoted)) != "delayed":
+    if (recipe := _recipe(read, _FP8_RECIPE, training["dtype"], notes, demoted)) != "delayed":
         training["fp8_recipe"] = recipe
-    if (fp4_recipe := _fp4_recipe(read, training["dtype"], notes, demoted)) != "nvfp4":
+    if (fp4_recipe := _recipe(read, _FP4_RECIPE, training["dtype"], notes, demoted)) != "nvfp4":
         training["fp4_recipe"] = fp4_recipe
     if (graph := _cuda_graph_impl(read, notes, demoted)) != "none":
         training["cuda_graph_impl"] = graph
@@ -329,30 +330,40 @@ def _cuda_graph_impl(read: FlagReader, notes: list[str], demoted: dict[str, str]
     return impl
 
 
-def _fp8_recipe(read: FlagReader, dtype: str, notes: list[str], demoted: dict[str, str]) -> str:
-    recipe = read.choice("fp8-recipe", _FP8_RECIPES)
-    if recipe is None:
-        return "delayed"
-    if dtype != Dtype.FP8.value:
-        notes.append("--fp8-recipe without --fp8-format has no effect (Megatron trains without FP8)")
-        return "delayed"
-    if read.text("fp8-recipe") == "custom":
-        demoted["fp8-recipe"] = "the custom FP8 recipe (simulated as delayed scaling)"
-    return recipe
+@dataclass(frozen=True)
+class _Recipe:
+    """One low-precision format's `--fpN-recipe` flag: the format it needs, Megatron's
+    default, and what a `custom` recipe (a quantizer factory) is simulated as."""
+
+    flag: str
+    choices: Any
+    dtype: Dtype
+    default: str
+    label: str
+    custom_as: str
 
 
-def _fp4_recipe(read: FlagReader, dtype: str, notes: list[str], demoted: dict[str, str]) -> str:
-    """Megatron-core `--fp4-recipe` (fp4_utils.py::get_fp4_recipe): nvfp4 is TE's
-    NVFP4BlockScaling; custom (a quantizer factory) is simulated as nvfp4."""
-    recipe = read.choice("fp4-recipe", _FP4_RECIPES)
-    if recipe is None:
-        return "nvfp4"
-    if dtype != Dtype.FP4.value:
-        notes.append("--fp4-recipe without --fp4-format has no effect (Megatron trains without FP4)")
-        return "nvfp4"
-    if read.text("fp4-recipe") == "custom":
-        demoted["fp4-recipe"] = "the custom FP4 recipe (simulated as nvfp4)"
-    return recipe
+# Megatron-core `--fp8-recipe` (fp8_utils.py) and `--fp4-recipe` (fp4_utils.py::get_fp4_recipe:
+# nvfp4 is TE's NVFP4BlockScaling)
+_FP8_RECIPE = _Recipe("fp8-recipe", _FP8_RECIPES, Dtype.FP8, "delayed", "FP8", "delayed scaling")
+_FP4_RECIPE = _Recipe("fp4-recipe", _FP4_RECIPES, Dtype.FP4, "nvfp4", "FP4", "nvfp4")
+
+
+def _recipe(read: FlagReader, recipe: _Recipe, dtype: str, notes: list[str], demoted: dict[str, str]) -> str:
+    """The recipe the line sets, or the default where it sets none or trains without the
+    format (a note says the flag had no effect)."""
+    chosen = read.choice(recipe.flag, recipe.choices)
+    if chosen is None:
+        return recipe.default
+    if dtype != recipe.dtype.value:
+        fmt = recipe.flag.replace("recipe", "format")
+        notes.append(
+            f"--{recipe.flag} without --{fmt} has no effect (Megatron trains without {recipe.label})"
+        )
+        return recipe.default
+    if read.text(recipe.flag) == "custom":
+        demoted[recipe.flag] = f"the custom {recipe.label} recipe (simulated as {recipe.custom_as})"
+    return chosen
 
 
 def read_parallel(

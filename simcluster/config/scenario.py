@@ -468,8 +468,7 @@ def attention_variant_problems(scenario: Scenario) -> list[str]:
 
 def _recompute_module_problems(scenario: Scenario, modules: list[RecomputeModule]) -> list[str]:
     """Megatron-core's `TransformerConfig.__post_init__` rules for `--recompute-modules`
-    (transformer_config.py @d98e8a64ddf34856e74b24714e3bedb2f5a39553), and the one module
-    not priced yet: `mla_up_proj`, until MLA is."""
+    (transformer_config.py @d98e8a64ddf34856e74b24714e3bedb2f5a39553)."""
     tr, problems = scenario.training, []
     if RecomputeModule.MOE_ACT in modules and not tr.moe_grouped_gemm:
         problems.append(
