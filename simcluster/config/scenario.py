@@ -489,7 +489,7 @@ def _recompute_module_problems(scenario: Scenario, modules: list[RecomputeModule
 def mla_unpriced_problems(scenario: Scenario) -> list[str]:
     """MLA settings this version does not price (docs/moe.md, "MLA and MTP in the simulator"):
     the unfused attention core (the MLA op graph is the fused kernel's), context parallelism
-    (no ring for the MLA core yet) and FP8 / FP4 (the MLA linears' quantized copies)."""
+    (no ring for the MLA core yet)."""
     m, par, tr = scenario.model, scenario.parallel, scenario.training
     if m.mla is None:
         return []
@@ -500,7 +500,6 @@ def mla_unpriced_problems(scenario: Scenario) -> list[str]:
             "flash with model.mla",
         ),
         "parallel.cp": (par.cp > 1, par.cp, "1 with model.mla"),
-        "training.dtype": (tr.dtype.quantized, tr.dtype.value, "bf16 or fp16 with model.mla"),
     }
     return [
         f"{key}: value {value}: {NOT_MODELLED_YET_MESSAGE} with multi-latent attention; allowed: {allowed}"

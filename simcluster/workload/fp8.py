@@ -31,6 +31,7 @@ TE_LINEARS = frozenset(
     {
         Module.QKV, Module.PROJ, Module.FC1, Module.FC2,
         Module.EXPERT_FC1, Module.EXPERT_FC2, Module.SHARED_FC1, Module.SHARED_FC2,
+        Module.MLA_DOWN, Module.MLA_UP, Module.MLA_Q_PROJ,
     }
 )  # fmt: skip
 """The modules of the layer's TE linears (`workload.layer`), and of a MoE layer's
@@ -39,7 +40,12 @@ Megatron-core's `TEGroupedMLP`, FP8 under the same autocast; one `Linear` per ex
 without grouped GEMM, `SequentialMLP`) and the shared experts' TE column- / row-parallel
 linears (`SharedExpertMLP`). The router's gating GEMM is not one: Megatron-core runs it as
 a plain matmul in the router's dtype (router.py `TopKRouter.gating`,
-`router_gating_linear`), BF16 here."""
+`router_gating_linear`), BF16 here. An MLA layer's linears are TE linears too
+(`get_gpt_layer_with_transformer_engine_submodules` in models/gpt/gpt_layer_specs.py,
+Megatron-LM @d98e8a64, without `mla_down_proj_fusion`): the q / kv down projections TE
+`Linear`s reading the input norm's output, the up projections `LayerNormColumnParallelLinear`s
+with the latent norms fused (`qk_layernorm`), the q projection without a q latent a
+`ColumnParallelLinear`; the MLA core stays BF16 like the dense one."""
 
 
 def is_te_linear_gemm(op: Op) -> bool:
@@ -139,15 +145,23 @@ def fp8_saved_forward(forward: tuple[Op, ...], cfg: LayerConfig) -> tuple[Op, ..
     saves (or in place of its own bf16 copy with the unfused core and under the core_attn
     checkpoint). The norm inputs, the activation's input and the attention tensors stay
     bf16. Full recompute keeps only the (bf16) layer input: unchanged. Under NVFP4 the saved
-    copy is the column-wise one the wgrad reads, 1/2 + 1/16 byte per element."""
+    copy is the column-wise one the wgrad reads, 1/2 + 1/16 byte per element. MLA
+    (`workload.mla_layer`): the up projections' ln_out drops to the quantized byte as QKV's
+    does; the down projections (and the q projection without a q latent) each keep a
+    quantized copy of the input norm's output."""
     if cfg.recompute is Recompute.FULL:
         return forward
     e, fp8 = cfg.element_bytes, quantized_bytes_per_element(cfg.dtype, cfg.fp8_recipe)
     out = []
-    for op in forward:
+    for index, op in enumerate(forward):
         fprop = op.gemm if op.pass_ is Pass.FORWARD else None
-        if fprop is not None and op.module in (Module.QKV, Module.FC1, Module.FC2):
+        if fprop is not None and op.module in (Module.QKV, Module.FC1, Module.FC2, Module.MLA_UP):
             op = replace(op, saved_bytes=op.saved_bytes * fp8 / e)
+        elif fprop is not None and op.module in (Module.MLA_DOWN, Module.MLA_Q_PROJ):
+            # each TE linear keeps its own quantized copy of the norm's output (the local
+            # shard under SP), where the 16-bit GEMMs shared one bf16 tensor
+            shard = cfg.tp if gathered_input(forward, index) else 1
+            op = replace(op, saved_bytes=fp8 * float(fprop.batch * fprop.m * fprop.k) / shard)
         elif fprop is not None and op.module is Module.PROJ:
             input_elements = fprop.batch * fprop.m * fprop.k
             op = replace(op, saved_bytes=fp8 * float(input_elements))
@@ -184,7 +198,7 @@ AMAX_READ_BYTES_PER_ELEMENT = 2
 """Current scaling's amax pass reads the bf16 tensor once before the cast."""
 AMAX_BYTES = 4
 """One fp32 amax (and scale) per quantized tensor."""
-NORM_FED_LINEARS = frozenset({Module.QKV, Module.FC1})
+NORM_FED_LINEARS = frozenset({Module.QKV, Module.FC1, Module.MLA_UP})
 """The LayerNormLinears: the norm kernel before their fprop computes the amax of its output."""
 
 

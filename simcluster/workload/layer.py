@@ -66,7 +66,15 @@ def layer_ops(cfg: LayerConfig) -> LayerOps:
     """The layer's ops in execution order, with the recompute mode applied to saved bytes
     and, with FP8 or FP4, the TE linears' quantized saved inputs (`workload.fp8.fp8_saved_forward`)
     and, under current scaling and NVFP4, the quantizations' amax work (`workload.fp8.amax_pass_ops`)."""
-    ops = _layer_ops_16bit(cfg)
+    return quantized_layer_ops(layer_ops_16bit(cfg), cfg)
+
+
+def quantized_layer_ops(ops: LayerOps, cfg: LayerConfig) -> LayerOps:
+    """`ops` (a layer's 16-bit op graph) as FP8 / FP4 runs it: the TE linears' quantized
+    saved inputs (`workload.fp8.fp8_saved_forward`) and, under current scaling and NVFP4,
+    the amax work (`workload.fp8.amax_pass_ops`); `ops` itself without quantization. Applied
+    after a layer's attention block is replaced (MLA, `workload.model.kind_ops`), so the
+    replacement's TE linears are quantized by the same rules."""
     if not cfg.dtype.quantized:
         return ops
     forward = amax_pass_ops(fp8_saved_forward(ops.forward, cfg), cfg)
@@ -74,7 +82,9 @@ def layer_ops(cfg: LayerConfig) -> LayerOps:
     return LayerOps(forward, backward, recompute, cfg.fp8_recipe)
 
 
-def _layer_ops_16bit(cfg: LayerConfig) -> LayerOps:
+@functools.lru_cache(maxsize=1024)
+def layer_ops_16bit(cfg: LayerConfig) -> LayerOps:
+    """The layer's ops before quantization (`layer_ops` without FP8 / FP4's changes)."""
     core = _attention_core_forward(cfg)
     attention, mlp = _attention_block_forward(cfg, core), _mlp_block_forward(cfg)
     backward = _mlp_block_backward(cfg) + _attention_block_backward(cfg)

@@ -162,8 +162,8 @@ def _up_proj_forward(cfg: LayerConfig, spec: MLALayerSpec, keep: bool) -> tuple[
         ]
     else:
         ops += [
-            *_gather(cfg, "attn.q_proj.allgather", cfg.hidden_size, Module.MLA_UP, Pass.FORWARD),
-            gemm("attn.q_proj", gemms["attn.q_proj"], module=Module.MLA_UP, pass_=Pass.FORWARD),
+            *_gather(cfg, "attn.q_proj.allgather", cfg.hidden_size, Module.MLA_Q_PROJ, Pass.FORWARD),
+            gemm("attn.q_proj", gemms["attn.q_proj"], module=Module.MLA_Q_PROJ, pass_=Pass.FORWARD),
         ]
     ops += [
         _latent_norm("attn.kv_up.ln", s.local * m.kv_lora_rank, s.e, kv_combined),
@@ -364,7 +364,7 @@ def _attention_backward(cfg: LayerConfig, spec: MLALayerSpec) -> tuple[Op, ...]:
             *_down_backward("attn.q_down", gemms["attn.q_down"]),
         ]
     else:
-        ops += _column_backward(cfg, "attn.q_proj", gemms["attn.q_proj"], h, Module.MLA_UP)
+        ops += _column_backward(cfg, "attn.q_proj", gemms["attn.q_proj"], h, Module.MLA_Q_PROJ)
     return tuple(ops)
 
 

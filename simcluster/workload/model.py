@@ -21,7 +21,7 @@ from simcluster.workload.fp8 import (
     quantized_weight_bytes_per_element,
     te_linear_weight_params,
 )
-from simcluster.workload.layer import LayerOps, layer_ops
+from simcluster.workload.layer import LayerOps, layer_ops, layer_ops_16bit, quantized_layer_ops
 from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.mla import is_window_layer
 from simcluster.workload.mla_layer import MLALayerSpec, mla_layer_ops, without_recompute
@@ -73,9 +73,13 @@ def kind_ops(kind: LayerKind) -> LayerOps:
     the MoE MLP in place of its MLP when the kind has experts (`workload.moe_layer`), MLA
     in place of its attention when the kind has it (`workload.mla_layer`)."""
     cfg = kind.config if kind.moe is None else moe_layer_config(kind.config)
-    dense = context_parallel_layer_ops(layer_ops(cfg), cfg, kind.cp)
-    if kind.mla is not None:
-        dense = mla_layer_ops(dense, cfg, kind.mla)
+    if kind.mla is None:
+        dense = context_parallel_layer_ops(layer_ops(cfg), cfg, kind.cp)
+    else:
+        # MLA replaces the 16-bit attention block; FP8 / FP4 then quantize the whole layer's
+        # TE linears, MLA's among them, by one set of rules
+        dense = context_parallel_layer_ops(layer_ops_16bit(cfg), cfg, kind.cp)
+        dense = quantized_layer_ops(mla_layer_ops(dense, cfg, kind.mla), cfg)
     return dense if kind.moe is None else moe_layer_ops(dense, cfg, kind.moe)
 
 

@@ -64,6 +64,7 @@ class Module(enum.Enum):
     SHARED_FC2 = "shared_fc2"  # the shared experts' fc2
     MLA_DOWN = "mla_down"  # MLA: the duplicated q / kv down projections (TE linears, not split)
     MLA_UP = "mla_up"  # MLA: the column-parallel q / kv up projections (latent norms fused in)
+    MLA_Q_PROJ = "mla_q_proj"  # MLA without a q latent: the column-parallel q projection of ln1's output
     MTP_EH_PROJ = "mtp_eh_proj"  # multi-token prediction: eh_proj 2h -> h (column-parallel)
     STANDIN_ALL_GATHER = "standin_all_gather"  # calibration: the one-GPU stand-in's copies
     STANDIN_REDUCE_SCATTER = "standin_reduce_scatter"  # for collectives (`calibration.shapes`)

@@ -22,7 +22,7 @@ from simcluster.workload.ops import Module, OpKind, Pass
 from tests.paths import ROOT
 
 DSV3 = ROOT / "scenarios" / "moe" / "deepseek-v3-h100.yaml"
-MLA_MODULES = {Module.MLA_DOWN, Module.MLA_UP, Module.PROJ}
+MLA_MODULES = {Module.MLA_DOWN, Module.MLA_UP, Module.MLA_Q_PROJ, Module.PROJ}
 
 
 def _data(**changes):
@@ -285,7 +285,6 @@ def test_golden_dense_kinds_have_no_mla():
     [
         ({"training.attention_backend": "unfused"}, "training.attention_backend"),
         ({"parallel.cp": 2, "parallel.dp": 2}, "parallel.cp"),
-        ({"training.dtype": "fp8"}, "training.dtype"),
         ({"model.num_query_groups": 4}, "model.num_query_groups"),
     ],
 )
