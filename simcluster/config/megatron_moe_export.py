@@ -74,6 +74,8 @@ def moe_training_flags(scenario: Scenario) -> list[str]:
         flags += ["--moe-token-dispatcher-type", TokenDispatcher(dispatcher).value]
         if tr.moe_grouped_gemm:
             flags.append("--moe-grouped-gemm")
+        if tr.overlap_moe_expert_parallel_comm:
+            flags.append("--overlap-moe-expert-parallel-comm")
     if tr.recompute_modules == []:
         # arguments.py: nargs="+"; an empty list has no command line
         problem = "training.recompute_modules: value []: Megatron's --recompute-modules takes one or more"

@@ -262,6 +262,12 @@ class TrainingSpec(StrictModel):
     moe_grouped_gemm: bool = Field(
         default=True, description="Megatron --moe-grouped-gemm: the experts as TE grouped GEMMs"
     )
+    overlap_moe_expert_parallel_comm: bool = Field(
+        default=False,
+        description="Megatron-core --overlap-moe-expert-parallel-comm: the combined 1F1B schedule runs "
+        "one microbatch's forward and another's backward layer by layer, the dispatch and combine of "
+        "each under the other's compute (costs.ep_overlap); alltoall or flex, ep > 1, vpp > 1 when pp > 1",
+    )
     recompute_modules: list[RecomputeModule] | None = Field(
         default=None,
         description="Megatron-core --recompute-modules under recompute: selective (core_attn, moe_act, "
@@ -517,7 +523,11 @@ def moe_problems(scenario: Scenario) -> list[str]:
     if m.moe is None:
         return [
             f"{key}: value {value}: needs model.moe (expert parallelism of a dense model)"
-            for key, value, default in (("parallel.ep", par.ep, 1), ("parallel.etp", par.etp, None))
+            for key, value, default in (
+                ("parallel.ep", par.ep, 1),
+                ("parallel.etp", par.etp, None),
+                ("training.overlap_moe_expert_parallel_comm", tr.overlap_moe_expert_parallel_comm, False),
+            )
             if value != default
         ]
     problems: list[str] = []
@@ -541,12 +551,39 @@ def moe_problems(scenario: Scenario) -> list[str]:
         "model.activation": (not m.activation.gated, m.activation.value, "swiglu with model.moe"),
     }
     problems += _flex_problems(scenario)
+    problems += _ep_overlap_problems(scenario)
     problems += [
         f"{key}: value {value}: {NOT_MODELLED_YET_MESSAGE} for a MoE model; allowed: {allowed}"
         for key, (is_set, value, allowed) in unpriced.items()
         if is_set
     ]
     return problems
+
+
+def _ep_overlap_problems(scenario: Scenario) -> list[str]:
+    """Megatron-core's rules for `overlap_moe_expert_parallel_comm`
+    (transformer_config.py `TransformerConfig.__post_init__`, Megatron-LM @d98e8a64): a
+    virtual pipeline when pp > 1, ep > 1, the alltoall or flex dispatcher, no full
+    recompute, no `moe` recompute module, at most one MTP layer."""
+    m, par, tr = scenario.model, scenario.parallel, scenario.training
+    if not tr.overlap_moe_expert_parallel_comm or m.moe is None:
+        return []
+    key = "training.overlap_moe_expert_parallel_comm: value true"
+    rules = [
+        (par.pp > 1 and par.vpp == 1, "needs parallel.vpp > 1 when parallel.pp > 1"),
+        (par.ep == 1, "needs parallel.ep > 1"),
+        (
+            tr.moe_token_dispatcher is TokenDispatcher.ALLGATHER,
+            "needs training.moe_token_dispatcher alltoall or flex",
+        ),
+        (tr.recompute is Recompute.FULL, "cannot be combined with training.recompute full"),
+        (
+            RecomputeModule.MOE in (tr.recompute_modules or []),
+            "cannot be combined with 'moe' in training.recompute_modules",
+        ),
+        (m.mtp_num_layers > 1, "supports at most one MTP layer (model.mtp_num_layers)"),
+    ]
+    return [f"{key}: {why} (Megatron-core)" for broken, why in rules if broken]
 
 
 def _flex_problems(scenario: Scenario) -> list[str]:

@@ -30,11 +30,14 @@ from simcluster.costs.breakdown import Split, chunk_split, layer_split
 from simcluster.costs.chunk import (
     NO_CONTEXT_PARALLEL,
     ChunkCost,
+    OpsCost,
     compose_chunk,
     fp8_amax_reduction_s,
     price_layer_ops,
+    price_ops,
 )
 from simcluster.costs.compute import OPTIMIZER_KIND, elementwise_time_s
+from simcluster.costs.ep_overlap import overlapped_cost, paired_saving_s
 from simcluster.costs.host import chunk_host_s, host_wait_s
 from simcluster.costs.network import GroupPlacement, collective_time_s
 from simcluster.costs.placement import (
@@ -55,7 +58,7 @@ from simcluster.costs.stage_transfers import (
 )
 from simcluster.workload.layer import LayerOps
 from simcluster.workload.model import ChunkWork, LayerKind, LayerSegment, StageWork, Workload
-from simcluster.workload.ops import CollectiveKind
+from simcluster.workload.ops import CollectiveKind, Op
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +73,7 @@ class PricingLayout:
     amax: GroupPlacement | None
     cuda_graph: CudaGraphImpl
     experts: ExpertGroups | None = None  # a MoE model's expert groups (`costs.placement.expert_groups`)
+    ep_overlap: bool = False  # training.overlap_moe_expert_parallel_comm (`costs.ep_overlap`)
 
 
 def pricing_layout(scenario: Scenario, hw: HardwareProfile) -> PricingLayout:
@@ -81,6 +85,7 @@ def pricing_layout(scenario: Scenario, hw: HardwareProfile) -> PricingLayout:
         amax=amax_group(scenario, hw),
         cuda_graph=scenario.training.cuda_graph_impl,
         experts=expert_groups(scenario, hw),
+        ep_overlap=scenario.training.overlap_moe_expert_parallel_comm,
     )
 
 
@@ -165,23 +170,31 @@ class StagePricing:
     def layer(
         self, key: LayerKind | LayerOps, ops: LayerOps, tp: GroupPlacement, dtype: Dtype,
         cp: GroupPlacement = NO_CONTEXT_PARALLEL, tp_comm_overlap: bool = False,
-        experts: ExpertGroups | None = None,
+        experts: ExpertGroups | None = None, ep_overlap: bool = False,
     ) -> ChunkCost:  # fmt: skip
         """`price_layer_ops(ops, …)`, cached by `key`: the layer's kind, or (for the
-        embedding, the output layer or a layer without a kind) the ops themselves."""
-        cache_key = (key, tp, dtype, cp, tp_comm_overlap, experts)
+        embedding, the output layer or a layer without a kind) the ops themselves. With
+        `ep_overlap` the dispatcher's seconds the combined 1F1B schedule hides are taken
+        off (`costs.ep_overlap`)."""
+        cache_key = (key, tp, dtype, cp, tp_comm_overlap, experts, ep_overlap)
         cost = self._layers.get(cache_key)
         if cost is None:
-            cost = self._layers[cache_key] = price_layer_ops(
-                ops, self.hw, tp, dtype, cp, tp_comm_overlap, experts
-            )
+            cost = price_layer_ops(ops, self.hw, tp, dtype, cp, tp_comm_overlap, experts)
+            if ep_overlap:
+                hw, recipe = self.hw, ops.fp8_recipe
+
+                def price(part: tuple[Op, ...]) -> OpsCost:
+                    return price_ops(part, hw, tp, dtype, cp, tp_comm_overlap, recipe, experts)
+
+                cost = overlapped_cost(cost, paired_saving_s(ops, price))
+            self._layers[cache_key] = cost
         return cost
 
     def segment(self, segment: LayerSegment, layout: PricingLayout) -> ChunkCost:
         """One layer of `segment`'s kind, with the layout's ring and userbuffers."""
         return self.layer(
             segment.kind, segment.layer, layout.tp, layout.dtype, layout.cp, layout.tp_comm_overlap,
-            layout.experts,
+            layout.experts, layout.ep_overlap,
         )  # fmt: skip
 
     def extra(self, ops: LayerOps, layout: PricingLayout) -> ChunkCost:
@@ -212,8 +225,9 @@ class StagePricing:
         """The workload's representative layer (`Workload.layer`), as its chunks run it."""
         ops = workload.layer
         return self.layer(
-            ops, ops, layout.tp, layout.dtype, layout.cp, layout.tp_comm_overlap, layout.experts
-        )
+            ops, ops, layout.tp, layout.dtype, layout.cp, layout.tp_comm_overlap, layout.experts,
+            layout.ep_overlap,
+        )  # fmt: skip
 
     def layer_split(self, key: LayerKind | LayerOps, ops: LayerOps, layout: PricingLayout) -> Split:
         """One layer's price split by kind of work (`costs.breakdown.layer_split`), cached by
@@ -222,8 +236,9 @@ class StagePricing:
         split = self._splits.get(cache_key)
         if split is None:
             cost = self.layer(
-                key, ops, layout.tp, layout.dtype, layout.cp, layout.tp_comm_overlap, layout.experts
-            )
+                key, ops, layout.tp, layout.dtype, layout.cp, layout.tp_comm_overlap, layout.experts,
+                layout.ep_overlap,
+            )  # fmt: skip
             split = self._splits[cache_key] = layer_split(
                 ops, cost, self.hw, layout.tp, layout.dtype, layout.cp
             )

@@ -150,8 +150,12 @@ def test_the_check_lets_ops_be_named():
 # ---------------------------------------------------------------- the oracle: names as read before
 
 ORACLE_CORE = {"flash", "qk", "av", "softmax", "dropout", "context_copy"}
-# the MoE layer's routed and shared experts are TE linears too (TEGroupedMLP, SharedExpertMLP)
-ORACLE_TE = {"attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2", "moe.experts", "moe.shared"}
+# the MoE layer's routed and shared experts are TE linears too (TEGroupedMLP, SharedExpertMLP),
+# and so are MLA's down, up and q projections (Megatron-core's TE layer spec)
+ORACLE_TE = {
+    "attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2", "moe.experts", "moe.shared",
+    "attn.q_down", "attn.kv_down", "attn.q_up", "attn.kv_up", "attn.q_proj",
+}  # fmt: skip
 
 
 def oracle_op_kind(op: Op) -> OpKind:
