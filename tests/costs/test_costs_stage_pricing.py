@@ -18,7 +18,7 @@ from simcluster.costs.stage_transfers import (
 )
 from simcluster.workload.context_parallel import context_parallel_layer_ops
 from simcluster.workload.embedding import embedding_ops, output_ops
-from simcluster.workload.layer import layer_ops
+from simcluster.workload.layer import layer_ops, layer_ops_16bit
 from simcluster.workload.model import ChunkWork, LayerKind, LayerSegment, build_workload
 from simcluster.workload.ops import CollectiveKind
 from tests.modern_cases import llama3_8b
@@ -38,7 +38,7 @@ def _scenario(**parallel):
 
 def _fresh_workload(scenario):
     """The workload built from new op objects (the op builders' caches emptied first)."""
-    for builder in (layer_ops, context_parallel_layer_ops, embedding_ops, output_ops):
+    for builder in (layer_ops, layer_ops_16bit, context_parallel_layer_ops, embedding_ops, output_ops):
         builder.cache_clear()
     return build_workload(scenario)
 
