@@ -2,10 +2,14 @@
 expanded as `PipelineParallelLayerLayout.parse_str_to_list` does, split into virtual stages in
 virtual-stage order, and refused, one rule at a time, where Megatron-core refuses it."""
 
+import re
+import shlex
+
 import pytest
 import yaml
 
 from simcluster.config import ConfigError, parse_scenario
+from simcluster.config.megatron_args import parse_megatron_args, to_megatron_args
 from simcluster.config.pipeline_layout import (
     MAX_EXPANDED_SYMBOLS,
     LayoutError,
@@ -136,3 +140,53 @@ def test_parse_errors_are_layout_errors():
         parse_layout("Et t|L")
     assert layout_problems(LayoutRequest("Ett|ttL", 4, 2)) == []
     assert split_problems(SplitRequest(4, 2, pipeline_layout="Ett|ttL")) == []
+
+
+# ---- import-megatron / export-megatron ------------------------------------------------------
+
+LAYOUT_LINE = (
+    "--num-layers 8 --hidden-size 256 --num-attention-heads 8 --seq-length 128 --micro-batch-size 1 "
+    "--global-batch-size 8 --world-size 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 "
+    "--bf16"
+)
+
+
+def test_layout_round_trips_through_megatron_flags():
+    """scenario -> flags -> scenario, `==`; the line holds the layout once, quoted for the
+    shell, and no vpp flag (Megatron derives vpp 2 from the layout's 4 stages)."""
+    scenario = parse_scenario(_scenario(pipeline_layout="Et|ttt|ttt,|tL", vpp=2), "s.yaml")
+    line = to_megatron_args(scenario, 4)
+    words = shlex.split(line)
+    assert words[words.index("--pipeline-model-parallel-layout") + 1] == "Et|ttt|ttt,|tL"
+    assert not [word for word in words if "virtual" in word]
+    imported = parse_megatron_args(line, scenario.hardware, scenario.name)
+    assert imported.validated() == scenario
+    assert imported.not_modelled == () and imported.unknown == ()
+
+
+def test_imported_layout_sets_vpp_from_its_stages():
+    imported = parse_megatron_args(
+        LAYOUT_LINE + " --pipeline-model-parallel-layout 'Ett|tt|tt|ttL'", "a100-sxm4-80gb"
+    )
+    scenario = imported.validated()
+    assert scenario.parallel.vpp == 2 and scenario.parallel.pipeline_layout == "Ett|tt|tt|ttL"
+    assert scenario.pipeline_split.chunk_layers == ((2, 2), (2, 2))
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (
+            "--pipeline-model-parallel-layout 'Ett|tt|ttL' ",
+            "has 3 stages, which must be divisible by --pipeline-model-parallel-size (2)",
+        ),
+        (
+            "--pipeline-model-parallel-layout 'Ett|tt|tt|ttL' --num-virtual-stages-per-pipeline-rank 2",
+            "cannot be combined with --num-virtual-stages-per-pipeline-rank",
+        ),
+        ("--pipeline-model-parallel-layout 'Ett|ttq'", "unknown symbol 'q'"),
+    ],
+)
+def test_imported_layout_errors(extra, expected):
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        parse_megatron_args(f"{LAYOUT_LINE} {extra}", "a100-sxm4-80gb").validated()
