@@ -8,6 +8,8 @@ from collections import Counter
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simcluster.config import load_hardware
 from simcluster.config.scenario import parse_scenario
@@ -206,3 +208,49 @@ def test_deepseek_v3_recipe_layouts(pp, vpp, dp, layout, mtp_stage):
     outputs = [key for key, c in chunks.items() if c.output is not None]
     assert outputs == sorted({mtp_stage, (pp - 1, vpp - 1)})
     assert any(op.name == "mtp0.mtp.eh_proj" for op in chunks[mtp_rank, mtp_chunk].output.forward)
+
+
+def test_mtp_on_rank_zero_needs_no_embedding_copy_or_tied_reduction():
+    """pp 2 without vpp, "Etttttt m|L" (Megatron accepts m in rank 0's last chunk): rank 0
+    already holds the word embedding the MTP layer reads, so no copy and, the output layer being
+    untied, no tied all-reduce anywhere; rank 1 runs the loss and the MTP logits alone."""
+    scenario = _small(**{"parallel.pp": 2, "parallel.dp": 8, "parallel.pipeline_layout": "Et*6m|L"})
+    work = build_workload(scenario)
+    assert [c.num_layers for s in work.stages for c in s.chunks] == [7, 0]
+    assert all(s.embedding_grad_bytes == 0 for s in work.stages)
+    colocated = build_workload(
+        _small(**{"parallel.pp": 2, "parallel.dp": 8, "parallel.pipeline_layout": "Et*6|mL"})
+    )
+    word_copy = 1024 * 512 / 2  # padded vocab (1024 already a multiple of 128 · tp) × h / tp
+    total = sum(s.num_params for s in work.stages)
+    assert sum(s.num_params for s in colocated.stages) - total == pytest.approx(word_copy)
+
+
+def _layout_text(counts: list[int]) -> str:
+    stages = [f"t*{n}" if n > 1 else "t" * n for n in counts]
+    stages[0] = "E" + stages[0]
+    stages[-1] += "L"
+    return "|".join(stages)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    pp=st.sampled_from([2, 4]),
+    vpp=st.sampled_from([1, 2]),
+    cuts=st.lists(st.integers(0, 24), min_size=7, max_size=7),
+)
+def test_any_layout_moves_layers_without_changing_the_model(pp, vpp, cuts):
+    """A dense model of 24 layers spread over pp·vpp stages at random (empty stages allowed):
+    each chunk builds what its stage names, and the parameters summed over the stages are the
+    default split's (layers move, none appears or vanishes)."""
+    stages = pp * vpp
+    bounds = sorted(cuts[: stages - 1])
+    counts = [b - a for a, b in zip([0, *bounds], [*bounds, 24], strict=True)]
+    changes = {"model.moe": None, "model.mla": None, "model.mtp_num_layers": 0, "parallel.ep": None}
+    changes |= {"parallel.etp": None, "model.num_layers": 24, "parallel.pp": pp, "parallel.vpp": vpp}
+    changes |= {"parallel.dp": 8 // pp, "training.global_batch_size": 16}
+    plain = build_workload(_small(**changes))
+    layout = build_workload(_small(**changes, **{"parallel.pipeline_layout": _layout_text(counts)}))
+    built = [layout.stages[k % pp].chunks[k // pp].num_layers for k in range(stages)]
+    assert built == counts
+    assert sum(s.num_params for s in layout.stages) == pytest.approx(sum(s.num_params for s in plain.stages))
