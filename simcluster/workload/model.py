@@ -455,7 +455,9 @@ def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
         )
         untied = scenario.model.untie_embeddings_and_output_weights
         # MTP reads the word embedding on its stage: that copy's gradient is all-reduced with
-        # the first stage's as a tied embedding's is (`_allreduce_word_embedding_grads`)
+        # the first stage's as a tied embedding's is (`_allreduce_word_embedding_grads`) over
+        # the embedding group: rank 0, the last rank when tied, the MTP ranks
+        # (pretrain_gpt.py `get_embedding_ranks`, Megatron-LM @d98e8a64)
         holders = set() if untied else {0, par.pp - 1}
         if mtp:
             holders |= {0, mtp_virtual % par.pp}
