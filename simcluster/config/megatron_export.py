@@ -94,7 +94,11 @@ def _parallel_flags(scenario: Scenario) -> list[str]:
         flags += ["--decoder-last-pipeline-num-layers", str(par.last_pipeline_num_layers)]
     uneven = par.first_pipeline_num_layers is not None or par.last_pipeline_num_layers is not None
     uneven |= par.account_for_embedding_in_pipeline_split or par.account_for_loss_in_pipeline_split
-    if par.vpp > 1 and uneven:  # Megatron-core: uneven stages take VPP as stages per rank
+    if par.pipeline_layout is not None:
+        # Megatron derives vpp from the layout's stage count and refuses the other vpp flags
+        # beside it (arguments.py: 'No more than one of the following arguments ...')
+        flags += ["--pipeline-model-parallel-layout", par.pipeline_layout]
+    elif par.vpp > 1 and uneven:  # Megatron-core: uneven stages take VPP as stages per rank
         flags += ["--num-virtual-stages-per-pipeline-rank", str(par.vpp)]
     elif par.vpp > 1:
         flags += ["--num-layers-per-virtual-pipeline-stage", str(scenario.layers_per_chunk)]

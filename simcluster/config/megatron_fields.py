@@ -18,6 +18,7 @@ from simcluster.config.megatron_flags import (
     MODEL_INTS,
 )
 from simcluster.config.megatron_moe import read_recompute_modules
+from simcluster.config.pipeline_layout import LayoutError, parse_layout
 
 _NORMALIZATION = {"LayerNorm": "layernorm", "RMSNorm": "rmsnorm"}
 _POSITION = {"learned_absolute": "learned", "rope": "rope"}
@@ -109,6 +110,33 @@ def _virtual_pipeline(read: FlagReader, num_layers: int, pp: int, extra: int, ex
             f"--num-layers-per-virtual-pipeline-stage {per_stage} (which gives {derived})"
         )
     return derived
+
+
+def _layout_virtual_pipeline(read: FlagReader, layout: str, pp: int) -> int:
+    """vpp as Megatron derives it from `--pipeline-model-parallel-layout` (arguments.py: the
+    layout's stage count over pp, which must divide it; no other vpp flag beside it). A layout
+    that does not parse keeps vpp 1: the scenario loader names what is wrong with it."""
+    others = [
+        flag
+        for flag in ("num-layers-per-virtual-pipeline-stage", "num-virtual-stages-per-pipeline-rank")
+        if read.has(flag)
+    ]
+    if others:
+        read.problems.append(
+            f"--pipeline-model-parallel-layout: cannot be combined with --{', --'.join(others)}; "
+            "Megatron derives the virtual-pipeline size from the layout's stages"
+        )
+    try:
+        stages = parse_layout(layout).num_stages
+    except LayoutError:
+        return 1
+    if stages % pp:
+        read.problems.append(
+            f"--pipeline-model-parallel-layout: value {layout!r}: has {stages} stages, which must be "
+            f"divisible by --pipeline-model-parallel-size ({pp})"
+        )
+        return 1
+    return stages // pp
 
 
 def _recompute(read: FlagReader, notes: list[str]) -> Recompute:
@@ -376,11 +404,17 @@ def read_parallel(
     loss = read.switch("account-for-loss-in-pipeline-split")
     first = read.integer("decoder-first-pipeline-num-layers")
     last = read.integer("decoder-last-pipeline-num-layers")
+    layout = read.text("pipeline-model-parallel-layout")
+    vpp = (
+        _virtual_pipeline(read, num_layers, pp, int(embedding) + int(loss), None not in (first, last))
+        if layout is None
+        else _layout_virtual_pipeline(read, layout, pp)
+    )
     parallel: dict[str, Any] = {
         "tp": tp,
         "pp": pp,
         "dp": _data_parallel(read, tp, cp, pp, num_gpus, notes),
-        "vpp": _virtual_pipeline(read, num_layers, pp, int(embedding) + int(loss), None not in (first, last)),
+        "vpp": vpp,
         "sequence_parallel": read.switch("sequence-parallel"),
     }
     optional = {
@@ -389,5 +423,6 @@ def read_parallel(
         "account_for_loss_in_pipeline_split": loss or None,
         "first_pipeline_num_layers": first,
         "last_pipeline_num_layers": last,
+        "pipeline_layout": layout,
     }
     return parallel | {key: value for key, value in optional.items() if value is not None}

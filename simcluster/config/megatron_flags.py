@@ -48,6 +48,7 @@ KEY_FLAGS: dict[str, tuple[str, ...]] = {
     "parallel.account_for_loss_in_pipeline_split": ("account-for-loss-in-pipeline-split",),
     "parallel.first_pipeline_num_layers": ("decoder-first-pipeline-num-layers",),
     "parallel.last_pipeline_num_layers": ("decoder-last-pipeline-num-layers",),
+    "parallel.pipeline_layout": ("pipeline-model-parallel-layout",),
     "training.dtype": ("fp8-format", "fp4-format"),
     "training.attention_backend": ("attention-backend", "use-flash-attn"),
     "training.overlap_param_gather": ("overlap-param-gather",),
@@ -133,7 +134,6 @@ NOT_MODELLED = {
     "distribute-saved-activations": "distributed saved activations",
     "num-microbatches-with-partial-activation-checkpoints": "partial recompute (paper Appendix C)",
     "pipeline-model-parallel-split-rank": "encoder-decoder pipelines",
-    "pipeline-model-parallel-layout": "a free-form pipeline layout (the four uneven-split flags are read)",
     "cp-comm-type": "the context-parallel communication kind",
     # megatron/core/fp4_utils.py::get_fp4_context and fp8_utils.py: layers kept in BF16 under
     # --fp4-format / --fp8-format; the scenario quantizes every layer's TE linears

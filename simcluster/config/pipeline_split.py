@@ -13,6 +13,9 @@ refuse and the workload builds its chunks from what they give.
 * `first_pipeline_num_layers` F / `last_pipeline_num_layers` Lₗ: the first (last) stage gets
   exactly F (Lₗ) layers and the other stages split the rest evenly; with VPP every stage's
   count is divided by v (each must divide).
+* `pipeline_layout` (`--pipeline-model-parallel-layout`): each virtual stage builds the
+  transformer layers the layout string names (`config.pipeline_layout`); Megatron-core
+  refuses it beside the four keys above.
 
 Sources: `megatron/core/transformer/transformer_block.py::get_num_layers_to_build` (the
 counts), `transformer_layer.py::get_transformer_layer_offset` (where each chunk starts:
@@ -26,6 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simcluster.config.pipeline_layout import LayoutRequest, layout_chunk_layers, layout_problems
+
 
 @dataclass(frozen=True, slots=True)
 class SplitRequest:
@@ -38,6 +43,8 @@ class SplitRequest:
     account_for_loss: bool = False
     first_pipeline_num_layers: int | None = None
     last_pipeline_num_layers: int | None = None
+    pipeline_layout: str | None = None
+    mtp_num_layers: int = 0  # checked against the layout's m symbols
 
     @property
     def accounted_layers(self) -> int:
@@ -91,9 +98,41 @@ def pipeline_split(request: SplitRequest) -> PipelineSplit:
 
 
 def _split(request: SplitRequest) -> tuple[PipelineSplit | None, list[str]]:
+    if request.pipeline_layout is not None:
+        return _layout_split(request)
     if request.explicit:
         return _explicit_split(request)
     return _accounted_split(request)
+
+
+def _layout_split(request: SplitRequest) -> tuple[PipelineSplit | None, list[str]]:
+    """The layout's transformer layers per (stage, chunk). Megatron-core
+    (`TransformerConfig.__post_init__`) raises 'pipeline_model_parallel_layout cannot be set
+    with other pipeline layout arguments' beside first/last stage sizes or account-for flags."""
+    assert request.pipeline_layout is not None
+    others = [
+        name
+        for name, on in (
+            ("first_pipeline_num_layers", request.first_pipeline_num_layers is not None),
+            ("last_pipeline_num_layers", request.last_pipeline_num_layers is not None),
+            ("account_for_embedding_in_pipeline_split", request.account_for_embedding),
+            ("account_for_loss_in_pipeline_split", request.account_for_loss),
+        )
+        if on
+    ]
+    if others:
+        return None, [
+            f"parallel.pipeline_layout: cannot be combined with parallel.{', parallel.'.join(others)}; "
+            "Megatron-core: 'pipeline_model_parallel_layout cannot be set with other pipeline layout "
+            "arguments' (the layout already places every layer)"
+        ]
+    layout = LayoutRequest(
+        request.pipeline_layout, request.num_layers, request.pp, request.vpp, request.mtp_num_layers
+    )
+    problems = layout_problems(layout)
+    if problems:
+        return None, problems
+    return PipelineSplit(layout_chunk_layers(layout)), []
 
 
 def _accounted_split(request: SplitRequest) -> tuple[PipelineSplit | None, list[str]]:

@@ -47,6 +47,7 @@ from simcluster.config.moe_config import (
     check_mla_attention,
     check_moe_parallel,
 )
+from simcluster.config.pipeline_layout import PipelineLayout, parse_layout
 from simcluster.config.pipeline_split import PipelineSplit, SplitRequest, pipeline_split, split_problems
 from simcluster.config.strict import StrictModel
 
@@ -194,6 +195,12 @@ class ParallelSpec(StrictModel):
         gt=0,
         description="expert tensor parallelism (--expert-tensor-parallel-size); default tp",
     )
+    pipeline_layout: str | None = Field(
+        default=None,
+        description="Megatron-core --pipeline-model-parallel-layout, e.g. 'Et*3|(tt|)*29,m|L': the layers "
+        "of each of the pp * vpp virtual stages (E embedding, t transformer layer, m MTP layer, L loss); "
+        "null = Megatron's split (docs/pipeline_layout.md)",
+    )
 
 
 class TrainingSpec(StrictModel):
@@ -317,6 +324,8 @@ class Scenario(StrictModel):
             account_for_loss=par.account_for_loss_in_pipeline_split,
             first_pipeline_num_layers=par.first_pipeline_num_layers,
             last_pipeline_num_layers=par.last_pipeline_num_layers,
+            pipeline_layout=par.pipeline_layout,
+            mtp_num_layers=self.model.mtp_num_layers,
         )
 
     @property
@@ -324,6 +333,20 @@ class Scenario(StrictModel):
         """The transformer layers each (stage, chunk) builds (Megatron-core's
         get_num_layers_to_build, `config.pipeline_split`)."""
         return pipeline_split(self.split_request)
+
+    @property
+    def pipeline_layer_layout(self) -> PipelineLayout | None:
+        """`parallel.pipeline_layout` parsed (None without one); the loader has checked it."""
+        layout = self.parallel.pipeline_layout
+        return None if layout is None else parse_layout(layout)
+
+    @property
+    def mtp_virtual_stage(self) -> int:
+        """The virtual stage that runs the MTP layers: the one the layout names, else the
+        last (Megatron-core `mtp_on_this_rank`: without a layout, the last pipeline stage)."""
+        layout = self.pipeline_layer_layout
+        stage = layout.mtp_stage if layout is not None else None
+        return stage if stage is not None else self.parallel.pp * self.parallel.vpp - 1
 
 
 def divisors(n: int, limit: int | None = None) -> tuple[int, ...]:
@@ -396,7 +419,8 @@ def cross_field_problems(scenario: Scenario, refuse_unpriced: bool = True) -> li
     problems += [_shape_problem(bad) for bad in shape if bad.field != "seq_length"]
     request = scenario.split_request
     both_kinds = request.explicit and (request.account_for_embedding or request.account_for_loss)
-    if not both_kinds:  # the exclusion itself is reported with Megatron-core's other rules
+    # the exclusion itself is reported with Megatron-core's other rules (a layout's here)
+    if not both_kinds or request.pipeline_layout is not None:
         problems += split_problems(request)
     per_step = tr.micro_batch_size * par.dp
     if tr.global_batch_size % per_step:

@@ -307,6 +307,12 @@ def _cp_rule(space: SearchSpace) -> str:
 def _pp_rule(space: SearchSpace) -> str:
     """Which pp the pipeline split accepts, in the words of the base's split flags."""
     par, layers = space.base.parallel, space.base.model.num_layers
+    if par.pipeline_layout is not None:
+        pps = ", ".join(map(str, split_values(space.base, None)[0]))
+        return (
+            f"pp one of {pps} (pp * vpp must be the stage count of parallel.pipeline_layout "
+            f"{par.pipeline_layout!r}, which every layout keeps)"
+        )
     flags = [
         name
         for name, on in (

@@ -87,7 +87,10 @@ def split_values(base: Scenario, num_gpus: int | None) -> tuple[tuple[int, ...],
     vpp ≤ 8 splits them with some such pp (pp 1 included). Without split flags these are the
     divisors of num_layers; with
     account_for_embedding / account_for_loss_in_pipeline_split, Llama 3 405B's 126 layers
-    (128 counted) take pp 16 × vpp 8 (Megatron-core get_num_layers_to_build)."""
+    (128 counted) take pp 16 × vpp 8 (Megatron-core get_num_layers_to_build). A
+    `parallel.pipeline_layout` is kept, never dropped: only the (pp, vpp) it fits are accepted
+    (pp · vpp its stage count, Megatron's MTP rule), so a layout of 32 stages searches pp 8 ×
+    vpp 4, pp 16 × vpp 2, ... and nothing else."""
     par, layers = base.parallel, base.model.num_layers
 
     def accepts(pp: int, vpp: int) -> bool:
@@ -99,6 +102,8 @@ def split_values(base: Scenario, num_gpus: int | None) -> tuple[tuple[int, ...],
             account_for_loss=par.account_for_loss_in_pipeline_split,
             first_pipeline_num_layers=par.first_pipeline_num_layers,
             last_pipeline_num_layers=par.last_pipeline_num_layers,
+            pipeline_layout=par.pipeline_layout,
+            mtp_num_layers=base.model.mtp_num_layers,
         )
         return not split_problems(request)
 

@@ -29,7 +29,7 @@ from simcluster.workload.mla_params import mla_param_delta_per_rank, mtp_params_
 from simcluster.workload.moe_config import ExpertLayout, MLAConfig, MoEConfig
 from simcluster.workload.moe_layer import MoELayerSpec, moe_layer_config, moe_layer_ops
 from simcluster.workload.moe_memory import expert_static_memory
-from simcluster.workload.mtp import mtp_extra_ops, with_mtp
+from simcluster.workload.mtp import mtp_extra_ops, mtp_head_ops, mtp_stage_ops, with_mtp
 
 FP32_BYTES = 4
 BF16_BYTES = 2
@@ -99,7 +99,10 @@ class LayerSegment:
 @dataclass(frozen=True, slots=True)
 class ChunkWork:
     """What one microbatch costs on one (stage, chunk): its layer segments in order, plus
-    the embedding on the first virtual stage and the output layer on the last."""
+    the embedding on the first virtual stage and the output layer on the last. `output` holds
+    the ops after the chunk's layers: the output layer (with MTP's when they share the last
+    virtual stage), or, on a standalone MTP stage a pipeline layout names, the MTP layers'
+    embedding, norms and eh_proj (`workload.mtp.mtp_stage_ops`)."""
 
     stage: int
     chunk: int
@@ -273,12 +276,14 @@ def _attention_variant_params(
     scenario: Scenario, stage: int, cfg: LayerConfig, split: PipelineSplit
 ) -> float:
     """Per-rank parameters a stage holds beyond `stage_params_per_rank`'s standard layers:
-    each layer's MLA attention in place of the standard one (`mla_params`), and on the last
-    stage the MTP layers (norms, eh_proj, a standard layer whose MLP the MoE count swaps
-    like the others') and, with pp > 1 and an untied output layer, the word-embedding copy
-    the MTP embedding reads (Megatron builds the embedding on the last stage for MTP)."""
+    each layer's MLA attention in place of the standard one (`mla_params`), and on the MTP
+    layers' stage (the last, or the one `parallel.pipeline_layout` names) the MTP layers (norms,
+    eh_proj, a standard layer whose MLP the MoE count swaps like the others') and the
+    word-embedding copy the MTP embedding reads where the stage holds none (Megatron builds
+    the embedding where `mtp_process`, gpt_model.py): with pp > 1, on the last stage when its
+    output layer is untied, on any middle stage always."""
     m, par = scenario.model, scenario.parallel
-    mtp = m.mtp_num_layers if stage == par.pp - 1 else 0
+    mtp = m.mtp_num_layers if stage == scenario.mtp_virtual_stage % par.pp else 0
     layers = split.stage_layers[stage] + mtp
     extra = 0.0
     if m.mla is not None:
@@ -294,7 +299,9 @@ def _attention_variant_params(
         extra += mtp * mtp_params_per_rank(
             m.hidden_size, par.tp, norm_params(m.hidden_size, m.normalization), layer
         )
-        if par.pp > 1 and m.untie_embeddings_and_output_weights:
+        untied = m.untie_embeddings_and_output_weights
+        holds_word_embedding = stage == 0 or (stage == par.pp - 1 and not untied)
+        if par.pp > 1 and not holds_word_embedding:
             extra += padded_vocab_size(m.vocab_size, par.tp) * m.hidden_size / par.tp
     return extra
 
@@ -412,12 +419,19 @@ def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
     embedding = embedding_ops(cfg, scenario.model.vocab_size)
     output = output_ops(cfg, scenario.model.vocab_size)
     mtp = scenario.model.mtp_num_layers
-    if mtp:
-        # the MTP layers run after the decoder on the last virtual stage: their transformer
-        # layers (the model's last layer's kind) as a segment, the rest with the output layer
-        output = with_mtp(output, mtp_extra_ops(cfg, scenario.model.vocab_size, mtp))
     par = scenario.parallel
     last_virtual = par.pp * par.vpp - 1
+    # the MTP layers run after the decoder on the last virtual stage, or on the one a pipeline
+    # layout names: their transformer layers (the model's last layer's kind) as a segment, the
+    # rest with the output layer; a standalone MTP stage keeps the embedding and eh_proj and
+    # the loss stage computes every depth's logits (`workload.mtp`)
+    mtp_virtual = scenario.mtp_virtual_stage
+    mtp_extras: LayerOps | None = None
+    if mtp and mtp_virtual == last_virtual:
+        output = with_mtp(output, mtp_extra_ops(cfg, scenario.model.vocab_size, mtp))
+    elif mtp:
+        output = with_mtp(output, mtp_head_ops(cfg, scenario.model.vocab_size, mtp))
+        mtp_extras = mtp_stage_ops(cfg, scenario.model.vocab_size, mtp)
     split = scenario.pipeline_split
     stages = []
     for stage in range(par.pp):
@@ -431,18 +445,27 @@ def build_workload(scenario: Scenario, fp8_weight_copies: int = 1) -> Workload:
                 )
                 + (
                     (replace(representative, num_layers=mtp),)
-                    if mtp and chunk * par.pp + stage == last_virtual
+                    if mtp and chunk * par.pp + stage == mtp_virtual
                     else ()
                 ),  # fmt: skip
                 embedding=embedding if chunk * par.pp + stage == 0 else None,
-                output=output if chunk * par.pp + stage == last_virtual else None,
+                output=(
+                    output if chunk * par.pp + stage == last_virtual
+                    else mtp_extras if chunk * par.pp + stage == mtp_virtual
+                    else None
+                ),  # fmt: skip
             )
             for chunk in range(par.vpp)
         )
         untied = scenario.model.untie_embeddings_and_output_weights
-        # MTP reads the word embedding on the last stage: its copy's gradient is all-reduced
-        # with the first stage's as a tied embedding's is (`_allreduce_word_embedding_grads`)
-        tied = par.pp > 1 and stage in (0, par.pp - 1) and (not untied or mtp > 0)
+        # MTP reads the word embedding on its stage: that copy's gradient is all-reduced with
+        # the first stage's as a tied embedding's is (`_allreduce_word_embedding_grads`) over
+        # the embedding group: rank 0, the last rank when tied, the MTP ranks
+        # (pretrain_gpt.py `get_embedding_ranks`, Megatron-LM @d98e8a64)
+        holders = set() if untied else {0, par.pp - 1}
+        if mtp:
+            holders |= {0, mtp_virtual % par.pp}
+        tied = par.pp > 1 and stage in holders and len(holders) > 1
         # the distributed optimizer shards over DP × CP (CP ranks hold identical weights)
         grad_bytes = BF16_BYTES if scenario.training.grad_reduce_in_bf16 else FP32_BYTES
         moe_layers = sum(seg.num_layers for chunk in chunks for seg in chunk.segments if seg.kind.moe)

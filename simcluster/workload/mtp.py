@@ -1,5 +1,6 @@
 """Multi-token prediction (DeepSeek-V3 §2.2, Megatron `--mtp-num-layers`): the ops an MTP
-layer adds on the last pipeline stage beyond its transformer layer.
+layer adds beyond its transformer layer, on the last pipeline stage or on the virtual stage a
+`parallel.pipeline_layout` names.
 
 Megatron-core builds the MTP block after the decoder on the last pipeline stage
 (megatron/core/models/gpt/gpt_model.py: `mtp_process` on the last stage;
@@ -16,7 +17,12 @@ Megatron-LM @d98e8a64ddf34856e74b24714e3bedb2f5a39553). Per MTP layer and microb
     final norm, the shared output layer's logits and its cross-entropy loss
 
 This module gives the ops around the layer (`mtp_extra_ops`); the output layer and loss are
-`embedding.output_ops` again (the same GEMM against the same weight). Saved bytes follow
+`embedding.output_ops` again (the same GEMM against the same weight). A pipeline layout may
+put the MTP layers on a virtual stage of their own before the loss stage ("standalone MTP",
+`PipelineParallelLayerLayout.validate_layer_layout`): that stage runs the embedding, norms,
+eh_proj and transformer layer (`mtp_stage_ops`), and the loss stage computes every MTP depth's
+logits and loss (`mtp_head_ops`; gpt_model.py `_postprocess` runs `process_mtp_loss` only
+where `post_process`, language_module.py: "MTP loss is computed at post_process stage"). Saved bytes follow
 the dense layer's conventions: each norm keeps its input, eh_proj its (local) 2h input.
 """
 
@@ -115,6 +121,33 @@ def mtp_extra_ops(cfg: LayerConfig, vocab_size: int, num_layers: int) -> LayerOp
         prefix = f"mtp{i}"
         forward += _prefixed(embed.forward + eh_forward + head.forward, prefix)
         backward += _prefixed(head.backward + eh_backward + embed.backward, prefix)
+    return LayerOps(forward, backward, recompute=())
+
+
+@functools.lru_cache(maxsize=256)
+def mtp_stage_ops(cfg: LayerConfig, vocab_size: int, num_layers: int) -> LayerOps:
+    """A standalone MTP stage's ops beyond its transformer layers: per layer the shifted
+    embedding, enorm, hnorm and eh_proj (`mtp_extra_ops` without the logits and loss)."""
+    embed = embedding_ops(cfg, vocab_size)
+    eh_forward, eh_backward = _eh_proj(cfg)
+    forward: tuple[Op, ...] = ()
+    backward: tuple[Op, ...] = ()
+    for i in range(num_layers):
+        forward += _prefixed(embed.forward + eh_forward, f"mtp{i}")
+        backward += _prefixed(eh_backward + embed.backward, f"mtp{i}")
+    return LayerOps(forward, backward, recompute=())
+
+
+@functools.lru_cache(maxsize=256)
+def mtp_head_ops(cfg: LayerConfig, vocab_size: int, num_layers: int) -> LayerOps:
+    """The loss stage's share of standalone MTP layers: each depth's final norm, logits and
+    loss (`embedding.output_ops`)."""
+    head = output_ops(cfg, vocab_size)
+    forward: tuple[Op, ...] = ()
+    backward: tuple[Op, ...] = ()
+    for i in range(num_layers):
+        forward += _prefixed(head.forward, f"mtp{i}")
+        backward += _prefixed(head.backward, f"mtp{i}")
     return LayerOps(forward, backward, recompute=())
 
 
