@@ -3,6 +3,7 @@ scenario file and every file its figure, they all run, and the step-time convers
 error summary are right. No accuracy is asserted: these runs are checks, not goals."""
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -111,3 +112,21 @@ def test_every_moe_file_names_its_model_and_every_dense_file_none():
     assert public_runs.moe_model("bridge26.04-gpt-oss-120b-b200-bf16") == "gpt-oss-120b"
     with pytest.raises(ValueError, match="names none of the MoE models"):
         public_runs.moe_model("bridge26.04-llama3-70b-gb200-mxfp8")
+
+
+def test_every_moe_file_header_pins_its_source_and_recipe():
+    """Each MoE file says where its figure and its settings come from (the summary page with
+    its commit, the recipe preset with its commit) and what the contract cannot express; the
+    DeepSeek-V3 files (MLA) carry the recipe's pipeline layout string for the key that
+    replaces their stand-in split."""
+    for run in {run.file for run in public_runs.PUBLISHED}:
+        path = ROOT / "benchmarks" / "public_runs" / f"{run}.yaml"
+        scenario, _ = load_scenario_and_hardware(path)
+        if scenario.model.moe is None:
+            continue
+        header = "\n".join(line for line in path.read_text().splitlines() if line.startswith("#"))
+        assert re.search(r"performance[-_]summary", header), run
+        pinned = r"Settings, NVIDIA(-NeMo)?/(Megatron-Bridge|NeMo) @v[\d.]+ \([0-9a-f]{40}[,)]"
+        assert re.search(pinned, header), run
+        assert "Not expressible:" in header, run
+        assert ("# pipeline_layout: " in header) == (scenario.model.mla is not None), run
