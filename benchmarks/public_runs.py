@@ -3,6 +3,10 @@
     python benchmarks/public_runs.py            # table, means per GPU family
     python benchmarks/public_runs.py --json     # the same as JSON
 
+Mixture-of-experts runs (a scenario with `model.moe`) are summarised apart from the dense ones,
+as "MoE H100" / "MoE Blackwell" and per model and GPU family (docs/public_runs_moe.md), so the
+dense means keep their meaning.
+
 Each scenario in `benchmarks/public_runs/` describes one published run (its header names the
 source and the settings read from the recipe); `PUBLISHED` below holds the published figure.
 A step time given as tokens/s/GPU is GBS · seq / (tokens/s/GPU · GPUs), NeMo's definition.
@@ -97,15 +101,84 @@ PUBLISHED = (
     Published("nemo25.02-gpt3-175b-b200-fp8", "NeMo 25.02 summary", 1600),
     Published("nemo25.02-llama3.1-405b-b200-fp8", "NeMo 25.02 summary", 625),
     Published("nemo25.04-llama3.1-405b-gb200-fp8cs", "NeMo 25.04 summary", 665),
+    # Mixture of experts: Megatron-Bridge performance summaries (docs/public_runs_moe.md); the
+    # file header names the release whose recipe it follows, these rows name each release that
+    # published the same layout.
+    Published("bridge26.04-qwen3-30b-a3b-h100-fp8cs", "Megatron-Bridge 26.04", 8901),
+    Published("bridge26.04-qwen3-30b-a3b-h100-fp8cs", "Megatron-Bridge 26.04.01", 8960),
+    Published("bridge26.04-qwen3-30b-a3b-h100-fp8cs", "Megatron-Bridge 26.06", 8826),
+    Published("bridge26.04-qwen3-235b-a22b-h100-fp8cs", "Megatron-Bridge 26.04", 1686),
+    Published("bridge26.04-qwen3-235b-a22b-h100-fp8cs", "Megatron-Bridge 26.04.01", 1712),
+    Published("bridge26.04-qwen3-235b-a22b-h100-fp8cs", "Megatron-Bridge 26.02", 1633),
+    Published("bridge26.04-qwen3-235b-a22b-h100-fp8cs", "Megatron-Bridge 26.02.01", 1611),
+    Published("bridge26.04-gpt-oss-120b-h100-bf16", "Megatron-Bridge 26.04", 5810),
+    Published("bridge26.04-gpt-oss-120b-h100-bf16", "Megatron-Bridge 26.04.01", 5824),
+    Published("bridge26.04-gpt-oss-120b-h100-bf16", "Megatron-Bridge 26.02", 5993),
+    Published("bridge26.04-gpt-oss-120b-h100-bf16", "Megatron-Bridge 26.02.01", 5984),
+    Published("bridge26.04-deepseek-v3-gb200-mxfp8", "Megatron-Bridge 26.04", 4193),
+    Published("bridge26.04-deepseek-v3-gb200-mxfp8", "Megatron-Bridge 26.04.01", 4256),
+    Published("bridge26.04-deepseek-v3-gb200-mxfp8", "Megatron-Bridge 26.02", 3955),
+    Published("bridge26.04-deepseek-v3-b200-mxfp8", "Megatron-Bridge 26.04", 2815),
+    Published("bridge26.04-deepseek-v3-b200-mxfp8", "Megatron-Bridge 26.02", 2689),
+    Published("bridge26.04-gpt-oss-120b-gb200-bf16", "Megatron-Bridge 26.04", 15938),
+    Published("bridge26.04-gpt-oss-120b-gb200-bf16", "Megatron-Bridge 26.04.01", 16640),
+    Published("bridge26.04-gpt-oss-120b-gb200-bf16", "Megatron-Bridge 26.02", 15784),
+    Published("bridge26.04-gpt-oss-120b-b200-bf16", "Megatron-Bridge 26.04", 13045),
+    Published("bridge26.04-gpt-oss-120b-b200-bf16", "Megatron-Bridge 26.04.01", 13568),
+    Published("bridge26.04-qwen3-30b-a3b-gb200-mxfp8", "Megatron-Bridge 26.04", 26032),
+    Published("bridge26.04-qwen3-30b-a3b-gb200-mxfp8", "Megatron-Bridge 26.04.01", 26112),
+    Published("bridge26.04-qwen3-30b-a3b-gb200-mxfp8", "Megatron-Bridge 26.02", 26084),
+    Published("bridge26.04-qwen3-30b-a3b-b200-mxfp8", "Megatron-Bridge 26.04", 26859),
+    Published("bridge26.04-qwen3-30b-a3b-b200-mxfp8", "Megatron-Bridge 26.04.01", 27136),
+    Published("bridge26.04-qwen3-235b-a22b-gb200-mxfp8", "Megatron-Bridge 26.04", 5672),
+    Published("bridge26.04-qwen3-235b-a22b-gb200-mxfp8", "Megatron-Bridge 26.04.01", 5680),
+    Published("bridge26.04-qwen3-235b-a22b-b200-mxfp8", "Megatron-Bridge 26.04.01", 3776),
+    Published("bridge26.04-qwen3-235b-a22b-b200-mxfp8", "Megatron-Bridge 26.02", 3805),
+    Published("bridge26.04-deepseek-v3-gb300-mxfp8", "Megatron-Bridge 26.04", 4965),
+    Published("bridge26.04-deepseek-v3-gb300-mxfp8", "Megatron-Bridge 26.04.01", 4992),
+    Published("bridge26.04-deepseek-v3-gb300-mxfp8", "Megatron-Bridge 26.02", 4612),
+    Published("bridge26.04-qwen3-30b-a3b-gb300-mxfp8", "Megatron-Bridge 26.04", 31470),
+    Published("bridge26.04-qwen3-30b-a3b-gb300-mxfp8", "Megatron-Bridge 26.04.01", 31744),
+    Published("bridge26.04-qwen3-30b-a3b-gb300-mxfp8", "Megatron-Bridge 26.02", 30376),
+    Published("bridge26.04-qwen3-235b-a22b-gb300-mxfp8", "Megatron-Bridge 26.04", 6994),
+    Published("bridge26.04-qwen3-235b-a22b-gb300-mxfp8", "Megatron-Bridge 26.04.01", 6944),
+    Published("bridge26.04-gpt-oss-120b-gb300-bf16", "Megatron-Bridge 26.04", 19275),
+    Published("bridge26.04-gpt-oss-120b-gb300-bf16", "Megatron-Bridge 26.04.01", 19200),
+    Published("bridge26.04-gpt-oss-120b-gb300-bf16", "Megatron-Bridge 26.02", 19412),
+    Published("nemo25.04-mixtral-8x7b-gb200-fp8cs", "NeMo 25.04 summary", 19275),
 )
+
+# The MoE models of issue 18, as their public-run files name them (`moe_model`).
+MOE_MODELS = {
+    "deepseek-v3": "DeepSeek-V3",
+    "qwen3-30b-a3b": "Qwen3-30B-A3B",
+    "qwen3-235b-a22b": "Qwen3-235B-A22B",
+    "gpt-oss-120b": "gpt-oss-120b",
+    "mixtral-8x7b": "Mixtral-8x7B",
+}
 
 
 def family(hardware: str) -> str:
     return "H100" if hardware.startswith("h100") else "Blackwell"
 
 
+def moe_model(file: str) -> str:
+    """The MoE model a public-run file describes, from its name (ValueError if none)."""
+    for key, name in MOE_MODELS.items():
+        if f"-{key}-" in file:
+            return name
+    raise ValueError(f"benchmarks/public_runs/{file}.yaml: names none of the MoE models {sorted(MOE_MODELS)}")
+
+
+def group(row: dict[str, Any]) -> str:
+    """The summary group of a row: its GPU family, with "MoE " before it for a MoE run (so the
+    dense groups hold the dense runs only)."""
+    return ("MoE " if row.get("moe") else "") + family(row["hardware"])
+
+
 def rows() -> list[dict[str, Any]]:
     out = []
+    predictions: dict[str, tuple[float, bool]] = {}  # one simulation per file (deterministic)
     for run in PUBLISHED:
         scenario, hw = load_scenario_and_hardware(RUNS / f"{run.file}.yaml")
         tokens = scenario.training.global_batch_size * scenario.model.seq_length
@@ -114,23 +187,35 @@ def rows() -> list[dict[str, Any]]:
         else:
             assert run.tokens_per_s_per_gpu is not None
             published = tokens / (run.tokens_per_s_per_gpu * scenario.num_gpus)
-        result = run_simulation(scenario, hw, steady_state=True).result
-        predicted = result.iteration_time_s
+        if run.file not in predictions:
+            result = run_simulation(scenario, hw, steady_state=True).result
+            predictions[run.file] = (result.iteration_time_s, result.fits_in_memory)
+        predicted, fits = predictions[run.file]
+        moe = scenario.model.moe is not None
         out.append({
             "file": run.file, "source": run.source, "hardware": hw.name, "gpus": scenario.num_gpus,
             "dtype": scenario.training.dtype.value, "cp": scenario.parallel.cp,
             "published_step_s": round(published, 4), "predicted_step_s": round(predicted, 4),
             "error_pct": round(100 * (predicted - published) / published, 2),
-            "fits_in_memory": result.fits_in_memory,
+            "fits_in_memory": fits, "moe": moe, "model": moe_model(run.file) if moe else None,
         })  # fmt: skip
     return out
 
 
 def summary(table: list[dict[str, Any]], by: str = "family") -> dict[str, dict[str, float]]:
-    """Error statistics per GPU family; `by="dtype"` or `"cp"` splits each family further."""
+    """Error statistics per GPU family (MoE runs in their own "MoE <family>" groups);
+    `by="dtype"` or `"cp"` splits each group further, `by="model"` splits the MoE groups by
+    model (dense rows are left out of that one)."""
     by_family: dict[str, list[float]] = {}
     for row in table:
-        name = family(row["hardware"]) if by == "family" else f"{family(row['hardware'])} {by} {row[by]}"
+        if by == "model" and not row.get("moe"):
+            continue
+        if by == "family":
+            name = group(row)
+        elif by == "model":
+            name = f"MoE {row['model']} {family(row['hardware'])}"
+        else:
+            name = f"{group(row)} {by} {row[by]}"
         by_family.setdefault(name, []).append(float(row["error_pct"]))
     return {
         name: {
@@ -159,6 +244,7 @@ def main() -> None:
         "summary": summary(table),
         "by_dtype": summary(table, by="dtype"),
         "by_cp": summary(table, by="cp"),
+        "moe_by_model": summary(table, by="model"),
     }
     if not args.no_save:
         RESULTS.write_text(json.dumps(payload, indent=2) + "\n")
@@ -175,7 +261,8 @@ def main() -> None:
             f"{row['file']:40s} {row['source']:36s} {row['gpus']:6d} {row['published_step_s']:12.3f} "
             f"{row['predicted_step_s']:12.3f} {row['error_pct']:+7.1f}%  {fits}"
         )
-    for name, stats in [*payload["summary"].items(), *payload["by_dtype"].items(), *payload["by_cp"].items()]:
+    groups = ("summary", "by_dtype", "by_cp", "moe_by_model")
+    for name, stats in [item for key in groups for item in payload[key].items()]:
         print(
             f"{name}: mean |error| {stats['mean_abs_error_pct']:.1f} % over {stats['runs']} runs "
             f"(mean signed {stats['mean_error_pct']:+.1f} %)"

@@ -223,7 +223,7 @@ def _expected_accuracy() -> dict[str, list[str]]:
     def errors(table: str, quantities: tuple[str, ...], scale: float) -> list[float]:
         return [scale * r["error"] for r in rows if r["table"] == table and r["quantity"] in quantities]
 
-    public = _script("public_runs").rows()
+    public = [r for r in _script("public_runs").rows() if not r["moe"]]  # MoE: docs/public_runs_moe.md
     family = {
         "H100": [r["error_pct"] for r in public if r["hardware"].startswith("h100")],
         "Blackwell": [r["error_pct"] for r in public if not r["hardware"].startswith("h100")],

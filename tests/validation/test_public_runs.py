@@ -3,6 +3,7 @@ scenario file and every file its figure, they all run, and the step-time convers
 error summary are right. No accuracy is asserted: these runs are checks, not goals."""
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -77,3 +78,55 @@ def test_summary_splits_each_family_by_dtype_or_cp():
         "H100 cp 2": {"runs": 2, "mean_abs_error_pct": 7.0, "mean_error_pct": -3.0},
         "Blackwell cp 1": {"runs": 1, "mean_abs_error_pct": 20.0, "mean_error_pct": -20.0},
     }
+
+
+def test_moe_runs_are_summarised_apart_from_the_dense_ones():
+    """A MoE row goes to "MoE <family>" (the dense H100 / Blackwell means keep only dense runs)
+    and, with `by="model"`, to its model and family; dense rows stay out of the model split."""
+    table = [
+        {"hardware": "h100-sxm5-80gb", "cp": 1, "error_pct": -10.0, "moe": False, "model": None},
+        {"hardware": "h100-sxm5-80gb", "cp": 1, "error_pct": 20.0, "moe": True, "model": "DeepSeek-V3"},
+        {"hardware": "gb200-nvl72", "cp": 1, "error_pct": -30.0, "moe": True, "model": "DeepSeek-V3"},
+        {"hardware": "b200-sxm-180gb", "cp": 1, "error_pct": -10.0, "moe": True, "model": "DeepSeek-V3"},
+    ]
+    assert public_runs.summary(table) == {
+        "H100": {"runs": 1, "mean_abs_error_pct": 10.0, "mean_error_pct": -10.0},
+        "MoE H100": {"runs": 1, "mean_abs_error_pct": 20.0, "mean_error_pct": 20.0},
+        "MoE Blackwell": {"runs": 2, "mean_abs_error_pct": 20.0, "mean_error_pct": -20.0},
+    }
+    assert public_runs.summary(table, by="model") == {
+        "MoE DeepSeek-V3 H100": {"runs": 1, "mean_abs_error_pct": 20.0, "mean_error_pct": 20.0},
+        "MoE DeepSeek-V3 Blackwell": {"runs": 2, "mean_abs_error_pct": 20.0, "mean_error_pct": -20.0},
+    }
+    assert set(public_runs.summary(table, by="cp")) == {"H100 cp 1", "MoE H100 cp 1", "MoE Blackwell cp 1"}
+
+
+def test_every_moe_file_names_its_model_and_every_dense_file_none():
+    """The MoE rows are the files whose scenario has `model.moe`; each names one of the MoE
+    models, and a file name naming none is refused."""
+    rows = public_runs.rows()
+    moe = {row["file"]: row["model"] for row in rows if row["moe"]}
+    assert set(moe.values()) >= {"DeepSeek-V3", "Qwen3-30B-A3B", "Qwen3-235B-A22B", "gpt-oss-120b"}
+    assert all(row["model"] is None for row in rows if not row["moe"])
+    assert moe["bridge26.04-qwen3-30b-a3b-h100-fp8cs"] == "Qwen3-30B-A3B"
+    assert public_runs.moe_model("bridge26.04-gpt-oss-120b-b200-bf16") == "gpt-oss-120b"
+    with pytest.raises(ValueError, match="names none of the MoE models"):
+        public_runs.moe_model("bridge26.04-llama3-70b-gb200-mxfp8")
+
+
+def test_every_moe_file_header_pins_its_source_and_recipe():
+    """Each MoE file says where its figure and its settings come from (the summary page with
+    its commit, the recipe preset with its commit) and what the contract cannot express; the
+    DeepSeek-V3 files (MLA) carry the recipe's pipeline layout string for the key that
+    replaces their stand-in split."""
+    for run in {run.file for run in public_runs.PUBLISHED}:
+        path = ROOT / "benchmarks" / "public_runs" / f"{run}.yaml"
+        scenario, _ = load_scenario_and_hardware(path)
+        if scenario.model.moe is None:
+            continue
+        header = "\n".join(line for line in path.read_text().splitlines() if line.startswith("#"))
+        assert re.search(r"performance[-_]summary", header), run
+        pinned = r"Settings, NVIDIA(-NeMo)?/(Megatron-Bridge|NeMo) @v[\d.]+ \([0-9a-f]{40}[,)]"
+        assert re.search(pinned, header), run
+        assert "Not expressible:" in header, run
+        assert ("# pipeline_layout: " in header) == (scenario.model.mla is not None), run
