@@ -51,8 +51,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from simcluster.config.choices import CudaGraphImpl, Dtype
+from simcluster.config.graph_scope import CudaGraphScope
 from simcluster.config.hardware import HardwareProfile
-from simcluster.costs.moe_host import moe_op_kernels, sync_points
+from simcluster.costs.graph_capture import captured_ops, captures_whole_layer, effective_scope
+from simcluster.costs.moe_host import SyncPoint, moe_op_kernels, sync_points
 from simcluster.workload.fp8 import is_te_linear_gemm
 from simcluster.workload.model import ChunkWork, LayerSegment
 from simcluster.workload.moe_layer import MoELayerSpec
@@ -84,22 +86,54 @@ def kernels_issued(ops: tuple[Op, ...], dtype: Dtype, moe: MoELayerSpec | None =
     return sum(op_kernels(ops, dtype, moe))
 
 
-def chunk_kernels(chunk: ChunkWork, dtype: Dtype, graph: CudaGraphImpl, amax: bool) -> tuple[int, int]:
+def layer_op_kernels(
+    ops: tuple[Op, ...], dtype: Dtype, moe: MoELayerSpec | None, graph: CudaGraphImpl,
+    scope: tuple[CudaGraphScope, ...] = (), recompute: bool = False,
+) -> tuple[int, ...]:  # fmt: skip
+    """Kernels the host issues for each op of one pass of a layer, after what CUDA graphs
+    capture (`costs.graph_capture`): a captured op issues nothing, the layer's graph one
+    launch on its first captured op; a whole layer captured is one launch a pass."""
+    if graph is CudaGraphImpl.NONE:
+        return op_kernels(ops, dtype, moe)
+    none = tuple(0 for _ in ops)
+    if graph is CudaGraphImpl.FULL_ITERATION:
+        return none
+    regions = effective_scope(scope, moe)
+    if captures_whole_layer(regions, moe):
+        return none if recompute or not ops else (GRAPH_LAUNCHES_PER_LAYER_PASS, *none[1:])
+    captured = captured_ops(ops, regions, moe, recompute)
+    counts = [0 if hit else n for n, hit in zip(op_kernels(ops, dtype, moe), captured)]
+    if True in captured and not recompute:
+        counts[captured.index(True)] = GRAPH_LAUNCHES_PER_LAYER_PASS
+    return tuple(counts)
+
+
+def layer_sync_points(
+    ops: tuple[Op, ...], moe: MoELayerSpec | None, graph: CudaGraphImpl,
+    scope: tuple[CudaGraphScope, ...] = (),
+) -> tuple[SyncPoint, ...]:  # fmt: skip
+    """`moe_host.sync_points` of a layer pass; with a per-layer graph whose scope is whole
+    layers or holds moe_preprocess, Megatron-core copies the counts at the dispatch
+    (`cuda_dtoh_point` "before_ep_alltoall", token_dispatcher.py `__init__`)."""
+    if moe is None or graph is CudaGraphImpl.FULL_ITERATION:
+        return ()
+    at_dispatch = graph is not CudaGraphImpl.NONE and (not scope or CudaGraphScope.MOE_PREPROCESS in scope)
+    return sync_points(ops, moe, at_dispatch)
+
+
+def chunk_kernels(
+    chunk: ChunkWork, dtype: Dtype, graph: CudaGraphImpl, amax: bool, scope: tuple[CudaGraphScope, ...] = ()
+) -> tuple[int, int]:
     """Kernels the host issues for one microbatch's forward and backward (with recompute)
     of `chunk`, after what CUDA graphs capture."""
     if graph is CudaGraphImpl.FULL_ITERATION:
         return 0, 0
     forward = backward = 0
     for segment in chunk.segments:
-        layer, n = segment.layer, segment.num_layers
-        if graph is CudaGraphImpl.NONE:
-            moe = segment.kind.moe
-            forward += n * kernels_issued(layer.forward, dtype, moe)
-            rerun = kernels_issued(layer.recompute, dtype, moe)
-            backward += n * (kernels_issued(layer.backward, dtype, moe) + rerun)
-        else:
-            forward += n * GRAPH_LAUNCHES_PER_LAYER_PASS
-            backward += n * GRAPH_LAUNCHES_PER_LAYER_PASS
+        layer, n, moe = segment.layer, segment.num_layers, segment.kind.moe
+        forward += n * sum(layer_op_kernels(layer.forward, dtype, moe, graph, scope))
+        rerun = sum(layer_op_kernels(layer.recompute, dtype, moe, graph, scope, recompute=True))
+        backward += n * (sum(layer_op_kernels(layer.backward, dtype, moe, graph, scope)) + rerun)
     extras = [extra for extra in (chunk.embedding, chunk.output) if extra is not None]
     per_pass = int(amax)
     return (
@@ -109,14 +143,15 @@ def chunk_kernels(chunk: ChunkWork, dtype: Dtype, graph: CudaGraphImpl, amax: bo
 
 
 def chunk_host_s(
-    chunk: ChunkWork, hw: HardwareProfile, dtype: Dtype, graph: CudaGraphImpl, amax: bool
-) -> tuple[float, float]:
+    chunk: ChunkWork, hw: HardwareProfile, dtype: Dtype, graph: CudaGraphImpl, amax: bool,
+    scope: tuple[CudaGraphScope, ...] = (),
+) -> tuple[float, float]:  # fmt: skip
     """Host issue seconds of one microbatch's forward and backward of `chunk` (0, 0 where
     the profile does not price the host)."""
     per_op = hw.compute.host_issue_s_per_op
     if per_op is None:
         return 0.0, 0.0
-    forward, backward = chunk_kernels(chunk, dtype, graph, amax)
+    forward, backward = chunk_kernels(chunk, dtype, graph, amax, scope)
     return forward * per_op, backward * per_op
 
 
@@ -148,14 +183,13 @@ def segmented_wait_s(pieces: Sequence[HostPiece], per_op_s: float) -> float:
 
 
 def pass_pieces(
-    ops: tuple[Op, ...], total_gpu_s: float, price: Callable[[tuple[Op, ...]], float], dtype: Dtype,
-    moe: MoELayerSpec | None,
+    ops: tuple[Op, ...], total_gpu_s: float, price: Callable[[tuple[Op, ...]], float],
+    kernels: tuple[int, ...], points: tuple[SyncPoint, ...],
 ) -> tuple[HostPiece, ...]:  # fmt: skip
-    """One pass of a layer (`total_gpu_s` its priced seconds) cut at its sync points:
-    each piece's GPU seconds are `price` of its ops, the last piece's the rest of the total
-    (so the pieces sum to the layer's price), its kernels those issued before the sync."""
-    kernels = op_kernels(ops, dtype, moe)
-    points = sync_points(ops, moe) if moe is not None else ()
+    """One pass of a layer (`total_gpu_s` its priced seconds, `kernels` per op) cut at its
+    sync `points`: each piece's GPU seconds are `price` of its ops, the last piece's the
+    rest of the total (so the pieces sum to the layer's price), its kernels those issued
+    before the sync."""
     pieces, gpu_from, host_from, gpu_sum = [], 0, 0, 0.0
     for point in points:
         gpu_s = price(ops[gpu_from : point.gpu_index])
@@ -166,7 +200,6 @@ def pass_pieces(
     return tuple(pieces)
 
 
-def has_sync(segment: LayerSegment) -> bool:
+def has_sync(segment: LayerSegment, graph: CudaGraphImpl = CudaGraphImpl.NONE) -> bool:
     """Whether a layer of `segment` blocks the host in its forward (`moe_host.sync_points`)."""
-    moe = segment.kind.moe
-    return moe is not None and bool(sync_points(segment.layer.forward, moe))
+    return bool(layer_sync_points(segment.layer.forward, segment.kind.moe, graph))

@@ -215,9 +215,13 @@ def _first(ops: tuple[Op, ...], start: int, match: object) -> int | None:
     return next((i for i in range(start, len(ops)) if match(ops[i])), None)  # type: ignore[operator]
 
 
-def sync_points(ops: tuple[Op, ...], spec: MoELayerSpec) -> tuple[SyncPoint, ...]:
+def sync_points(
+    ops: tuple[Op, ...], spec: MoELayerSpec, dtoh_at_dispatch: bool = False
+) -> tuple[SyncPoint, ...]:
     """Where the host waits for the GPU in `ops` (a forward, or a recompute that re-runs the
-    MoE block's forward; module docstring). None in a backward."""
+    MoE block's forward; module docstring). None in a backward. `dtoh_at_dispatch`: the
+    alltoall dispatcher copies the counts at "before_ep_alltoall" (a per-layer CUDA graph
+    that captures the preprocess, or whole layers)."""
     permute = _first(
         ops, 0, lambda op: op.module is Module.MOE_PERMUTE and op.kind is OpKind.ELEMENTWISE
         and op.pass_ is Pass.FORWARD
@@ -237,6 +241,8 @@ def sync_points(ops: tuple[Op, ...], spec: MoELayerSpec) -> tuple[SyncPoint, ...
     after = permute + 1
     if _has_counts_gather(spec):  # "before_ep_alltoall"
         host = _first(ops, after, lambda op: op.collective is CollectiveKind.ALL_TO_ALL)
+        if dtoh_at_dispatch and host is not None:
+            return (SyncPoint(host, host),)
     elif _local_experts(spec) > 1:  # "before_permutation_2"
         host = _first(ops, after, lambda op: op.module is Module.MOE_SORT_CHUNKS)
     else:  # "before_finish"

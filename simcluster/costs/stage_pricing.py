@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from simcluster.config.choices import CudaGraphImpl, Dtype
+from simcluster.config.graph_scope import CudaGraphScope
 from simcluster.config.hardware import HardwareProfile
 from simcluster.config.scenario import Scenario
 from simcluster.costs.breakdown import Split, chunk_split, layer_split
@@ -42,6 +43,8 @@ from simcluster.costs.host import (
     has_sync,
     host_wait_s,
     kernels_issued,
+    layer_op_kernels,
+    layer_sync_points,
     pass_pieces,
     segmented_wait_s,
 )
@@ -79,6 +82,7 @@ class PricingLayout:
     amax: GroupPlacement | None
     cuda_graph: CudaGraphImpl
     experts: ExpertGroups | None = None  # a MoE model's expert groups (`costs.placement.expert_groups`)
+    cuda_graph_scope: tuple[CudaGraphScope, ...] = ()  # what a per-layer graph captures ([]: whole layers)
 
 
 def pricing_layout(scenario: Scenario, hw: HardwareProfile) -> PricingLayout:
@@ -90,6 +94,7 @@ def pricing_layout(scenario: Scenario, hw: HardwareProfile) -> PricingLayout:
         amax=amax_group(scenario, hw),
         cuda_graph=scenario.training.cuda_graph_impl,
         experts=expert_groups(scenario, hw),
+        cuda_graph_scope=tuple(scenario.training.cuda_graph_scope),
     )
 
 
@@ -234,7 +239,8 @@ class StagePricing:
             extras = [self.extra(extra, layout) for extra in (chunk.embedding, chunk.output) if extra]
             layers = [(segment.num_layers, self.segment(segment, layout)) for segment in chunk.segments]
             cost = compose_chunk(layers, extras, self.amax_s(layout))
-            host = chunk_host_s(chunk, self.hw, layout.dtype, layout.cuda_graph, layout.amax is not None)
+            graph, amax = layout.cuda_graph, layout.amax is not None
+            host = chunk_host_s(chunk, self.hw, layout.dtype, graph, amax, layout.cuda_graph_scope)
             waits = self._sync_waits(chunk, layout)
             priced = self._chunks[key] = PricedChunk(cost, *host, *waits)
         return priced
@@ -242,13 +248,9 @@ class StagePricing:
     def _sync_waits(self, chunk: ChunkWork, layout: PricingLayout) -> tuple[float | None, float | None]:
         """The forward's and backward's host-bound waits, segment by segment, where a MoE
         layer's dispatcher syncs (`costs.host`); (None, None) where nothing syncs, the host
-        is not priced or CUDA graphs capture the layers."""
+        is not priced or a graph captures the whole iteration."""
         per_op = self.hw.compute.host_issue_s_per_op
-        if (
-            per_op is None
-            or layout.cuda_graph is not CudaGraphImpl.NONE
-            or not any(has_sync(segment) for segment in chunk.segments)
-        ):
+        if per_op is None or not any(has_sync(segment, layout.cuda_graph) for segment in chunk.segments):
             return None, None
         forward: list[HostPiece] = []
         backward: list[HostPiece] = []
@@ -292,11 +294,18 @@ class StagePricing:
                     ops.fp8_recipe, layout.experts,
                 ).total_s  # fmt: skip
 
-            dtype = layout.dtype
-            forward = pass_pieces(ops.forward, cost.forward.total_s, price, dtype, moe)
-            recompute = pass_pieces(ops.recompute, cost.recompute.total_s, price, dtype, moe)
-            backward = pass_pieces(ops.backward, cost.backward.total_s, price, dtype, moe)
-            pieces = self._pieces[key] = (forward, recompute + backward)
+            args = (layout.dtype, moe, layout.cuda_graph, layout.cuda_graph_scope)
+            passes = [
+                pass_pieces(
+                    part, total, price, layer_op_kernels(part, *args, recompute=part is ops.recompute),
+                    layer_sync_points(part, moe, layout.cuda_graph, layout.cuda_graph_scope),
+                )
+                for part, total in (
+                    (ops.forward, cost.forward.total_s), (ops.recompute, cost.recompute.total_s),
+                    (ops.backward, cost.backward.total_s),
+                )
+            ]  # fmt: skip
+            pieces = self._pieces[key] = (passes[0], passes[1] + passes[2])
         return pieces
 
     def layer_of(self, workload: Workload, layout: PricingLayout) -> ChunkCost:

@@ -203,3 +203,102 @@ def test_point_fields():
     segment = _segment(_scenario())
     for point in sync_points(segment.layer.forward, segment.kind.moe):
         assert isinstance(point, SyncPoint) and point.gpu_index <= point.host_index
+
+
+def _graph_kernels(scenario, pass_name="forward"):
+    from simcluster.costs.host import layer_op_kernels
+
+    segment = _segment(scenario)
+    tr = scenario.training
+    ops = getattr(segment.layer, pass_name)
+    return ops, layer_op_kernels(ops, tr.dtype, segment.kind.moe, tr.cuda_graph_impl, tr.cuda_graph_scope)
+
+
+def _with_graph(scope, dispatcher="alltoall", impl="transformer_engine"):
+    data = yaml.safe_load(QWEN.read_text())
+    data["model"]["moe"].update(num_experts=16, router_topk=2)
+    data["training"].update(moe_token_dispatcher=dispatcher, cuda_graph_impl=impl, cuda_graph_scope=scope)
+    return parse_scenario(data, "s.yaml")
+
+
+def test_router_scope_captures_attention_router_and_nothing_after():
+    """[attn, moe_router]: one graph launch for the attention, the pre-MLP norm and the router
+    (forward and backward); the dispatcher and experts stay eager, kernel for kernel."""
+    eager = _scenario()
+    graphed = _with_graph(["attn", "moe_router"])
+    for name in ("forward", "backward"):
+        ops, counts = _graph_kernels(graphed, name)
+        _, eager_counts = _graph_kernels(eager, name)
+        topk = next(i for i, op in enumerate(ops) if op.module is Module.ROUTER_TOPK)
+        mlp_block = {Module.MOE_PERMUTE, Module.EXPERT_FC1, Module.EXPERT_FC2, Module.MOE_UNPERMUTE}
+        for i, op in enumerate(ops):
+            if op.module in mlp_block:
+                assert counts[i] == eager_counts[i] > 0, op.name
+        assert sum(1 for n, e in zip(counts, eager_counts) if n != e) >= 3
+        assert sum(counts) < sum(eager_counts)
+        assert counts[topk] == 0 or counts[topk] == 1  # captured (1: the graph's launch)
+    ops, counts = _graph_kernels(graphed)
+    assert (
+        counts[0] == 1
+        and sum(counts[: next(i for i, op in enumerate(ops) if op.module is Module.ROUTER_TOPK) + 1]) == 1
+    )
+
+
+def test_preprocess_scope_captures_the_permute_and_moves_the_copy():
+    """moe_preprocess adds the counts' all-gather and the permute to the graph; the counts are
+    then copied at the dispatch all-to-all (cuda_dtoh_point before_ep_alltoall)."""
+    from simcluster.costs.host import layer_sync_points
+
+    router = _with_graph(["attn", "moe_router"])
+    preprocess = _with_graph(["attn", "moe_router", "moe_preprocess"])
+    ops, with_pre = _graph_kernels(preprocess)
+    _, without = _graph_kernels(router)
+    permute = next(
+        i for i, op in enumerate(ops) if op.module is Module.MOE_PERMUTE and op.kind is OpKind.ELEMENTWISE
+    )
+    assert with_pre[permute] == 0 < without[permute]
+    segment = _segment(preprocess)
+    tr = preprocess.training
+    (point,) = layer_sync_points(ops, segment.kind.moe, tr.cuda_graph_impl, tr.cuda_graph_scope)
+    assert (
+        point.gpu_index == point.host_index and ops[point.gpu_index].collective is CollectiveKind.ALL_TO_ALL
+    )
+
+
+def test_whole_layer_scope_on_a_dropless_moe_layer_is_attention_and_router():
+    """Megatron-core cannot capture a dropless MoE layer whole (its dispatcher syncs): the
+    empty scope prices it as [attn, moe_router]; a dense model keeps one launch a pass."""
+    assert _graph_kernels(_with_graph([]))[1] == _graph_kernels(_with_graph(["attn", "moe_router"]))[1]
+
+
+@pytest.mark.parametrize(
+    ("scope", "message"),
+    [
+        (["moe"], "drop-and-pad"),
+        (["moe_preprocess"], "moe_preprocess needs moe_router"),
+        (["moe", "moe_router"], "not both"),
+        (["mlp"], "mlp needs dense layers"),
+    ],
+)
+def test_megatron_scope_rules_are_errors(scope, message):
+    with pytest.raises(Exception, match=message):
+        _with_graph(scope)
+
+
+def test_graphs_never_add_host_time_and_full_iteration_removes_it():
+    """Each scope's host seconds ≤ eager's, ≥ 0; full_iteration leaves none."""
+    hw = _hw(42.3)
+    eager = _scenario()
+    chunk = build_workload(eager).stages[0].chunks[0]
+    layout = pricing_layout(eager, hw)
+    base = StagePricing(hw).chunk(chunk, layout)
+    for scope in ([], ["attn"], ["attn", "moe_router"], ["attn", "moe_router", "moe_preprocess"]):
+        graphed = _with_graph(scope)
+        priced = StagePricing(hw).chunk(
+            build_workload(graphed).stages[0].chunks[0], pricing_layout(graphed, hw)
+        )
+        assert 0 < priced.host_forward_s < base.host_forward_s
+        assert 0 < priced.host_backward_s < base.host_backward_s
+    full = _with_graph([], impl="full_iteration")
+    priced = StagePricing(hw).chunk(build_workload(full).stages[0].chunks[0], pricing_layout(full, hw))
+    assert (priced.host_forward_s, priced.host_backward_s) == (0.0, 0.0)
