@@ -137,7 +137,7 @@ def _router_topk(spec: MoELayerSpec, backward: bool) -> int:
 
 def _has_counts_gather(spec: MoELayerSpec) -> bool:
     """Whether the alltoall dispatcher all-gathers the counts (ep·etp > 1: `preprocess`)."""
-    return spec.layout.ep * (spec.layout.etp or spec.layout.tp) > 1
+    return spec.layout.ep * spec.layout.expert_tp > 1
 
 
 def _local_experts(spec: MoELayerSpec) -> int:

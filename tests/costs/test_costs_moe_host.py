@@ -302,3 +302,17 @@ def test_graphs_never_add_host_time_and_full_iteration_removes_it():
     full = _with_graph([], impl="full_iteration")
     priced = StagePricing(hw).chunk(build_workload(full).stages[0].chunks[0], pricing_layout(full, hw))
     assert (priced.host_forward_s, priced.host_backward_s) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("dispatcher", ["alltoall", "allgather", "flex"])
+def test_segments_add_up_to_the_task(dispatcher):
+    """With every segment host-bound (10 ms a kernel) the task is its host seconds: the
+    segments' kernels sum to the chunk's count and their GPU seconds to its price."""
+    scenario = _scenario(dispatcher, pp=1)
+    hw = _hw(10_000.0)
+    pricing = StagePricing(hw)
+    chunk = build_workload(scenario).stages[0].chunks[0]
+    priced = pricing.chunk(chunk, pricing_layout(scenario, hw))
+    assert priced.forward_sync_wait_s is not None
+    assert priced.forward_busy_s == pytest.approx(priced.host_forward_s, rel=1e-12)
+    assert priced.backward_busy_s == pytest.approx(priced.host_backward_s, rel=1e-12)
