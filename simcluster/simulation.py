@@ -13,7 +13,6 @@ from simcluster.config.errors import ConfigError
 from simcluster.config.hardware import HardwareProfile
 from simcluster.config.scenario import Scenario, require_hardware_fits
 from simcluster.costs.breakdown import Split, step_split
-from simcluster.costs.host import host_wait_s
 from simcluster.costs.stage_pricing import (
     PricedChunk,
     PricedStage,
@@ -65,11 +64,10 @@ class Simulation:
 
 
 def _with_host_wait(
-    gpu_s: float, host_s: float, parts: tuple[tuple[TimeCategory, float], ...]
+    wait_s: float, parts: tuple[tuple[TimeCategory, float], ...]
 ) -> tuple[tuple[TimeCategory, float], ...]:
     """A task's busy parts: the GPU's, and a host-bound wait where the host issues its
-    kernels more slowly than the GPU runs them (`costs.host`)."""
-    wait_s = host_wait_s(gpu_s, host_s)
+    kernels more slowly than the GPU runs them (`costs.host`, `PricedChunk`)."""
     return (*parts, (TimeCategory.HOST_WAIT, wait_s)) if wait_s > 0 else parts
 
 
@@ -92,7 +90,7 @@ def _task_works(
             (TimeCategory.TP_COMM, cost.forward.comm_s),
             *_ep_part(cost.forward.ep_comm_s),
         )
-        parts = _with_host_wait(cost.forward_s, price.host_forward_s, gpu)
+        parts = _with_host_wait(price.forward_host_wait_s, gpu)
         forward.append(TaskWork(busy_s=price.forward_busy_s, parts=parts, stored_bytes=chunk.saved_bytes))
         gpu_backward = (
             (TimeCategory.COMPUTE, cost.backward.compute_s),
@@ -100,7 +98,7 @@ def _task_works(
             *_ep_part(cost.backward.ep_comm_s),
             (TimeCategory.RECOMPUTE, cost.recompute.total_s),
         )
-        parts = _with_host_wait(cost.backward_s, price.host_backward_s, gpu_backward)
+        parts = _with_host_wait(price.backward_host_wait_s, gpu_backward)
         backward.append(TaskWork(busy_s=price.backward_busy_s, parts=parts, transient_bytes=transient))
     return tuple(forward), tuple(backward)
 

@@ -129,6 +129,8 @@ def _training_flags(scenario: Scenario) -> list[str]:
     flags += ["--attention-backend", backend]
     if tr.cuda_graph_impl is not CudaGraphImpl.NONE:
         flags += ["--cuda-graph-impl", tr.cuda_graph_impl.value]
+        if tr.cuda_graph_scope:
+            flags += ["--cuda-graph-modules", *(scope.value for scope in tr.cuda_graph_scope)]
     for flag, on in (
         ("--use-distributed-optimizer", tr.use_distributed_optimizer),
         ("--overlap-grad-reduce", tr.overlap_grad_reduce),

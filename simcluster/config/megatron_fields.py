@@ -326,11 +326,14 @@ def read_training(read: FlagReader, dp: int, notes: list[str], demoted: dict[str
         training["fp4_recipe"] = fp4_recipe
     if (graph := _cuda_graph_impl(read, notes, demoted)) != "none":
         training["cuda_graph_impl"] = graph
+        if graph != "full_iteration" and (scope := _cuda_graph_scope(read, demoted)):
+            training["cuda_graph_scope"] = scope
     return training
 
 
 _CUDA_GRAPH_IMPLS = {name: name for name in ("none", "local", "transformer_engine", "full_iteration")}
 _WHOLE_LAYER_MODULES = ("full",)  # Megatron's deprecated "full": the whole layer, as an empty list
+_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess")  # config.graph_scope.CudaGraphScope
 
 
 def _cuda_graph_impl(read: FlagReader, notes: list[str], demoted: dict[str, str]) -> str:
@@ -338,8 +341,8 @@ def _cuda_graph_impl(read: FlagReader, notes: list[str], demoted: dict[str, str]
     deprecated `--enable-cuda-graph` is `--cuda-graph-impl local`, `--external-cuda-graph`
     is `transformer_engine` (neither with --cuda-graph-impl, nor both); the module list
     (`--cuda-graph-modules`, formerly `--cuda-graph-scope`) value full_iteration turns a
-    local impl into `full_iteration`. A partial module list (attn, mlp, …) is not modelled:
-    the run is priced with whole layers captured."""
+    local impl into `full_iteration`. A partial module list (attn, mlp, moe_router, ...) is
+    `training.cuda_graph_scope` (`_cuda_graph_scope`)."""
     impl = read.choice("cuda-graph-impl", _CUDA_GRAPH_IMPLS)
     legacy = [flag for flag in ("enable-cuda-graph", "external-cuda-graph") if read.switch(flag)]
     if len(legacy) == 2 or (legacy and impl is not None):
@@ -353,9 +356,20 @@ def _cuda_graph_impl(read: FlagReader, notes: list[str], demoted: dict[str, str]
         if "full_iteration" in modules and impl in ("none", "local", "full_iteration"):
             impl = "full_iteration"
             notes.append(f"cuda_graph_impl = full_iteration: --{flag} full_iteration (Megatron migrates it)")
-        elif modules and any(m not in _WHOLE_LAYER_MODULES for m in modules) and impl != "none":
-            demoted[flag] = "partial CUDA-graph capture (priced as whole layers captured)"
     return impl
+
+
+def _cuda_graph_scope(read: FlagReader, demoted: dict[str, str]) -> list[str]:
+    """`--cuda-graph-modules` (or the deprecated `--cuda-graph-scope`) entries the scenario's
+    `training.cuda_graph_scope` holds; "full" is the whole layer (the empty list); others
+    (mamba, ...) are listed as not modelled and left out."""
+    scope: list[str] = []
+    for flag in ("cuda-graph-modules", "cuda-graph-scope"):
+        modules = [m for m in read.values(flag) or [] if m not in (*_WHOLE_LAYER_MODULES, "full_iteration")]
+        if unknown := [m for m in modules if m not in _SCOPES]:
+            demoted[flag] = f"CUDA-graph capture of {', '.join(unknown)} (not modelled; left out)"
+        scope += [m for m in modules if m in _SCOPES and m not in scope]
+    return scope
 
 
 @dataclass(frozen=True)

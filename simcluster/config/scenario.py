@@ -29,6 +29,7 @@ from simcluster.config.choices import (
 )
 from simcluster.config.errors import ConfigError, describe_validation_error
 from simcluster.config.files import read_yaml
+from simcluster.config.graph_scope import CudaGraphScope, cuda_graph_scope_problems
 from simcluster.config.hardware import HardwareProfile, known_profiles, load_hardware
 from simcluster.config.layer_rules import (
     ContextParallelRule,
@@ -260,6 +261,13 @@ class TrainingSpec(StrictModel):
         "layers captured per microbatch) | full_iteration (the whole forward-backward pass): removes "
         "the host issue time of what is captured (only where the profile prices it: "
         "compute.host_issue_us_per_op)",
+    )
+    cuda_graph_scope: tuple[CudaGraphScope, ...] = Field(
+        default=(),
+        description="Megatron --cuda-graph-modules (formerly --cuda-graph-scope) with cuda_graph_impl "
+        "local / transformer_engine: [] (default: whole layers) or any of attn, mlp, moe_router, "
+        "moe_preprocess (moe: drop-and-pad only); what is not captured stays priced per kernel "
+        "(docs/moe_host.md)",
     )
     moe_token_dispatcher: TokenDispatcher = Field(
         default=TokenDispatcher.ALLTOALL,
@@ -493,6 +501,7 @@ def attention_variant_problems(scenario: Scenario) -> list[str]:
             if module in needs and needs[module][1] is None
         ]
         problems += _recompute_module_problems(scenario, modules)
+    problems += cuda_graph_scope_problems(scenario)
     return problems
 
 

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from simcluster.config.choices import CudaGraphImpl, Dtype
+from simcluster.config.graph_scope import CudaGraphScope
 from simcluster.config.hardware import HardwareProfile
 from simcluster.config.scenario import Scenario
 from simcluster.costs.breakdown import Split, chunk_split, layer_split
@@ -38,7 +39,17 @@ from simcluster.costs.chunk import (
 )
 from simcluster.costs.compute import OPTIMIZER_KIND, elementwise_time_s
 from simcluster.costs.ep_overlap import overlapped_cost, paired_saving_s
-from simcluster.costs.host import chunk_host_s, host_wait_s
+from simcluster.costs.host import (
+    HostPiece,
+    chunk_host_s,
+    has_sync,
+    host_wait_s,
+    kernels_issued,
+    layer_op_kernels,
+    layer_sync_points,
+    pass_pieces,
+    segmented_wait_s,
+)
 from simcluster.costs.network import GroupPlacement, collective_time_s
 from simcluster.costs.placement import (
     ExpertGroups,
@@ -74,6 +85,7 @@ class PricingLayout:
     cuda_graph: CudaGraphImpl
     experts: ExpertGroups | None = None  # a MoE model's expert groups (`costs.placement.expert_groups`)
     ep_overlap: bool = False  # training.overlap_moe_expert_parallel_comm (`costs.ep_overlap`)
+    cuda_graph_scope: tuple[CudaGraphScope, ...] = ()  # what a per-layer graph captures ([]: whole layers)
 
 
 def pricing_layout(scenario: Scenario, hw: HardwareProfile) -> PricingLayout:
@@ -86,6 +98,7 @@ def pricing_layout(scenario: Scenario, hw: HardwareProfile) -> PricingLayout:
         cuda_graph=scenario.training.cuda_graph_impl,
         experts=expert_groups(scenario, hw),
         ep_overlap=scenario.training.overlap_moe_expert_parallel_comm,
+        cuda_graph_scope=tuple(scenario.training.cuda_graph_scope),
     )
 
 
@@ -97,19 +110,39 @@ class PricedChunk:
     cost: ChunkCost
     host_forward_s: float
     host_backward_s: float
+    # the GPU's wait for the host where a MoE dispatcher's sync cuts the task into segments
+    # (`costs.host.segmented_wait_s`); None: no sync, the whole task's max(GPU, host)
+    forward_sync_wait_s: float | None = None
+    backward_sync_wait_s: float | None = None
 
     @property
     def forward_busy_s(self) -> float:
-        """The forward task's seconds: max(GPU, host) (`costs.host`)."""
-        return _busy_s(self.cost.forward_s, self.host_forward_s)
+        """The forward task's seconds: max(GPU, host), or GPU + the segments' waits where
+        the task has syncs (`costs.host`)."""
+        return _busy_s(self.cost.forward_s, self.host_forward_s, self.forward_sync_wait_s)
 
     @property
     def backward_busy_s(self) -> float:
-        return _busy_s(self.cost.backward_s, self.host_backward_s)
+        return _busy_s(self.cost.backward_s, self.host_backward_s, self.backward_sync_wait_s)
+
+    @property
+    def forward_host_wait_s(self) -> float:
+        """Seconds the GPU waits for the host in the forward task."""
+        return _wait_s(self.cost.forward_s, self.host_forward_s, self.forward_sync_wait_s)
+
+    @property
+    def backward_host_wait_s(self) -> float:
+        return _wait_s(self.cost.backward_s, self.host_backward_s, self.backward_sync_wait_s)
 
 
-def _busy_s(gpu_s: float, host_s: float) -> float:
+def _busy_s(gpu_s: float, host_s: float, sync_wait_s: float | None = None) -> float:
+    if sync_wait_s is not None:
+        return gpu_s + sync_wait_s if sync_wait_s > 0 else gpu_s
     return host_s if host_wait_s(gpu_s, host_s) > 0 else gpu_s
+
+
+def _wait_s(gpu_s: float, host_s: float, sync_wait_s: float | None) -> float:
+    return host_wait_s(gpu_s, host_s) if sync_wait_s is None else sync_wait_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +199,7 @@ class StagePricing:
         self._seconds: dict[tuple[object, ...], float] = {}
         self._splits: dict[tuple[object, ...], Split] = {}
         self._buckets: dict[tuple[object, ...], tuple[tuple[float, ...], ...]] = {}
+        self._pieces: dict[tuple[object, ...], tuple[tuple[HostPiece, ...], tuple[HostPiece, ...]]] = {}
 
     def layer(
         self, key: LayerKind | LayerOps, ops: LayerOps, tp: GroupPlacement, dtype: Dtype,
@@ -217,9 +251,74 @@ class StagePricing:
             extras = [self.extra(extra, layout) for extra in (chunk.embedding, chunk.output) if extra]
             layers = [(segment.num_layers, self.segment(segment, layout)) for segment in chunk.segments]
             cost = compose_chunk(layers, extras, self.amax_s(layout))
-            host = chunk_host_s(chunk, self.hw, layout.dtype, layout.cuda_graph, layout.amax is not None)
-            priced = self._chunks[key] = PricedChunk(cost, *host)
+            graph, amax = layout.cuda_graph, layout.amax is not None
+            host = chunk_host_s(chunk, self.hw, layout.dtype, graph, amax, layout.cuda_graph_scope)
+            waits = self._sync_waits(chunk, layout)
+            priced = self._chunks[key] = PricedChunk(cost, *host, *waits)
         return priced
+
+    def _sync_waits(self, chunk: ChunkWork, layout: PricingLayout) -> tuple[float | None, float | None]:
+        """The forward's and backward's host-bound waits, segment by segment, where a MoE
+        layer's dispatcher syncs (`costs.host`); (None, None) where nothing syncs, the host
+        is not priced or a graph captures the whole iteration."""
+        per_op = self.hw.compute.host_issue_s_per_op
+        if per_op is None or not any(has_sync(segment, layout.cuda_graph) for segment in chunk.segments):
+            return None, None
+        forward: list[HostPiece] = []
+        backward: list[HostPiece] = []
+        if chunk.output is not None:
+            backward += self._extra_pieces(chunk.output, layout)[1]
+        if chunk.embedding is not None:
+            forward += self._extra_pieces(chunk.embedding, layout)[0]
+        for segment in chunk.segments:
+            layer_forward, layer_backward = self._layer_pieces(segment, layout)
+            forward += layer_forward * segment.num_layers
+        for segment in reversed(chunk.segments):
+            backward += self._layer_pieces(segment, layout)[1] * segment.num_layers
+        if chunk.output is not None:
+            forward += self._extra_pieces(chunk.output, layout)[0]
+        if chunk.embedding is not None:
+            backward += self._extra_pieces(chunk.embedding, layout)[1]
+        if layout.amax is not None:
+            amax = HostPiece(self.amax_s(layout), 1)
+            forward, backward = [*forward, amax], [*backward, amax]
+        return segmented_wait_s(forward, per_op), segmented_wait_s(backward, per_op)
+
+    def _extra_pieces(self, ops: LayerOps, layout: PricingLayout) -> tuple[list[HostPiece], list[HostPiece]]:
+        cost, dtype = self.extra(ops, layout), layout.dtype
+        return (
+            [HostPiece(cost.forward_s, kernels_issued(ops.forward, dtype))],
+            [HostPiece(cost.backward_s, kernels_issued(ops.backward, dtype))],
+        )
+
+    def _layer_pieces(
+        self, segment: LayerSegment, layout: PricingLayout
+    ) -> tuple[tuple[HostPiece, ...], tuple[HostPiece, ...]]:
+        """One layer's forward, and its recompute then backward, cut at its syncs."""
+        key = ("host_pieces", segment.kind, layout)
+        pieces = self._pieces.get(key)
+        if pieces is None:
+            cost, ops, moe = self.segment(segment, layout), segment.layer, segment.kind.moe
+
+            def price(part: tuple[Op, ...]) -> float:
+                return price_ops(
+                    part, self.hw, layout.tp, layout.dtype, layout.cp, layout.tp_comm_overlap,
+                    ops.fp8_recipe, layout.experts,
+                ).total_s  # fmt: skip
+
+            args = (layout.dtype, moe, layout.cuda_graph, layout.cuda_graph_scope)
+            passes = [
+                pass_pieces(
+                    part, total, price, layer_op_kernels(part, *args, recompute=part is ops.recompute),
+                    layer_sync_points(part, moe, layout.cuda_graph, layout.cuda_graph_scope),
+                )
+                for part, total in (
+                    (ops.forward, cost.forward.total_s), (ops.recompute, cost.recompute.total_s),
+                    (ops.backward, cost.backward.total_s),
+                )
+            ]  # fmt: skip
+            pieces = self._pieces[key] = (passes[0], passes[1] + passes[2])
+        return pieces
 
     def layer_of(self, workload: Workload, layout: PricingLayout) -> ChunkCost:
         """The workload's representative layer (`Workload.layer`), as its chunks run it."""
@@ -250,10 +349,7 @@ class StagePricing:
         priced = self.chunk(chunk, layout)
         layers = [(s.num_layers, self.layer_split(s.kind, s.layer, layout)) for s in chunk.segments]
         extras = [self.extra(extra, layout) for extra in (chunk.embedding, chunk.output) if extra]
-        cost = priced.cost
-        wait_s = host_wait_s(cost.forward_s, priced.host_forward_s) + host_wait_s(
-            cost.backward_s, priced.host_backward_s
-        )
+        wait_s = priced.forward_host_wait_s + priced.backward_host_wait_s
         return chunk_split(layers, extras, self.amax_s(layout), wait_s)
 
     def _cached(self, key: tuple[object, ...], price: Callable[[], float]) -> float:

@@ -36,12 +36,20 @@ def test_every_spelling_imports_to_its_impl(flags, impl):
     assert not imported.unknown
 
 
-def test_a_partial_capture_is_listed_as_not_modelled():
-    """attn-only capture has no model of its own: the run is priced with whole layers captured, and
-    the flag says so."""
-    imported = _imported("--external-cuda-graph --cuda-graph-scope attn")
-    assert imported.validated().training.cuda_graph_impl.value == "transformer_engine"
-    assert any(line.startswith("--cuda-graph-scope attn: partial") for line in imported.not_modelled)
+def test_a_partial_capture_is_the_scope_key():
+    """attn-only capture is training.cuda_graph_scope [attn]; a module the simulator has no
+    layer for (mamba) is listed as not modelled and left out; export writes the scope back."""
+    imported = _imported("--external-cuda-graph --cuda-graph-scope attn mamba")
+    scenario = imported.validated()
+    assert scenario.training.cuda_graph_impl.value == "transformer_engine"
+    assert [s.value for s in scenario.training.cuda_graph_scope] == ["attn"]
+    assert any(
+        line.startswith("--cuda-graph-scope attn mamba: CUDA-graph capture of mamba")
+        for line in imported.not_modelled
+    )
+    assert "--cuda-graph-modules attn" in to_megatron_args(scenario)
+    again = _imported("--cuda-graph-impl local --cuda-graph-modules attn").validated()
+    assert again.training.cuda_graph_scope == scenario.training.cuda_graph_scope
 
 
 @pytest.mark.parametrize(

@@ -48,6 +48,8 @@ def _shown(default: object) -> str:
         return f"`{default.value}`"
     if default is None:
         return "`null`"
+    if isinstance(default, tuple):  # a YAML list
+        return "`[" + ", ".join(_shown(item).strip("`") for item in default) + "]`"
     return str(default)
 
 

@@ -1,0 +1,250 @@
+"""Host side of a MoE layer: the kernels Megatron-core issues for each op of the MoE block's
+op graph, and where its token dispatcher makes the host wait for the GPU.
+
+Source: Megatron-LM @d98e8a64ddf34856e74b24714e3bedb2f5a39553, megatron/core/transformer/moe/
+(router.py, moe_utils.py, token_dispatcher.py, experts.py, fused_a2a.py, moe_layer.py), and
+TransformerEngine @d0067d0da6cb01811b8072a7d304f0e00344ce2b (pytorch/module/grouped_linear.py,
+common/gemm/cublaslt_gemm.cu), at Megatron's defaults where the scenario has no key:
+`moe_permute_fusion` False, `moe_router_fusion` False, `bias_activation_fusion` False,
+`moe_aux_loss_coeff` 0 (no aux-loss kernels: `TopKRouter.is_aux_loss_enabled`),
+`moe_z_loss_coeff` None, `moe_router_dtype` None (the router runs in the input's dtype),
+no `moe_router_topk_scaling_factor`, deterministic algorithms off.
+
+A count is the number of device launches (CUDA kernels, NCCL collectives, device-to-host
+copies) the host makes for one op of `workload.moe_layer`'s graph, read op by op from the
+code (`FORWARD` / `BACKWARD` below list them); view ops (`view`, `reshape` of a contiguous
+tensor, `split`, slicing) and dtype casts to the dtype a tensor already has launch nothing.
+Transformer Engine's `GroupedLinear` with `m_splits` issues one cuBLAS GEMM per local expert
+(`nvte_multi_tensor_gemm` -> `multi_stream_cublas_gemm`; the CUTLASS grouped GEMM only with
+`NVTE_USE_CUTLASS_GROUPED_GEMM=1`, off by default): an expert GEMM op of `batch` local
+experts is `batch` launches. Those launches come from one C++ loop, with less host work each
+than an eager PyTorch op; they are priced at the profile's per-kernel figure all the same
+(an upper bound: docs/moe_host.md).
+
+Syncs (`sync_points`): the forward of every dropless dispatcher needs token counts on the
+host (all-to-all split sizes, `GroupedLinear`'s `m_splits`):
+
+* alltoall (`MoEAlltoAllTokenDispatcher`): `preprocess` computes the counts on the GPU;
+  `_maybe_dtoh_and_synchronize` copies them to the host on a side stream at
+  `cuda_dtoh_point` ("before_permutation_1": the side stream waits for the GPU's work up
+  to the preprocess) and the host blocks on that copy's event at `cuda_sync_point`
+  ("before_ep_alltoall" when ep·tp > 1; "before_permutation_1" with a capacity factor;
+  "before_permutation_2" / "before_finish" when ep·tp = 1), after issuing the permute;
+  no sync with `moe_pad_expert_input_to_capacity` (`drop_and_pad`).
+* allgather (`MoEAllGatherTokenDispatcher.dispatch_postprocess`): `local_map.sum(...).cpu()`
+  after the all-gathers, before the permute.
+* flex (DeepEP, `_DeepepManager`): `buffer.dispatch` waits on the host for the received
+  counts (`num_recv_tokens_per_expert_list`) before it launches the dispatch kernel, and
+  `_indices_to_multihot`'s boolean-mask indexing and `repeat_interleave` wait for the
+  dispatch kernel's output: two syncs.
+
+The backward has none: the all-to-alls reuse the forward's split sizes, DeepEP its cached
+handle. A recompute re-runs the forward, syncs included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simcluster.config.moe_choices import RouterScore, TokenDispatcher
+from simcluster.workload.moe_layer import MoELayerSpec
+from simcluster.workload.ops import CollectiveKind, CommGroup, Module, Op, OpKind, Pass
+
+# --- router (router.py `TopKRouter.forward`, moe_utils.py) ---------------------------------
+ROUTER_GEMM = 1  # `RouterGatingLinearFunction.forward`: one te_general_gemm (bias fused)
+ROUTER_DGRAD = 1  # backward: te_general_gemm for grad_input
+ROUTER_WGRAD = 2  # te_general_gemm for grad_weight, and DDP's main_grad.add_ (a plain Parameter)
+ROUTER_BIAS_GRAD = 1  # grad_output.sum(dim=0) when the router has a bias
+ROUTING_MAP = 6  # zeros_like + scatter (routing_probs); zeros_like, .int(), scatter, .bool() (map)
+SOFTMAX_TOPK = 3 + ROUTING_MAP  # topk of the logits, softmax(float32), type_as
+SIGMOID_TOPK = 7 + ROUTING_MAP  # .float(), sigmoid, topk, sum, + 1e-20, divide, type_as
+EXPERT_BIAS_TOPK = 2  # sigmoid with expert bias: scores + bias, gather of the chosen scores
+EXPERT_BIAS_UPDATE = 2  # `_apply_expert_bias`: routing_map.sum(0), local_tokens_per_expert +=
+GROUP_TOPK = 6  # `group_limited_topk`: topk, sum, topk, zeros_like, scatter_, masked_fill
+SOFTMAX_TOPK_BACKWARD = 5  # scatter's (gather), type_as's, softmax's, topk's (zeros + scatter)
+SIGMOID_TOPK_BACKWARD = 9  # gather; type_as; divide (2 + sum's expand-add 1); topk (2); sigmoid; float
+
+# --- alltoall dispatcher (token_dispatcher.py `MoEAlltoAllTokenDispatcher`) ---------------
+A2A_PREPROCESS = 8  # routing_map.sum, .long(), input_splits sum, the all-gather, local slice
+#                     .contiguous(), per-rank sum, output_splits_tp sum, per-local-expert sum
+A2A_PREPROCESS_LOCAL = 2  # ep·tp = 1: routing_map.sum, .long()
+DTOH_COPIES = 4  # tokens_per_expert, input_splits, output_splits, output_splits_tp
+DTOH_PER_EXPERT_COPY = 1  # num_global_tokens_per_local_expert (several local experts, unfused)
+PERMUTE = 6  # `permute`: map.T.contiguous, argsort, % num_tokens, probs.T.contiguous, probs
+#              index, tokens index_select
+PERMUTE_BACKWARD = 5  # index_select's (zeros + index_add_), probs index's (zeros +
+#                       index_put_), probs.T.contiguous's copy
+SORT_CHUNKS_DISPATCH = 2  # `sort_chunks_by_idxs`: torch.cat of the tokens' and the probs' chunks
+SORT_CHUNKS_COMBINE = 1  # the tokens' only
+UNPERMUTE = 2  # `unpermute` without probs: torch.zeros, scatter_add_
+UNPERMUTE_BACKWARD = 1  # scatter_add_'s: a gather
+COLLECTIVE = 1  # an all-to-all / all-gather / reduce-scatter: one NCCL launch
+
+# --- experts (experts.py `TEGroupedMLP.forward`, unfused weighted GLU) --------------------
+WEIGHTED_GLU = 4  # `bias_act_func` gated: silu, x_linear + glu_linear_offset, product, × probs
+WEIGHTED_GLU_BACKWARD = 7  # × probs (2 + probs' sum 1), product (2), silu (1), chunk's cat (1)
+QUANTIZED_INPUT_CAST = 1  # FP8 / FP4: GroupedLinear's split-quantize of its input (fprop, dgrad)
+
+# --- allgather dispatcher ---------------------------------------------------------------
+AG_POSTPROCESS = 5  # local_map / local_probs slice .contiguous() (2), sum, .long(), .cpu() copy
+AG_PERMUTE = 4  # `permute` without probs: map.T.contiguous, argsort, %, index_select
+AG_PROBS_SELECT = 3  # local_probs.T.contiguous, local_map.T.contiguous, masked_select
+AG_PERMUTE_BACKWARD = 2 + 3  # index_select's (2); masked_select's (zeros + masked_scatter),
+#                              the probs slice's copy back
+
+# --- flex dispatcher (DeepEP, `_DeepepManager`, fused_a2a.py) ---------------------------
+FLEX_METADATA = 2  # `setup_metadata`: torch.topk(probs), probs .float() for DeepEP
+FLEX_DISPATCH = 3  # get_dispatch_layout, notify (host waits for the counts), dispatch
+FLEX_MULTIHOT = 11  # `_indices_to_multihot`: 2 zeros, != -1, indices[mask] (nonzero), arange,
+#                     mask.sum, repeat_interleave, 2 index_put_, probs[mask], .bool()
+FLEX_COMBINE = 1
+FLEX_DISPATCH_BACKWARD = 2  # combine's backward is a cached dispatch: notify + dispatch
+FLEX_COMBINE_BACKWARD = 1 + 1  # dispatch's backward is a combine, after probs .float()
+FLEX_MULTIHOT_BACKWARD = 2  # probs index_put_'s (gather) and probs[mask]'s (zeros + put: 1)
+FLEX_METADATA_BACKWARD = 3  # topk's (zeros + scatter), .float()'s cast
+
+
+@dataclass(frozen=True, slots=True)
+class SyncPoint:
+    """A point in a pass's ops where the host blocks on the GPU: it has issued the kernels of
+    `ops[:host_index]` and waits until the GPU has finished `ops[:gpu_index]` (the device-to-host
+    copy was recorded there, `gpu_index` ≤ `host_index`). After it the host has no lead."""
+
+    gpu_index: int
+    host_index: int
+
+
+def _expert_gemm(op: Op, quantized: bool) -> int:
+    assert op.gemm is not None
+    cast = QUANTIZED_INPUT_CAST if quantized and op.pass_ is not Pass.WEIGHT_GRAD else 0
+    return op.gemm.batch + cast
+
+
+def _router_topk(spec: MoELayerSpec, backward: bool) -> int:
+    moe = spec.moe
+    if moe.router_score is RouterScore.SIGMOID:
+        count = SIGMOID_TOPK_BACKWARD if backward else SIGMOID_TOPK
+        if moe.router_expert_bias and not backward:
+            count += EXPERT_BIAS_TOPK + EXPERT_BIAS_UPDATE
+    else:
+        count = SOFTMAX_TOPK_BACKWARD if backward else SOFTMAX_TOPK
+    if moe.router_group_topk and not backward:
+        count += GROUP_TOPK - 1  # replaces the plain topk
+    if spec.dispatcher is TokenDispatcher.FLEX:
+        count += FLEX_METADATA_BACKWARD if backward else FLEX_METADATA
+    return count
+
+
+def _has_counts_gather(spec: MoELayerSpec) -> bool:
+    """Whether the alltoall dispatcher all-gathers the counts (ep·etp > 1: `preprocess`)."""
+    return spec.layout.ep * spec.layout.expert_tp > 1
+
+
+def _local_experts(spec: MoELayerSpec) -> int:
+    return spec.moe.num_experts // spec.layout.ep
+
+
+def _permute(spec: MoELayerSpec, backward: bool) -> int:
+    """The permute op's launches, with the dispatcher's bookkeeping issued beside it."""
+    if spec.dispatcher is TokenDispatcher.ALLGATHER:
+        return AG_PERMUTE_BACKWARD if backward else AG_POSTPROCESS + AG_PERMUTE + AG_PROBS_SELECT
+    if spec.dispatcher is TokenDispatcher.FLEX:
+        return (FLEX_MULTIHOT_BACKWARD + PERMUTE_BACKWARD) if backward else FLEX_MULTIHOT + PERMUTE
+    if backward:
+        return PERMUTE_BACKWARD
+    count = PERMUTE
+    if not spec.moe.pad_to_capacity:
+        count += DTOH_COPIES + (DTOH_PER_EXPERT_COPY if _local_experts(spec) > 1 else 0)
+    if not _has_counts_gather(spec):
+        count += A2A_PREPROCESS_LOCAL
+    return count
+
+
+def _collective(op: Op, spec: MoELayerSpec, backward: bool) -> int:
+    if op.deepep is not None:
+        dispatch = op.module is Module.MOE_PERMUTE
+        if backward:
+            return FLEX_COMBINE_BACKWARD if dispatch else FLEX_DISPATCH_BACKWARD
+        return FLEX_DISPATCH if dispatch else FLEX_COMBINE
+    counts_gather = (
+        spec.dispatcher is TokenDispatcher.ALLTOALL
+        and op.collective is CollectiveKind.ALL_GATHER
+        and op.group is CommGroup.ETP_EP
+        and not backward
+    )
+    return A2A_PREPROCESS if counts_gather else COLLECTIVE
+
+
+def moe_op_kernels(ops: tuple[Op, ...], spec: MoELayerSpec, quantized: bool) -> tuple[int | None, ...]:
+    """Launches per op of one pass of a MoE layer (module docstring), in order; None for an
+    op outside the MoE block (the attention's, the shared experts', quantization's), which
+    `costs.host.kernels_issued` counts as for a dense layer. The routed experts' GLU is the
+    SWIGLU op right after an expert fc1 (forward) or fc2 (backward); a chunk sort carries
+    the probs on the dispatch side (before the experts in the forward, after in the backward)."""
+    counts: list[int | None] = []
+    experts_seen = False
+    for index, op in enumerate(ops):
+        backward = op.pass_ is not Pass.FORWARD
+        previous = ops[index - 1].module if index else None
+        count: int | None = None
+        if op.module is Module.ROUTER:
+            count = {Pass.FORWARD: ROUTER_GEMM, Pass.INPUT_GRAD: ROUTER_DGRAD}.get(op.pass_, ROUTER_WGRAD)
+            if spec.moe.router_bias and op.pass_ is Pass.WEIGHT_GRAD:
+                count += ROUTER_BIAS_GRAD
+        elif op.module is Module.ROUTER_TOPK:
+            count = _router_topk(spec, backward)
+        elif op.module in (Module.EXPERT_FC1, Module.EXPERT_FC2):
+            experts_seen = True
+            count = _expert_gemm(op, quantized) if op.kind is OpKind.GEMM else None
+        elif op.module is Module.SWIGLU and previous in (Module.EXPERT_FC1, Module.EXPERT_FC2):
+            count = WEIGHTED_GLU_BACKWARD if backward else WEIGHTED_GLU
+        elif op.module is Module.MOE_SORT_CHUNKS:
+            dispatch_side = experts_seen == backward
+            count = SORT_CHUNKS_DISPATCH if dispatch_side else SORT_CHUNKS_COMBINE
+        elif op.module in (Module.MOE_PERMUTE, Module.MOE_UNPERMUTE) and op.kind is OpKind.COLLECTIVE:
+            count = _collective(op, spec, backward)
+        elif op.module is Module.MOE_PERMUTE:
+            count = _permute(spec, backward)
+        elif op.module is Module.MOE_UNPERMUTE:
+            count = UNPERMUTE_BACKWARD if backward else UNPERMUTE
+        counts.append(count)
+    return tuple(counts)
+
+
+def _first(ops: tuple[Op, ...], start: int, match: object) -> int | None:
+    return next((i for i in range(start, len(ops)) if match(ops[i])), None)  # type: ignore[operator]
+
+
+def sync_points(
+    ops: tuple[Op, ...], spec: MoELayerSpec, dtoh_at_dispatch: bool = False
+) -> tuple[SyncPoint, ...]:
+    """Where the host waits for the GPU in `ops` (a forward, or a recompute that re-runs the
+    MoE block's forward; module docstring). None in a backward. `dtoh_at_dispatch`: the
+    alltoall dispatcher copies the counts at "before_ep_alltoall" (a per-layer CUDA graph
+    that captures the preprocess, or whole layers)."""
+    permute = _first(
+        ops, 0, lambda op: op.module is Module.MOE_PERMUTE and op.kind is OpKind.ELEMENTWISE
+        and op.pass_ is Pass.FORWARD
+    )  # fmt: skip
+    if permute is None:
+        return ()
+    if spec.dispatcher is TokenDispatcher.ALLGATHER:
+        return (SyncPoint(permute, permute),)
+    if spec.dispatcher is TokenDispatcher.FLEX:
+        dispatch = _first(ops, 0, lambda op: op.deepep is not None and op.pass_ is Pass.FORWARD)
+        assert dispatch is not None and dispatch < permute
+        return SyncPoint(dispatch, dispatch), SyncPoint(dispatch + 1, permute)
+    if spec.moe.pad_to_capacity:
+        return ()
+    if spec.moe.capacity_factor is not None:  # "before_permutation_1"
+        return (SyncPoint(permute, permute),)
+    after = permute + 1
+    if _has_counts_gather(spec):  # "before_ep_alltoall"
+        host = _first(ops, after, lambda op: op.collective is CollectiveKind.ALL_TO_ALL)
+        if dtoh_at_dispatch and host is not None:
+            return (SyncPoint(host, host),)
+    elif _local_experts(spec) > 1:  # "before_permutation_2"
+        host = _first(ops, after, lambda op: op.module is Module.MOE_SORT_CHUNKS)
+    else:  # "before_finish"
+        host = _first(ops, after, lambda op: op.module is Module.EXPERT_FC1)
+    return (SyncPoint(permute, after if host is None else host),)
