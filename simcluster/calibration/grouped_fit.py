@@ -24,7 +24,7 @@ from typing import Any
 from simcluster import units
 from simcluster.calibration.fit import _busy_s, _sig
 from simcluster.calibration.records import GroupedGemmRecord, Measurements
-from simcluster.costs.grouped_gemm import series_key, tokens_per_expert
+from simcluster.workload.grouped_gemm import series_key, tokens_per_expert
 
 GROUPED_RULE = (
     "measured: a measured (kind, G, m, n, k), its own rate; interpolated / bounded: per kind, "

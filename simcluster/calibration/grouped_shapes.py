@@ -1,7 +1,8 @@
 """The grouped expert GEMMs the microbench times (issue 18): the shipped MoE models' expert
 shapes over a grid of local experts G and tokens per expert M.
 
-Standard library only (no torch): the fit and the tests read it too.
+Standard library only (the microbench imports it on a bare GPU machine; the fit and the tests
+read it too).
 
 Tokens per local expert on the busiest expert rank, as the op graph sizes the experts'
 GEMMs (`workload.moe.routed_rows` and `expert_gemms`, dropless):
@@ -28,13 +29,9 @@ sequences) to 8192 and G 1 (Mixtral, SequentialMLP's one GEMM per expert) to 16.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import get_args
 
-from simcluster.config.hardware import GroupedGemmKind
-from simcluster.costs.grouped_gemm import tokens_per_expert
+from simcluster.workload.grouped_gemm import GROUPED_KINDS, tokens_per_expert
 from simcluster.workload.ops import GemmShape
-
-GROUPED_KINDS: tuple[str, ...] = get_args(GroupedGemmKind)
 
 
 @dataclass(frozen=True, slots=True)

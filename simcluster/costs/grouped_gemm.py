@@ -40,31 +40,11 @@ from simcluster import units
 from simcluster.config.choices import Dtype
 from simcluster.config.hardware import GroupedGemmPoint, HardwareProfile
 from simcluster.costs.compute import gemm_memory_roofline_s
-from simcluster.workload.ops import GemmShape, Module, Op, OpKind, Pass
+from simcluster.workload.grouped_gemm import expert_gemm_kind, series_key, tokens_per_expert
+from simcluster.workload.ops import GemmShape, Op
 
 NEAREST_SERIES = 2  # measured (G, hidden dims) series blended per prediction
-_FC = {Module.EXPERT_FC1: "fc1", Module.EXPERT_FC2: "fc2"}
-_PASS = {Pass.FORWARD: "", Pass.INPUT_GRAD: ".dgrad", Pass.WEIGHT_GRAD: ".wgrad"}
 _SIXTEEN_BIT = (Dtype.BF16, Dtype.FP16)
-
-
-def expert_gemm_kind(op: Op) -> str | None:
-    """The grouped-GEMM kind of a routed expert's GEMM ("fc1", "fc2.dgrad", "fc1.wgrad", ...);
-    None for any other op."""
-    if op.kind is not OpKind.GEMM or op.module not in _FC:
-        return None
-    return _FC[op.module] + _PASS[op.pass_]
-
-
-def tokens_per_expert(kind: str, m: int, k: int) -> int:
-    """The token axis of a grouped GEMM of `kind`: k for a wgrad (dW = Xᵀ·dY sums over the
-    expert's tokens), m otherwise."""
-    return k if kind.endswith(".wgrad") else m
-
-
-def series_key(kind: str, groups: int, m: int, n: int, k: int) -> tuple[int, int, int]:
-    """(G, the two dims that are not the token axis): what one measured curve holds fixed."""
-    return (groups, m, n) if kind.endswith(".wgrad") else (groups, n, k)
 
 
 def grouped_expert_gemm_time_s(op: Op, hw: HardwareProfile, dtype: Dtype) -> float | None:

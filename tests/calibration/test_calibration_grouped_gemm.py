@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import get_args
 
 import pytest
 
@@ -21,15 +22,10 @@ from simcluster.calibration.grouped_shapes import (
 )
 from simcluster.calibration.profile import build_profile
 from simcluster.calibration.records import GroupedGemmRecord, Measurements
-from simcluster.config.hardware import load_hardware, parse_hardware
+from simcluster.config.hardware import GroupedGemmKind, load_hardware, parse_hardware
 from simcluster.config.scenario import load_scenario
-from simcluster.costs.grouped_gemm import (
-    expert_gemm_kind,
-    grouped_gemm_flop_per_s,
-    grouped_gemm_time_s,
-    series_key,
-    tokens_per_expert,
-)
+from simcluster.costs.grouped_gemm import grouped_gemm_flop_per_s, grouped_gemm_time_s
+from simcluster.workload.grouped_gemm import expert_gemm_kind, series_key, tokens_per_expert
 from simcluster.workload.model import build_workload
 from simcluster.workload.ops import GemmShape
 from tests.paths import ROOT
@@ -159,3 +155,8 @@ def test_records_round_trip_and_older_files_read_empty():
     data = json.loads(meas.to_json())
     del data["grouped_gemms"]
     assert Measurements.from_json(json.dumps(data)).grouped_gemms == []
+
+
+def test_the_profile_schema_knows_every_kind():
+    """config's `GroupedGemmKind` (what a profile may list) is the workload's kinds."""
+    assert get_args(GroupedGemmKind) == GROUPED_KINDS

@@ -13,14 +13,10 @@ from simcluster.config.hardware import GroupedGemmPoint, HardwareProfile, load_h
 from simcluster.config.scenario import load_scenario
 from simcluster.costs.chunk import op_time_s
 from simcluster.costs.compute import gemm_memory_roofline_s, gemm_time_s, quantized_gemm_time_s
-from simcluster.costs.grouped_gemm import (
-    expert_gemm_kind,
-    grouped_gemm_flop_per_s,
-    grouped_gemm_time_s,
-    grouped_placement,
-)
+from simcluster.costs.grouped_gemm import grouped_gemm_flop_per_s, grouped_gemm_time_s, grouped_placement
 from simcluster.costs.stage_pricing import PricingLayout, pricing_layout
 from simcluster.simulation import run_simulation
+from simcluster.workload.grouped_gemm import expert_gemm_kind
 from simcluster.workload.model import build_workload
 from simcluster.workload.ops import GemmShape, Module, Op, OpKind
 from tests.paths import ROOT

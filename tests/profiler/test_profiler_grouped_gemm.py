@@ -6,6 +6,7 @@ and says so, and `microbench --grouped-gemm` records them."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ from simcluster.profiler.bench.grouped_gemm import _operands, build_grouped, tim
 from simcluster.profiler.bench.kernels import BuildContext
 from simcluster.profiler.bench.microbench import main
 from simcluster.profiler.bench.timing import Timer, TimingPolicy, device_generator
+from tests.paths import ROOT
 
 CPU = torch.device("cpu")
 
@@ -91,3 +93,14 @@ def test_microbench_records_the_grouped_kind(tmp_path):
     assert {g["kind"] for g in data["grouped_gemms"]} == {
         "fc1", "fc2", "fc1.dgrad", "fc2.dgrad", "fc1.wgrad", "fc2.wgrad"
     }  # fmt: skip
+
+
+def test_the_gpu_script_times_them_within_its_eight_minutes():
+    """scripts/gpu_calibrate.sh runs the grouped kind in the full run, bounded by
+    --grouped-max-s, and its step limits still sum to at most 480 s."""
+    script = (ROOT / "scripts" / "gpu_calibrate.sh").read_text()
+    full = next(line for line in script.splitlines() if line.strip().startswith("MB=(--modern"))
+    assert "--grouped-gemm" in full and "--grouped-max-s 15" in full
+    limits = [int(n) for n in re.findall(r"\$\(\((\d+) \* SCALE\)\)", script)]
+    limits.remove(30)  # the smoke run's gpu_memory; the full run's is the literal below
+    assert sum(limits) + int(re.search(r"step gpu_memory (\d+) ", script).group(1)) <= 480
