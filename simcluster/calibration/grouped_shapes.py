@@ -91,15 +91,14 @@ class GroupedShape:
 
 def grouped_shape(kind: str, groups: int, tokens: int, expert: ExpertShape) -> GroupedShape:
     """The op graph's (m, n, k) of `kind` for `expert` at `tokens` per expert (module table)."""
-    h, f, f1 = expert.hidden_size, expert.ffn_per_rank, expert.fc1_width
-    m, n, k = {
-        "fc1": (tokens, f1, h),
-        "fc2": (tokens, h, f),
-        "fc1.dgrad": (tokens, h, f1),
-        "fc2.dgrad": (tokens, f, h),
-        "fc1.wgrad": (h, f1, tokens),
-        "fc2.wgrad": (f, h, tokens),
-    }[kind]
+    h, f = expert.hidden_size, expert.ffn_per_rank
+    n_in, n_out = (h, expert.fc1_width) if kind.startswith("fc1") else (f, h)  # the weight [out, in]
+    if kind.endswith(".wgrad"):
+        m, n, k = n_in, n_out, tokens
+    elif kind.endswith(".dgrad"):
+        m, n, k = tokens, n_in, n_out
+    else:
+        m, n, k = tokens, n_out, n_in
     return GroupedShape(kind, groups, m, n, k, expert.model)
 
 
