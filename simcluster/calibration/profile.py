@@ -25,6 +25,7 @@ from simcluster import units
 from simcluster.calibration.attention_fit import flash_section, other_head_dims
 from simcluster.calibration.datasheets import base_profile_for
 from simcluster.calibration.fit import compute_section, gpu_section, measured_grid
+from simcluster.calibration.grouped_fit import grouped_measured_grid, with_grouped_points
 from simcluster.calibration.host_fit import host_section
 from simcluster.calibration.records import AllReducePoint, Measurements
 from simcluster.config.hardware import HardwareProfile, load_hardware, parse_hardware
@@ -64,6 +65,7 @@ def build_profile(
     compute = _with_flash_tables(
         meas, compute_section(meas, gpu, [list(t) for t in base_profile.compute.gemm_tiles])
     )
+    compute = with_grouped_points(meas, compute)  # the experts' grouped GEMMs, where measured
     host_detail: dict[str, Any] = {}
     if meas.device.device_type == "cuda":  # a CPU's kernel_launch_us already is its per-op cost
         compute, host_detail = _with_host(meas, compute, host_graph)
@@ -129,7 +131,10 @@ def build_profile(
             "layer_overhead_us": round(meas.layer_overhead_s / units.SECONDS_PER_US, 3),
             "held_out_check": "simcluster check-profile <this profile> --device "
             f"{dev.device_type}" + (" --quick" if meas.grid == "quick" else ""),
-            "measured_grid": measured_grid(meas),
+            "measured_grid": {
+                **measured_grid(meas),
+                **({"grouped_gemm": grouped} if (grouped := grouped_measured_grid(meas)) else {}),
+            },
             **_other_head_dims(meas),
             **({"host_issue": host_detail} if host_detail else {}),
         },

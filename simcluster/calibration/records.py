@@ -150,6 +150,33 @@ class ModernKernelRecord:
 
 
 @dataclass(frozen=True)
+class GroupedGemmRecord:
+    """One timed grouped expert GEMM (`profiler.bench.grouped_gemm`): `groups` local experts,
+    each C[m, n] = A[m, k] B[k, n] in the op graph's coordinates for `kind` (fc1 / fc2
+    forward, ".dgrad", ".wgrad": `workload.moe_layer`; tokens per expert is m, or k for a
+    wgrad), in one call. `impl`: "grouped_mm" (`torch._grouped_mm`, one kernel over the
+    groups, as TE's GroupedLinear runs them) or "loop" (one `torch.matmul` per group, as
+    Megatron's SequentialMLP does), whichever ran; `model` names the MoE shape it was planned
+    for. FLOPs 2·groups·m·n·k."""
+
+    kind: str
+    groups: int
+    m: int
+    n: int
+    k: int
+    seconds: float
+    spread: float
+    impl: str
+    model: str = ""
+    sm_clock_mhz: float | None = None
+    power_w: float | None = None
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.groups * self.m * self.n * self.k
+
+
+@dataclass(frozen=True)
 class Measurements:
     """Everything one calibration run measured, with its provenance."""
 
@@ -175,6 +202,7 @@ class Measurements:
     warmup: dict[str, Any] | None = None  # the settling loop: seconds, block medians, clock, power
     modern: list[ModernKernelRecord] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # modern kernels this device cannot run, why
+    grouped_gemms: list[GroupedGemmRecord] = field(default_factory=list)  # issue 18; [] in older files
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -193,6 +221,7 @@ class Measurements:
         data["modern"] = [
             ModernKernelRecord(**{**k, "dims": tuple(k["dims"])}) for k in data.get("modern", [])
         ]
+        data["grouped_gemms"] = [GroupedGemmRecord(**g) for g in data.get("grouped_gemms", [])]
         return Measurements(**data)
 
 

@@ -132,6 +132,24 @@ class GemmPoint(StrictModel):
     tflop_per_s: float = Field(gt=0)
 
 
+GroupedGemmKind = Literal["fc1", "fc2", "fc1.dgrad", "fc2.dgrad", "fc1.wgrad", "fc2.wgrad"]
+"""The routed experts' grouped GEMMs (TE `GroupedLinear`, one call over the local experts):
+fc1 / fc2 forward, their input gradient (dgrad) and weight gradient (wgrad)."""
+
+
+class GroupedGemmPoint(StrictModel):
+    """One measured grouped expert GEMM: `groups` local experts, each C[m, n] = A[m, k] B[k, n]
+    in the op graph's coordinates (`workload.moe_layer`; tokens per expert is m, or k for a
+    wgrad), at an achieved rate over all groups."""
+
+    kind: GroupedGemmKind
+    groups: int = Field(gt=0)
+    m: int = Field(gt=0)
+    n: int = Field(gt=0)
+    k: int = Field(gt=0)
+    tflop_per_s: float = Field(gt=0)
+
+
 class AttentionRates(_Section):
     """Achieved rates of one family of fused-attention kernels (head dim 128, BF16), FLOPs
     counted as flash-attention's benchmarks count them (docs/cost_model.md): the same three tables
@@ -268,6 +286,12 @@ class ComputeModel(HostIssueModel):
         description="measured FP8 GEMMs (e4m3 operands, 16-bit output, as Transformer Engine runs "
         "them); when present they set the FP8 rate at each shape (`costs.compute.fp8_gemm_time_s`), "
         "absent = the FP8 ceiling with wave quantization",
+    )
+    grouped_gemm_points: list[GroupedGemmPoint] = Field(
+        default_factory=list,
+        description="measured grouped expert GEMMs (`calibration.grouped_fit`); when a kind is "
+        "listed, the routed experts' 16-bit GEMMs of that kind are priced from them "
+        "(`costs.grouped_gemm`), absent = as any GEMM (`gemm_points` or the wave model)",
     )
     elementwise_points: list[tuple[float, float]] = Field(
         default_factory=list,

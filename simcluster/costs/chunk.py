@@ -44,6 +44,7 @@ from simcluster.costs.compute import (
 )
 from simcluster.costs.context_parallel import ring_attention_cost_s
 from simcluster.costs.deepep import deepep_time_s
+from simcluster.costs.grouped_gemm import grouped_expert_gemm_time_s
 from simcluster.costs.network import GroupPlacement, collective_time_s
 from simcluster.costs.placement import ExpertGroups
 from simcluster.units import us_to_s
@@ -125,7 +126,8 @@ def op_time_s(
         assert op.gemm is not None
         if dtype.quantized and is_te_linear_gemm(op):
             return quantized_gemm_time_s(op.gemm, hw, dtype, recipe)
-        return gemm_time_s(op.gemm, hw, dtype)
+        grouped = grouped_expert_gemm_time_s(op, hw, dtype)  # None: no measured grouped GEMMs
+        return gemm_time_s(op.gemm, hw, dtype) if grouped is None else grouped
     if op.kind is OpKind.ELEMENTWISE:
         return elementwise_time_s(op.bytes_moved, hw, elementwise_kind(op))
     if op.kind is OpKind.ATTENTION:

@@ -50,6 +50,7 @@ def test_smoke_run_writes_every_file(tmp_path: Path) -> None:
     assert {"memory_bound", "attention", "gemm_bf16", "optimizer"} <= kinds
     assert {k.name for k in meas.modern} >= {"rms_norm.forward", "rope.backward", "swiglu.forward"}
     assert all(r.sm_clock_mhz is None and r.power_w is None for r in meas.gemms + meas.elementwise)
+    assert len(meas.grouped_gemms) == 24  # the quick grid's grouped expert GEMMs (issue 18)
 
     for name in ("layer_timing_fused.json", "layer_timing_eager.json"):
         run = LayerRun.from_json((tmp_path / name).read_text())

@@ -30,6 +30,12 @@ after it (null where unavailable); `--modern` times the modern kinds (`modern_ke
 RMSNorm, RoPE, SwiGLU, GQA flash, FP8 and bf16 GEMMs, AdamW), and, in a fused run, RMSNorm,
 RoPE and SwiGLU eager as well (records say their layer_mode), so one GPU run measures both.
 `--limit N` times only the first N planned kernels (a smoke test of the plumbing).
+
+Issue 18 adds `--grouped-gemm`: the routed experts' grouped GEMMs (`grouped_gemm`: fc1 / fc2
+forward, dgrad and wgrad over the shipped MoE models' expert shapes, G local experts and M
+tokens per expert, `calibration.grouped_shapes`), `torch._grouped_mm` where it runs, else a
+loop of GEMMs (`--grouped-impl` forces one), at most `--grouped-max-s` seconds of them,
+recorded in `grouped_gemms` (each with the implementation that ran).
 """
 
 from __future__ import annotations
@@ -38,15 +44,17 @@ import itertools
 import statistics
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from simcluster.calibration.grouped_shapes import GroupedShape, grouped_grid
 from simcluster.calibration.records import (
     ElementwiseRecord,
     GemmRecord,
+    GroupedGemmRecord,
     Measurements,
     write_text_atomically,
 )
@@ -64,6 +72,7 @@ from simcluster.config.choices import LayerMode, Recompute
 from simcluster.profiler.bench.attention import attention_steps, time_attention
 from simcluster.profiler.bench.command_line import entry_point_parser, parse_entry_point_args
 from simcluster.profiler.bench.device_info import describe_device
+from simcluster.profiler.bench.grouped_gemm import IMPLS, time_grouped
 from simcluster.profiler.bench.kernels import Benchmark, BuildContext, benchmark_for
 from simcluster.profiler.bench.layer_timing import default_layer_mode, time_layer
 from simcluster.profiler.bench.modern_kernels import plan_modern, time_modern
@@ -128,23 +137,40 @@ def run_calibration(
     load: SustainedLoad | None = None,
     modern: bool = False,
     limit: int | None = None,
+    grouped: GroupedOptions | None = None,
 ) -> Measurements:
     """Time every planned kernel, the device constants and the fused attention grid on
     `device` (CPU: on `num_threads` intra-op threads, see `timing.cpu_threads`);
     `attention_head_dim`, the layer's head dim, is timed beside 128 where given. The sites
     run in `mode` (default `default_layer_mode`), at sustained `load` where given, the
-    modern kinds too where `modern`; `limit` keeps the first planned kernels only."""
+    modern kinds too where `modern`, the grouped expert GEMMs where `grouped` is given;
+    `limit` keeps the first planned kernels only."""
     dev = torch.device(device)
-    run = _Run(LayerMode(mode or default_layer_mode(dev.type)), load, modern, limit)
+    run = _Run(LayerMode(mode or default_layer_mode(dev.type)), load, modern, limit, grouped)
     with cpu_threads(dev, num_threads):
         return _run_calibration(dev, quick, command, progress, seed, attention_head_dim, run)
+
+
+@dataclass(frozen=True)
+class GroupedOptions:
+    """The grouped expert GEMMs to time (`grouped_gemm`): implementation ("auto", "grouped_mm",
+    "loop") and a bound on their seconds (None: all)."""
+
+    impl: str = "auto"
+    max_s: float | None = None
+
+
+GROUPED_BUDGET_S = 0.02  # timed seconds per grouped GEMM: 420 shapes, ~10 s of kernels on an H100
 
 
 class _Run:
     """How this calibration runs: layer mode, load, what else to time; reads the sensors."""
 
-    def __init__(self, mode: LayerMode, load: SustainedLoad | None, modern: bool, limit: int | None) -> None:
-        self.mode, self.load, self.modern, self.limit = mode, load, modern, limit
+    def __init__(
+        self, mode: LayerMode, load: SustainedLoad | None, modern: bool, limit: int | None,
+        grouped: GroupedOptions | None = None,
+    ) -> None:  # fmt: skip
+        self.mode, self.load, self.modern, self.limit, self.grouped = mode, load, modern, limit, grouped
         self.sensors: GpuSensors | None = None
 
     def before_kernel(self) -> None:
@@ -170,9 +196,12 @@ def _run_calibration(
     plan = plan_benchmarks(shapes, bmm_only)[: run.limit]
     attention = attention_grid(dev.type, quick, attention_head_dim)
     modern_plan = plan_modern(quick) if run.modern else []
+    grouped_plan = grouped_grid(quick) if run.grouped is not None else []
     eager_modern = sum(b.kind == "memory_bound" for b in modern_plan) if run.mode is LayerMode.FUSED else 0
     if progress is not None:
-        progress.start(len(plan) + 5 + attention_steps(attention) + len(modern_plan) + eager_modern)
+        progress.start(
+            len(plan) + 5 + attention_steps(attention) + len(modern_plan) + eager_modern + len(grouped_plan)
+        )
     run.sensors = GpuSensors(dev)
     warmup = run.load.settle() if run.load is not None else None
     ctx = BuildContext(dev, DTYPE, device_generator(dev, seed), DROPOUT_PROB, run.mode)
@@ -213,6 +242,7 @@ def _run_calibration(
             lambda label: _step(progress, f"{label} eager"),
         )  # fmt: skip
         modern, skipped = modern + more, skipped + more_skipped
+    grouped, grouped_skipped = _time_grouped(timer, ctx, grouped_plan, run, progress)
     return Measurements(
         device=describe_device(dev),
         command=command,
@@ -240,8 +270,23 @@ def _run_calibration(
         load="sustained" if run.load is not None else "burst",
         warmup=warmup,
         modern=modern,
-        skipped=skipped,
+        skipped=skipped + grouped_skipped,
+        grouped_gemms=grouped,
     )
+
+
+def _time_grouped(
+    timer: Timer, ctx: BuildContext, plan: list[GroupedShape], run: _Run, progress: Progress | None
+) -> tuple[list[GroupedGemmRecord], list[str]]:
+    """The grouped expert GEMMs (none where not asked for), at most `GROUPED_BUDGET_S` of timed
+    calls each."""
+    if run.grouped is None:
+        return [], []
+    policy = replace(timer.policy, budget_s=min(timer.policy.budget_s, GROUPED_BUDGET_S))
+    return time_grouped(
+        Timer(timer.device, policy), ctx, plan, run.read, run.before_kernel,
+        lambda label: _step(progress, label), run.grouped.impl, run.grouped.max_s,
+    )  # fmt: skip
 
 
 def _step(progress: Progress | None, label: str) -> None:
@@ -333,6 +378,13 @@ def main(argv: Sequence[str] | None = None) -> Measurements:
     add_run_options(parser)
     parser.add_argument("--modern", action="store_true", help="also time the modern kinds (modern_kernels)")
     parser.add_argument("--limit", type=int, default=None, help="time only the first N planned kernels")
+    parser.add_argument("--grouped-gemm", action="store_true", help="also time the experts' grouped GEMMs")
+    parser.add_argument(
+        "--grouped-impl", choices=IMPLS, default="auto", help="torch._grouped_mm, a loop of GEMMs, or auto"
+    )
+    parser.add_argument(
+        "--grouped-max-s", type=float, default=None, help="start no grouped GEMM after this many s"
+    )
     args = parse_entry_point_args(parser, argv)
     command = "python -m simcluster.profiler.bench.microbench " + " ".join(argv or sys.argv[1:])
     with StderrProgress("calibrate") as progress:
@@ -347,12 +399,14 @@ def main(argv: Sequence[str] | None = None) -> Measurements:
             load=SustainedLoad.from_args(torch.device(args.device), args),
             modern=args.modern,
             limit=args.limit,
+            grouped=GroupedOptions(args.grouped_impl, args.grouped_max_s) if args.grouped_gemm else None,
         )
     write_text_atomically(args.out, result.to_json())
     print(
         f"wrote {args.out}: {len(result.gemms)} GEMMs, {len(result.elementwise)} "
         f"memory-bound kernels, {len(result.attention)} attention shapes, {len(result.modern)} modern "
-        f"kernels ({result.layer_mode}, {result.load}) on {result.device.name}"
+        f"kernels, {len(result.grouped_gemms)} grouped GEMMs ({result.layer_mode}, {result.load}) on "
+        f"{result.device.name}"
     )
     return result
 
