@@ -108,11 +108,11 @@ MODERN_KINDS = {
     "swiglu.backward": "swiglu.bwd",
 }
 """The modern memory-bound kernels (`profiler.bench.modern_kernels`) -> the kind their curve is
-kept under: the op graph's kind (`costs.compute.elementwise_kind`) for RoPE and SwiGLU, whose
-bytes are counted alike there (SwiGLU 3·e·T·f forward, 5·e·T·f backward; RoPE one read and one
-write of the rotated tensor). RMSNorm is kept as "rmsnorm": the op graph prices every norm
-as "layernorm" (the paper layer's one-kernel LayerNorm sites), so its curve is recorded, not
-used, until the op graph tells the two norms apart."""
+kept under: the op graph's kind (`costs.compute.elementwise_kind`), whose bytes are counted
+alike there (SwiGLU 3·e·T·f forward, 5·e·T·f backward; RoPE one read and one write of the
+rotated tensor; a norm 2·e per element forward). An RMSNorm op is of kind "rmsnorm" (`Op.kernel`)
+and priced by this curve; a profile without one prices it as "layernorm" (the paper layer's
+one-kernel LayerNorm sites)."""
 
 
 def modern_elementwise(meas: Measurements) -> dict[str, list[ElementwiseRecord]]:
