@@ -22,13 +22,15 @@ measured kernel (up to the binning of memory-bound kernels):
   bernoulli mask draws, a GPU's fp32 softmax backward) is priced by its own curve; the
   pooled curve above stays for kinds no site measured (the embedding lookup and its
   gradient, the loss, the optimizer step).
-- device envelope (GPU only): the sites are eager torch code (several kernels and an
-  autograd call each) timed with CUDA events while the host runs ahead; below
-  `SATURATION_BYTES` the host's issue time is what the events see (the H100 records of
-  `attn.context_copy.bwd` take 0.2-0.3 ms from 0.5 MB to 67 MB). In the real layer the
-  host issues those while the GPU runs earlier kernels, so a GPU-bound layer pays the
-  device time only: a bin below `SATURATION_BYTES` is priced at no less than its kind's
-  rate over the records at or above it (Σ bytes / Σ busy time), with the launch on top;
+- device envelope (GPU only): the sites are torch code (several eager kernels, or a
+  compiled region, and an autograd call each) timed with CUDA events while the host runs
+  ahead; where the host's issue time exceeds the kernel's, the events see the host
+  (`calibration.device_envelope`: the eager `attn.context_copy.bwd` takes 0.2-0.3 ms from
+  0.5 MB to 67 MB, the fused bias-dropout-add backward 0.2-0.34 ms up to 0.7 GB). In the
+  real layer the host issues those while the GPU runs earlier kernels, so a GPU-bound layer
+  pays the device time only: each kind's records split at its saturation bytes (the bytes
+  its kernel moves in its host issue time), and a bin below them is priced at no less than
+  the kind's rate over the records above (Σ bytes / Σ busy time), with the launch on top;
   the host's own cost per op is recorded apart (`calibration.layer_overhead_us`).
 - peak: the datasheet's (GPU) or the best measured GEMM (CPU, or a GPU not in the table);
   gemm_max_efficiency = best measured GEMM / peak, the best being FLOPs / median time
@@ -53,10 +55,10 @@ from typing import Any
 
 from simcluster import units
 from simcluster.calibration.datasheets import datasheet_for
+from simcluster.calibration.device_envelope import device_envelope
 from simcluster.calibration.records import ElementwiseRecord, GemmRecord, Measurements, recorded_op_kind
 
 MIN_BUSY_FRACTION = 0.25
-SATURATION_BYTES = 2**26  # 64 MiB: eager sites at or above it are device-bound on an H100
 
 
 def _busy_s(seconds: float, launch_s: float) -> float:
@@ -106,11 +108,11 @@ MODERN_KINDS = {
     "swiglu.backward": "swiglu.bwd",
 }
 """The modern memory-bound kernels (`profiler.bench.modern_kernels`) -> the kind their curve is
-kept under: the op graph's kind (`costs.compute.elementwise_kind`) for RoPE and SwiGLU, whose
-bytes are counted alike there (SwiGLU 3·e·T·f forward, 5·e·T·f backward; RoPE one read and one
-write of the rotated tensor). RMSNorm is kept as "rmsnorm": the op graph prices every norm
-as "layernorm" (the paper layer's one-kernel LayerNorm sites), so its curve is recorded, not
-used, until the op graph tells the two norms apart."""
+kept under: the op graph's kind (`costs.compute.elementwise_kind`), whose bytes are counted
+alike there (SwiGLU 3·e·T·f forward, 5·e·T·f backward; RoPE one read and one write of the
+rotated tensor; a norm 2·e per element forward). An RMSNorm op is of kind "rmsnorm" (`Op.kernel`)
+and priced by this curve; a profile without one prices it as "layernorm" (the paper layer's
+one-kernel LayerNorm sites)."""
 
 
 def modern_elementwise(meas: Measurements) -> dict[str, list[ElementwiseRecord]]:
@@ -140,29 +142,23 @@ def elementwise_points_by_op(meas: Measurements) -> dict[str, list[list[float]]]
 
 
 def _pooled_points(records: list[ElementwiseRecord], launch_s: float, envelope: bool) -> list[list[float]]:
+    """(bytes, GB/s) per octave of bytes, Σ bytes / Σ busy time; with `envelope`, a bin that
+    starts below the records' saturation bytes is priced at no less than their device rate
+    (`device_envelope.device_envelope`)."""
     bins: dict[int, list[tuple[float, float]]] = defaultdict(list)
     for e in records:
         if e.bytes_moved > 0:
             bins[math.floor(math.log2(e.bytes_moved))].append((e.bytes_moved, _busy_s(e.seconds, launch_s)))
-    floor = saturated_rate(records, launch_s) if envelope else 0.0
+    floor, saturation = device_envelope(records, lambda s: _busy_s(s, launch_s)) if envelope else (0.0, 0.0)
     points = []
     for key in sorted(bins):
         members = bins[key]
         size = math.exp(statistics.fmean(math.log(b) for b, _ in members))
         rate = sum(b for b, _ in members) / sum(s for _, s in members)
-        if 2.0 ** (key + 1) <= SATURATION_BYTES:
+        if 2.0**key < saturation:
             rate = max(rate, floor)
         points.append([_sig(size), _sig(units.bytes_to_gb(rate))])
     return points
-
-
-def saturated_rate(records: list[ElementwiseRecord], launch_s: float) -> float:
-    """Bytes per second over the records of at least `SATURATION_BYTES` (Σ bytes / Σ busy
-    time), 0 when there are none."""
-    large = [e for e in records if e.bytes_moved >= SATURATION_BYTES]
-    if not large:
-        return 0.0
-    return sum(e.bytes_moved for e in large) / sum(_busy_s(e.seconds, launch_s) for e in large)
 
 
 def _rate_tflop(record: GemmRecord, launch_s: float) -> float:

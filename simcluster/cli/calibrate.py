@@ -92,6 +92,13 @@ def calibrate(
             "simcluster.profiler.bench.host_graph` JSON (default: the microbench's tiny layers)"
         ),
     ] = None,
+    extra_kernels: Annotated[
+        Path | None,
+        typer.Option(
+            help="memory-bound kernels timed on the same GPU by measure2.py (its JSON: RMSNorm, "
+            "RoPE, SwiGLU rows), added to the microbench's records with their provenance"
+        ),
+    ] = None,
 ) -> None:
     """Time the layer's kernels (GEMMs, memory-bound ops, fused attention, copy, launch) and
     fit a profile."""
@@ -100,7 +107,7 @@ def calibrate(
     from simcluster.config.errors import ConfigError
 
     use_hwprofiles(hwprofiles)
-    inputs = _inputs(measurements, base) + ([host_graph] if host_graph is not None else [])
+    inputs = _inputs(measurements, base) + [p for p in (host_graph, extra_kernels) if p is not None]
     host_doc = _host_graph(host_graph)
     num_gpus = _gpu_count() if network else 0
     if network and (device is not DeviceKind.CUDA or num_gpus < 2):
@@ -139,6 +146,15 @@ def calibrate(
                 mode=layer_mode,
                 load=_load(device, sustained),
             )
+    extra: dict[str, Any] | None = None
+    if extra_kernels is not None:
+        from simcluster.calibration.extra_kernels import with_extra_kernels
+
+        try:
+            text = _read(extra_kernels, "--extra-kernels")
+            meas, extra = with_extra_kernels(meas, text, str(extra_kernels))
+        except ValueError as error:
+            fail(f"--extra-kernels {error}")
     if save_measurements is not None:
         write_text_atomically(save_measurements, meas.to_json())
     allreduce = _measure_network(num_gpus, quick) if network else None
@@ -149,7 +165,10 @@ def calibrate(
         kept = save_measurements if measurements is None else measurements
         _check_named_output(path, force, inputs, meas, kept)
     try:
-        profile = write_profile(build_profile(meas, base, allreduce, host_doc), path)
+        doc = build_profile(meas, base, allreduce, host_doc)
+        if extra is not None:
+            doc["calibration"]["extra_kernels"] = extra
+        profile = write_profile(doc, path)
     except (ConfigError, ValueError) as error:
         fail(error)
     c = profile.compute
@@ -167,6 +186,14 @@ def calibrate(
         f"next: simcluster check-profile {path} --device {meas.device.device_type}"
         + (" --quick" if meas.grid == "quick" else "")
     )
+
+
+def _read(path: Path, option: str) -> str:
+    """A file's text (exit 2 naming the option and the file where it is unreadable)."""
+    try:
+        return path.read_text()
+    except OSError as error:
+        fail(f"{option} {path}: {error}")
 
 
 def _host_graph(path: Path | None) -> dict[str, Any] | None:

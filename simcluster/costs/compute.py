@@ -123,13 +123,33 @@ def elementwise_kind(op: Op) -> str:
     ("softmax.bwd", "layernorm.bwd") unless the kernel is one-way (`ONE_WAY_KINDS`:
     "residual_grad_add", "amax", "fp8_scale", the calibration stand-ins' copies); the
     embedding's weight-gradient scatter-add is "wgrad". These are the kinds calibration
-    records carry under the op's name (`calibration.records.recorded_op_kind`)."""
-    kind = KERNEL_KINDS.get(op.module, op.module.value)
+    records carry under the op's name (`calibration.records.recorded_op_kind`). An op whose
+    kernel is not its module's names it (`Op.kernel`: an RMSNorm's "rmsnorm", with ".bwd" in
+    its backward; a profile without that kind prices it as its module's, `KIND_FALLBACK`)."""
+    kind = op.kernel or KERNEL_KINDS.get(op.module, op.module.value)
     if op.module in ONE_WAY_KINDS:
         return kind
     if op.pass_ is Pass.WEIGHT_GRAD:
         return "wgrad"
     return f"{kind}.bwd" if op.pass_ is Pass.INPUT_GRAD else kind
+
+
+KIND_FALLBACK = {"rmsnorm": "layernorm"}
+"""A kind a profile may not price -> the kind it is priced as then (its backward likewise):
+an RMSNorm as the layer norm every profile before the RMSNorm curve priced it as (the shipped
+profiles' "layernorm" efficiency is the fused RMSNorm's, measured)."""
+
+
+def priced_kind(hw: HardwareProfile, kind: str | None) -> str | None:
+    """`kind`, or its `KIND_FALLBACK` (".bwd" kept) where the profile has neither a curve nor
+    an efficiency (own or its forward's) for it."""
+    if kind is None:
+        return None
+    forward = kind.removesuffix(".bwd")
+    fallback = KIND_FALLBACK.get(forward)
+    if fallback is None or kind in hw.compute.elementwise_points_by_op or kind_efficiency(hw, kind):
+        return kind
+    return fallback + kind.removeprefix(forward)
 
 
 def kind_efficiency(hw: HardwareProfile, kind: str | None) -> float | None:
@@ -145,7 +165,9 @@ def kind_efficiency(hw: HardwareProfile, kind: str | None) -> float | None:
 def achieved_bandwidth_bytes_per_s(bytes_moved: float, hw: HardwareProfile, kind: str | None = None) -> float:
     """Bytes per second a memory-bound kernel of `kind` moving `bytes_moved` reaches, the
     most specific figure first: the kind's measured curve, the kind's efficiency
-    (`kind_efficiency`) × HBM, the generic measured curve, HBM · e_mem."""
+    (`kind_efficiency`) × HBM, the generic measured curve, HBM · e_mem; a kind the profile
+    does not price is priced as its `KIND_FALLBACK` (`priced_kind`)."""
+    kind = priced_kind(hw, kind)
     kind_points = hw.compute.elementwise_points_by_op.get(kind) if kind is not None else None
     efficiency = None if kind_points else kind_efficiency(hw, kind)
     if efficiency is not None:

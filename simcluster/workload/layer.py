@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
-from simcluster.config.choices import Activation, Fp8Recipe, PositionEmbedding, Recompute
+from simcluster.config.choices import Activation, Fp8Recipe, Normalization, PositionEmbedding, Recompute
 from simcluster.config.moe_choices import RecomputeModule
 from simcluster.workload.fp8 import amax_pass_ops, fp8_saved_forward
 from simcluster.workload.layer_config import LayerConfig
@@ -218,8 +218,14 @@ def _layer_norm(cfg: LayerConfig, name: str) -> Op:
     elements = cfg.region_tokens * cfg.hidden_size
     return elementwise(
         name, 2 * cfg.element_bytes * elements, cfg.element_bytes * elements, module=Module.LAYERNORM,
-        pass_=Pass.FORWARD,
+        pass_=Pass.FORWARD, kernel=norm_kernel(cfg),
     )  # fmt: skip
+
+
+def norm_kernel(cfg: LayerConfig) -> str | None:
+    """The kernel "rmsnorm" for an RMSNorm layer (`Op.kernel`: priced by the profile's RMSNorm curve where
+    it has one, else as a layer norm, `costs.compute.elementwise_kind`); None for LayerNorm."""
+    return "rmsnorm" if cfg.normalization is Normalization.RMSNORM else None
 
 
 def _bias_dropout_add(cfg: LayerConfig, name: str) -> Op:
@@ -489,7 +495,13 @@ def _norm_and_residual_backward(cfg: LayerConfig, name: str) -> tuple[Op, ...]:
     elements = cfg.region_tokens * cfg.hidden_size
     e = cfg.element_bytes
     return (
-        elementwise(f"{name}.bwd", 3 * e * elements, module=Module.LAYERNORM, pass_=Pass.INPUT_GRAD),
+        elementwise(
+            f"{name}.bwd",
+            3 * e * elements,
+            module=Module.LAYERNORM,
+            pass_=Pass.INPUT_GRAD,
+            kernel=norm_kernel(cfg),
+        ),
         elementwise(
             f"{name}.residual_grad_add",
             3 * e * elements,

@@ -298,6 +298,9 @@ class Op:
     grad_of: GradOf | None = field(default=None, kw_only=True)
     group: CommGroup = field(default=CommGroup.TP, kw_only=True)
     deepep: DeepEPMessage | None = field(default=None, kw_only=True)  # a DeepEP kernel (flex dispatcher)
+    # the memory-bound kernel where it is not the module's own: an RMSNorm is Module.LAYERNORM
+    # (recompute, memory, reporting) run by the "rmsnorm" kernel (`costs.compute.elementwise_kind`)
+    kernel: str | None = field(default=None, kw_only=True)
 
     @property
     def flops(self) -> float:
@@ -319,11 +322,17 @@ def gemm(
 
 
 def elementwise(
-    name: str, bytes_moved: float, saved_bytes: float = 0.0, *, module: Module, pass_: Pass
+    name: str,
+    bytes_moved: float,
+    saved_bytes: float = 0.0,
+    *,
+    module: Module,
+    pass_: Pass,
+    kernel: str | None = None,
 ) -> Op:
     return Op(
         name=name, kind=OpKind.ELEMENTWISE, bytes_moved=bytes_moved, saved_bytes=saved_bytes, module=module,
-        pass_=pass_,
+        pass_=pass_, kernel=kernel,
     )  # fmt: skip
 
 

@@ -96,19 +96,25 @@ def test_the_profile_records_the_bmm_head_dims_and_the_rule(meas: Measurements) 
 
 
 def test_bounded_interpolation_on_the_fused_check(fitted: HardwareProfile) -> None:
-    """The fused layers (committed): GPU-bound median |error| 5.3 % -> 4.9 %, signed +4.5 -> +4.4 %."""
+    """The fused layers (committed): GPU-bound median |error| 5.3 % -> 4.9 % with the head dim
+    96 GEMMs bounded, 3.3 % with the fused sites' device envelope (`device_envelope`); still
+    priced slow (signed median +3.2 %), not hidden."""
     checks = compare(LayerRun.from_json((FOLDER / "layer_timing_fused.json").read_text()), fitted)
     summary = summarize(checks)
-    assert summary.gpu_bound_median_abs_error == pytest.approx(0.049, abs=0.002)
+    assert summary.gpu_bound_median_abs_error == pytest.approx(0.033, abs=0.002)
     assert statistics.median(c.error for c in checks if not c.host_bound) > 0
 
 
 def test_the_fused_check_by_group_of_ops(fitted: HardwareProfile) -> None:
     """Least squares of the 39 GPU-bound fused layers on four groups (`kind_ratio`, a
-    diagnostic): the attention GEMMs' ratio rises from 0.84 to 0.89 with the bounded head
-    dim 96 (still priced slow: the grid has no head dim 96 measured yet), the linears 1.06."""
+    diagnostic; the groups are collinear): the attention GEMMs' ratio rose from 0.84 to 0.89
+    with the bounded head dim 96; the device envelope then moves the memory-bound sites
+    outside the attention core from 0.49 to 0.67 (the fused sites' host time no longer
+    priced as device time), and the attention GEMMs take up the rest (0.79; the grid has no
+    head dim 96 measured yet), the linears 1.07."""
     from simcluster.calibration.kind_ratio import kind_ratios
 
     ratios = kind_ratios(LayerRun.from_json((FOLDER / "layer_timing_fused.json").read_text()), fitted)
-    assert ratios["attention_bmm"] == pytest.approx(0.886, abs=0.01)
-    assert ratios["gemm"] == pytest.approx(1.059, abs=0.01)
+    assert ratios["other_memory_bound"] == pytest.approx(0.672, abs=0.01)
+    assert ratios["attention_bmm"] == pytest.approx(0.793, abs=0.01)
+    assert ratios["gemm"] == pytest.approx(1.07, abs=0.01)

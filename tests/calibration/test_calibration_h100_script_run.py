@@ -66,13 +66,16 @@ def test_static_row_lengths_price_the_fused_softmax_faster() -> None:
 
 
 def test_the_static_row_fit_halves_the_fused_layer_error(symbolic: list[float], static: list[float]) -> None:
-    """GPU-bound fused layers: median |error| 9.9 % with symbolic rows, 4.9 % static (README, 3;
-    10.4 and 5.3 % before the attention GEMMs at head dim 96 were held within their measured
-    neighbours, `costs.compute.gemm_placement`)."""
+    """GPU-bound fused layers: median |error| 8.7 % with symbolic rows, 3.3 % static, worst
+    8.3 % (README, 3: 10.4 and 5.3 % before the attention GEMMs at head dim 96 were held
+    within their measured neighbours, `costs.compute.gemm_placement`; 9.9 and 4.9 %, worst
+    14.9 %, before the fused sites' host-bound records were told from device-bound ones,
+    `calibration.device_envelope`)."""
     med = lambda errors: statistics.median(abs(e) for e in errors)  # noqa: E731
     assert len(symbolic) >= 39 and len(static) >= 39
-    assert med(symbolic) == pytest.approx(0.099, abs=0.003)
-    assert med(static) == pytest.approx(0.049, abs=0.003)
+    assert med(symbolic) == pytest.approx(0.087, abs=0.003)
+    assert med(static) == pytest.approx(0.033, abs=0.003)
+    assert max(abs(e) for e in static) <= 0.10  # issue 20's worst-case goal
     assert max(abs(e) for e in static) < max(abs(e) for e in symbolic)
     assert statistics.median(static) > 0  # what is left is still priced slow, not hidden
 
@@ -98,9 +101,10 @@ def test_the_shipped_profile_on_fused_layers_it_never_saw() -> None:
 
 def test_host_bound_fused_runs_come_closer_with_the_host_term(static_checks: list[LayerCheck]) -> None:
     """The 18 host-bound fused runs (h 6144 b 1, t 2-8): priced one op after another with the
-    fitted per-op host time, the median miss falls from 31.6 % to 19.1 %; the term is crude
-    (one figure per op, fitted on a tiny layer), not a fit to these runs."""
+    fitted per-op host time, the median miss falls from 41.0 % to 17.1 % (31.6 % and 19.1 %
+    before the device envelope took the fused sites' host time out of their device prices);
+    the term is crude (one figure per op, fitted on a tiny layer), not a fit to these runs."""
     summary = summarize(static_checks)
     assert summary.num_host_bound == 18
-    assert summary.host_bound_device_median_abs_error == pytest.approx(0.316, abs=0.005)
-    assert summary.host_bound_with_host_median_abs_error == pytest.approx(0.191, abs=0.005)
+    assert summary.host_bound_device_median_abs_error == pytest.approx(0.410, abs=0.005)
+    assert summary.host_bound_with_host_median_abs_error == pytest.approx(0.171, abs=0.005)

@@ -76,13 +76,13 @@ def test_host_graph_sets_it_with_its_cases(from_host_graph: HardwareProfile) -> 
 
 
 def test_check_profile_prices_host_bound_runs_with_it(from_host_graph: HardwareProfile) -> None:
-    """Fused layers (committed): at 132 µs per op 12 runs are host-bound, priced with the host
-    median |error| 12.6 % (device alone 39.7 %); at the tiny layers' 167 µs: 18, 19.1 %."""
+    """Fused layers (committed): at 132 µs per op 13 runs are host-bound, priced with the host
+    median |error| 11.5 % (device alone 46.2 %); at the tiny layers' 167 µs: 18, 17.1 %."""
     run = LayerRun.from_json((FOLDER / "layer_timing_fused.json").read_text())
     summary = summarize(compare(run, from_host_graph))
-    assert summary.num_host_bound == 12
-    assert summary.host_bound_with_host_median_abs_error == pytest.approx(0.126, abs=0.003)
-    assert summary.host_bound_device_median_abs_error == pytest.approx(0.397, abs=0.003)
+    assert summary.num_host_bound == 13
+    assert summary.host_bound_with_host_median_abs_error == pytest.approx(0.115, abs=0.003)
+    assert summary.host_bound_device_median_abs_error == pytest.approx(0.462, abs=0.003)
 
 
 def test_calibrate_refuses_a_host_graph_file_without_cases(tmp_path: Path) -> None:

@@ -28,7 +28,12 @@ def fused() -> Measurements:
 def test_the_fused_file_gives_a_curve_per_modern_kind(fused: Measurements) -> None:
     by_op = elementwise_points_by_op(fused)
     assert KINDS <= set(by_op)
-    assert by_op["swiglu"][0][1] == pytest.approx(1264, rel=1e-3)  # GB/s of op-graph bytes
+    # GB/s of op-graph bytes: the 176 MB SwiGLU (0.148 ms, 1,264 GB/s) is host-bound, the
+    # 705 MB one (3,124 GB/s) is not, so both bins are priced at the device's rate
+    assert by_op["swiglu"] == [
+        [pytest.approx(1.762e8, rel=1e-3), 3124.0],
+        [pytest.approx(7.046e8, rel=1e-3), 3124.0],
+    ]
     assert set(measured_grid(fused)["memory_bound_bytes"]) >= KINDS
 
 
@@ -40,11 +45,12 @@ def test_records_of_the_other_mode_are_left_out(fused: Measurements) -> None:
 
 def test_the_fused_modern_layers_come_closer(fused: Measurements) -> None:
     """Llama 3 8B fused (t 1, t 2; committed): median |error| 4.4 % -> 2.1 % with SwiGLU and
-    RoPE priced by their own fused curves instead of the paper sites' generic one."""
+    RoPE priced by their own fused curves instead of the paper sites' generic one; 4.0 % (fast)
+    once their host-bound small records no longer price the device (`device_envelope`)."""
     profile = parse_hardware(build_profile(fused), "fused.yaml")
     run = LayerRun.from_json((FOLDER / "modern_layers_fused.json").read_text())
     errors = [abs(c.error) for c in compare(run, profile)]
-    assert statistics.median(errors) == pytest.approx(0.021, abs=0.003)
+    assert statistics.median(errors) == pytest.approx(0.040, abs=0.003)
 
 
 def test_a_cpu_microbench_times_the_modern_kinds_and_the_fit_reads_them() -> None:
