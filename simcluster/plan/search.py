@@ -28,7 +28,7 @@ import signal
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from simcluster import memory_plan, units
@@ -45,6 +45,8 @@ from simcluster.headroom import (
     memory_limit_bytes,
 )
 from simcluster.plan.bound import bound_inputs, lower_bound_s
+from simcluster.plan.layer_bound import QuickBound
+from simcluster.plan.order import BoundOrder
 from simcluster.plan.space import (
     PLAN_AXES,
     PlanError,
@@ -72,6 +74,7 @@ class Candidate:
     scenario: Scenario
     bound_s: float
     static_bytes: float  # the fullest stage's weights + gradients + optimizer state
+    bound_exact: bool = True  # False: bound_s is the quick bound (`plan.layer_bound`), ≤ the full one
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,14 +183,20 @@ def static_key(scenario: Scenario) -> Scenario:
 
 
 def prepare(
-    space: SearchSpace, limit_bytes: float, progress: bool = False, pricing: StagePricing | None = None
+    space: SearchSpace,
+    limit_bytes: float,
+    progress: bool = False,
+    pricing: StagePricing | None = None,
+    quick: bool = False,
 ) -> list[Candidate]:
     """Every layout with its static memory and, when that fits under `limit_bytes`, its
     time bound (infinite otherwise: it is pruned without one), in enumeration order. The
     static memory is the workload's (expert weights and gradients sharded over ep·etp, their
     optimizer state over the expert-data-parallel group), computed once per `static_key`:
-    a layout pruned by it costs no workload."""
+    a layout pruned by it costs no workload. With `quick` the bound is the quick one
+    (`plan.layer_bound`, `bound_exact` False), refined by `refine` when the search needs it."""
     pricing = pricing or StagePricing(space.hardware)
+    quick_bound = QuickBound(pricing) if quick else None
     prepared = []
     layouts = list(candidates(space))
     statics: dict[Scenario, float] = {}
@@ -202,13 +211,26 @@ def prepare(
                 statics[key] = max(stage.static.total_bytes for stage in workload.stages)
             static = statics[key]
             bound = math.inf
-            if static <= limit_bytes:
-                workload = workload or build_workload(scenario, space.hardware.fp8_weight_copies)
-                bound = lower_bound_s(bound_inputs(scenario, space.hardware, workload, pricing))
-            prepared.append(Candidate(index, scenario, bound, static))
+            if static <= limit_bytes and quick_bound is not None:
+                prepared.append(Candidate(index, scenario, quick_bound.bound_s(scenario), static, False))
+            else:
+                if static <= limit_bytes:
+                    workload = workload or build_workload(scenario, space.hardware.fp8_weight_copies)
+                    bound = lower_bound_s(bound_inputs(scenario, space.hardware, workload, pricing))
+                prepared.append(Candidate(index, scenario, bound, static))
             if progress:
                 bar.step("")
     return prepared
+
+
+def refine(candidate: Candidate, hw: HardwareProfile, pricing: StagePricing) -> Candidate:
+    """`candidate` with its full time bound (`bound.lower_bound_s`)."""
+    if candidate.bound_exact:
+        return candidate
+    scenario = candidate.scenario
+    workload = build_workload(scenario, hw.fp8_weight_copies)
+    bound = lower_bound_s(bound_inputs(scenario, hw, workload, pricing))
+    return replace(candidate, bound_s=bound, bound_exact=True)
 
 
 def evaluate_candidate(
@@ -289,31 +311,29 @@ class _Tally:
 
 
 def _visit(
-    order: list[Candidate],
+    order: BoundOrder[Candidate],
     executor: _InlineExecutor | _PoolExecutor,
     tally: _Tally,
     window: int,
     use_bound: bool,
     step: Callable[[str], None],
 ) -> dict[int, Evaluation]:
-    """Evaluate `order` (layouts whose static memory fits, by increasing bound), at most
-    `window` at a time, until the bound rules the rest out."""
+    """Evaluate `order` (layouts whose static memory fits, by increasing full bound), at
+    most `window` at a time, until the bound rules the rest out."""
     evaluations: dict[int, Evaluation] = {}
     pending: set[Future[Evaluation]] = set()
-    position = 0
     while True:
-        while position < len(order) and len(pending) < window:
-            candidate = order[position]
+        while order and len(pending) < window:
+            candidate = order.peek()
             # A tight bound (every task host-bound: costs.host) can equal a layout's time
             # yet exceed it by a rounding: such a tie must still be simulated.
             if use_bound and candidate.bound_s > tally.threshold_s() * (1 + BOUND_ROUNDING):
-                tally.pruned_bound = len(order) - position
+                tally.pruned_bound = len(order)
                 for _ in range(tally.pruned_bound):
                     step("pruned by bound")
-                position = len(order)
+                order.clear()
                 break
-            position += 1
-            pending.add(executor.submit(candidate))
+            pending.add(executor.submit(order.pop()))
         if not pending:
             return evaluations
         done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -432,10 +452,15 @@ def plan_layouts(
     space = search_space(base, hardware, num_gpus, choices)
     limit = memory_limit_bytes(hardware, headroom_fraction)
     pricing = StagePricing(hardware)  # the bounds' prices serve the simulations too
-    prepared = prepare(space, limit, progress, pricing)
+    prepared = prepare(space, limit, progress, pricing, quick=True)
     if not prepared:
         raise PlanError(explain_no_layout(space))
-    order = sorted((c for c in prepared if c.static_bytes <= limit), key=lambda c: (c.bound_s, c.index))
+
+    def refined(candidate: Candidate) -> Candidate:
+        prepared[candidate.index] = refine(candidate, hardware, pricing)  # the answer's bound
+        return prepared[candidate.index]
+
+    order = BoundOrder((c for c in prepared if c.static_bytes <= limit), refined)
     tally = _Tally(best=[], top=top, pruned_memory=len(prepared) - len(order))
     inline = _InlineExecutor(lambda c: evaluate_candidate(c, hardware, limit, pricing))
     executor = inline if workers <= 1 else _PoolExecutor(hardware, limit, workers)
