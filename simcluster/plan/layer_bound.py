@@ -62,16 +62,18 @@ def dp_free_key(kind: LayerKind, layout: PricingLayout) -> tuple[object, ...]:
     the layout's groups) depends on, without dp: a MoE layer's ops count its tokens per
     rank from tp, cp, ep and etp (`workload.moe`; `ExpertLayout.dp` only sizes the expert
     optimizer shards, `workload.moe_memory`), and its collectives run over the ep, etp and
-    etp·ep groups (`costs.chunk.op_group`), never the expert-data-parallel one. So layouts
-    that differ only in pp (hence dp) share one price per kind; a test checks the prices are
-    equal."""
+    etp·ep groups (`costs.chunk.op_group`), never the expert-data-parallel one; a dense
+    layer's run over the TP group alone, so its key leaves out the expert groups. Layouts
+    that differ only in pp (hence dp), and a dense layer's layouts that differ only in ep
+    and etp, share one price; a test checks the prices are equal."""
     spec = kind.moe
     moe = None
     if spec is not None:
         moe = (spec.moe, spec.layout.tp, spec.layout.cp, spec.layout.ep, spec.layout.expert_tp,
                spec.dispatcher, spec.grouped_gemm)  # fmt: skip
     experts = layout.experts
-    groups = None if experts is None else (experts.ep, experts.etp, experts.etp_ep)
+    # a dense layer's ops all run over the TP group: the expert groups do not price it
+    groups = None if experts is None or spec is None else (experts.ep, experts.etp, experts.etp_ep)
     return (kind.config, kind.cp, kind.mla, moe, layout.tp, layout.cp, layout.dtype,
             layout.tp_comm_overlap, groups)  # fmt: skip
 

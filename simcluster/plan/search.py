@@ -46,6 +46,7 @@ from simcluster.headroom import (
 )
 from simcluster.plan.bound import bound_inputs, lower_bound_s
 from simcluster.plan.layer_bound import QuickBound
+from simcluster.plan.memory_floor import peak_floor_bytes
 from simcluster.plan.order import BoundOrder
 from simcluster.plan.space import (
     PLAN_AXES,
@@ -75,6 +76,7 @@ class Candidate:
     bound_s: float
     static_bytes: float  # the fullest stage's weights + gradients + optimizer state
     bound_exact: bool = True  # False: bound_s is the quick bound (`plan.layer_bound`), ≤ the full one
+    peak_floor_bytes: float = 0.0  # set by `refine`: ≤ the exact peak (`plan.memory_floor`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,13 +226,15 @@ def prepare(
 
 
 def refine(candidate: Candidate, hw: HardwareProfile, pricing: StagePricing) -> Candidate:
-    """`candidate` with its full time bound (`bound.lower_bound_s`)."""
+    """`candidate` with its full time bound (`bound.lower_bound_s`) and its peak memory's
+    floor (`memory_floor.peak_floor_bytes`), both from its workload."""
     if candidate.bound_exact:
         return candidate
     scenario = candidate.scenario
     workload = build_workload(scenario, hw.fp8_weight_copies)
     bound = lower_bound_s(bound_inputs(scenario, hw, workload, pricing))
-    return replace(candidate, bound_s=bound, bound_exact=True)
+    floor = peak_floor_bytes(scenario, workload)
+    return replace(candidate, bound_s=bound, bound_exact=True, peak_floor_bytes=floor)
 
 
 def evaluate_candidate(
@@ -317,9 +321,13 @@ def _visit(
     window: int,
     use_bound: bool,
     step: Callable[[str], None],
+    limit_bytes: float = math.inf,
 ) -> dict[int, Evaluation]:
     """Evaluate `order` (layouts whose static memory fits, by increasing full bound), at
-    most `window` at a time, until the bound rules the rest out."""
+    most `window` at a time, until the bound rules the rest out. A layout whose peak floor
+    exceeds `limit_bytes` is not evaluated: its evaluation would say it does not fit (and a
+    layout that does not fit changes nothing else), so it is resolved in place, in the same
+    window slot, and the counts stay those of evaluating it."""
     evaluations: dict[int, Evaluation] = {}
     pending: set[Future[Evaluation]] = set()
     while True:
@@ -333,7 +341,14 @@ def _visit(
                     step("pruned by bound")
                 order.clear()
                 break
-            pending.add(executor.submit(order.pop()))
+            candidate = order.pop()
+            if candidate.peak_floor_bytes > limit_bytes:
+                # resolved here, but it takes its place in the window as an evaluation would
+                doomed: Future[Evaluation] = Future()
+                doomed.set_result(Evaluation(candidate.index, candidate.peak_floor_bytes, 0, fits=False))
+                pending.add(doomed)
+            else:
+                pending.add(executor.submit(candidate))
         if not pending:
             return evaluations
         done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -469,7 +484,7 @@ def plan_layouts(
             if progress:
                 bar.start(len(order))
             step = bar.step if progress else (lambda _label: None)
-            evaluations = _visit(order, executor, tally, 2 * max(1, workers), use_bound, step)
+            evaluations = _visit(order, executor, tally, 2 * max(1, workers), use_bound, step, limit)
     finally:
         executor.shutdown()
     if tally.simulated == 0:

@@ -9,13 +9,16 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from simcluster import memory_plan
 from simcluster.config.errors import ConfigError
 from simcluster.config.hardware import load_hardware
 from simcluster.config.scenario import Scenario, parse_scenario
 from simcluster.costs.stage_pricing import StagePricing, pricing_layout
+from simcluster.headroom import memory_limit_bytes
 from simcluster.plan import plan_layouts, search
 from simcluster.plan.bound import bound_inputs, lower_bound_s
 from simcluster.plan.layer_bound import QuickBound, dp_free_key, layer_kinds
+from simcluster.plan.memory_floor import peak_floor_bytes
 from simcluster.plan.order import BoundOrder
 from simcluster.plan.search import Candidate
 from simcluster.workload.model import build_workload, kind_ops
@@ -142,6 +145,26 @@ def test_layer_prices_do_not_depend_on_dp(scenario, dp):
                 for kind, lay in ((kind_a, layout_a), (kind_b, layout_b))
             ]
             assert price[0] == price[1]
+            if kind_a.moe is None and layout_a.experts is not None:
+                # a dense layer's price ignores the expert groups (its key leaves them out)
+                ops, lay = kind_ops(kind_a), layout_a
+                without = pricing.layer(kind_a, ops, lay.tp, lay.dtype, lay.cp, lay.tp_comm_overlap, None)
+                assert without == price[0]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layouts())
+def test_memory_floor_never_exceeds_the_exact_peak(scenario):
+    """floor ≤ the fullest stage's exact peak, and it counts more than the static bytes
+    where the stage stores activations (it would prune nothing otherwise)."""
+    if scenario is None:
+        return
+    workload = build_workload(scenario, H100.fp8_weight_copies)
+    peaks = [stage.peak_memory_bytes for stage in memory_plan.stage_memory_estimate(scenario, H100, workload)]
+    floor = peak_floor_bytes(scenario, workload)
+    assert floor <= max(peaks)
+    static = max(stage.static.total_bytes for stage in workload.stages)
+    assert floor > static * (1 + 1e-6) or min(c.saved_bytes for s in workload.stages for c in s.chunks) == 0
 
 
 @given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 3), st.booleans()), min_size=1, max_size=40))
@@ -165,15 +188,26 @@ def _json(result) -> dict:
     return payload
 
 
-def test_plan_is_unchanged_by_the_lazy_order(monkeypatch):
-    """The search with quick bounds returns what it returns with every layout's full bound
-    (quick bound 0: each one refined before it is visited): same answer, bounds and counts."""
-    cases = [(tiny_scenario(), a100(), 5), (tiny_scenario(), a100(0.35), 8), (tiny_moe_scenario(), a100(), 4)]
-    results = [plan_layouts(base, hw, 8, top=top) for base, hw, top in cases]
+def test_plan_is_unchanged_by_the_lazy_order_and_the_memory_floor(monkeypatch):
+    """The search with quick bounds and memory floors returns what it returns with every
+    layout's full bound (quick bound 0: each one refined before it is visited) and its exact
+    peak (floor 0): same answer, bounds and counts; on the small device the floor prunes."""
+    tight = a100(0.3)
+    cases = [(tiny_scenario(), a100(), 5), (tiny_scenario(), tight, 8), (tiny_moe_scenario(), a100(), 4)]
+    results = [plan_layouts(base, hw, 8, top=top, headroom_fraction=0.2) for base, hw, top in cases]
+    floors: list[float] = []
+    monkeypatch.setattr(
+        search, "peak_floor_bytes", lambda *args: floors.append(peak_floor_bytes(*args)) or 0.0
+    )
     monkeypatch.setattr(search.QuickBound, "bound_s", lambda self, scenario: 0.0)
     for (base, hw, top), lazy in zip(cases, results, strict=True):
-        assert _json(lazy) == _json(plan_layouts(base, hw, 8, top=top))
+        floors.clear()
+        assert _json(lazy) == _json(plan_layouts(base, hw, 8, top=top, headroom_fraction=0.2))
         assert lazy.pruned_bound > 0
+    floors.clear()
+    plan_layouts(tiny_scenario(), tight, 8, top=8, headroom_fraction=0.2)
+    assert any(floor > memory_limit_bytes(tight, 0.2) for floor in floors)
+    assert results[1].pruned_memory > 0
 
 
 def test_random_bounds_order_like_a_sort():
