@@ -1,15 +1,19 @@
 """`simcluster plan`: the K fastest layouts that fit in memory, exactly, without simulating most.
 
 1. Enumerate the layouts Megatron accepts (`simcluster.plan.space`).
-2. For each, price its stages (cached per chunk) and compute a lower bound on its simulated
-   iteration time (`simcluster.plan.bound`) and its static memory (weights, gradients,
-   optimizer state: a lower bound on its peak).
-3. Visit layouts in order of increasing bound. A layout whose static memory already exceeds
-   the limit is pruned; otherwise its exact per-stage peak (`memory_plan`, no engine) decides
-   whether it fits; a fitting layout is event-simulated. Once K layouts are simulated, any
-   layout whose bound exceeds the K-th best time cannot enter the top K, and neither can
-   any later one (bounds only grow): the search stops. The answer is the same as simulating
-   every layout that fits (a test runs both), ties broken by enumeration order.
+2. For each, its static memory (weights, gradients, optimizer state: a lower bound on its
+   peak) and, when that fits, a quick lower bound on its time bound from its layers' prices
+   alone (`simcluster.plan.layer_bound`).
+3. Visit layouts in order of increasing full bound (`simcluster.plan.bound`: the stages
+   priced, cached per chunk), computed only when a layout reaches the front of the order
+   (`simcluster.plan.order`: the order is that of sorting every layout by its full bound).
+   A layout whose static memory already exceeds the limit is pruned; one whose memory floor
+   (`simcluster.plan.memory_floor`) does is counted as not fitting; otherwise its exact
+   per-stage peak (`memory_plan`, no engine) decides whether it fits; a fitting layout is
+   event-simulated. Once K layouts are simulated, any layout whose bound exceeds the K-th
+   best time cannot enter the top K, and neither can any later one (bounds only grow): the
+   search stops. The answer is the same as simulating every layout that fits (a test runs
+   both), ties broken by enumeration order; docs/plan.md ("Speed") says what each step saves.
 
 A layout fits when its fullest stage leaves `headroom_fraction` of the device's capacity
 free: peak ≤ (1 − headroom) · capacity.
