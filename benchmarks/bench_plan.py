@@ -4,17 +4,20 @@ print), the issues' target being under 60 s on 2 cores. Three cases (`--case`):
 - llama3-405b: Llama 3 405B (batch 2,048 × 8,192) on 16,384 H100s, tp, pp, cp, vpp and
   the rest searched, uneven (account-for) splits included;
 - deepseek-v3-moe: DeepSeek-V3's MoE shape with standard attention (issue 18's target:
-  plan on 1,024 H100s in under 60 s), ep and etp searched too.
+  plan on 1,024 H100s in under 60 s), ep and etp searched too;
+- deepseek-v3-h100: the shipped DeepSeek-V3 scenario (MLA, MTP, the Megatron-Bridge
+  recipe's batch of 4,096) on 1,024 H100s: the model issue 18 names.
 
 Each repeat runs `simcluster plan scenarios/plan/gpt3-175b.yaml --gpus 1024 --workers N
 --json` in a fresh process and records its wall time, the CPU time of it and its workers
 (user + sys, from the children's rusage), and the load average before it: the development
 machine is shared, so wall time under load is reported as measured, next to the CPU time.
 
-Run: python benchmarks/bench_plan.py [--case gpt3-175b|llama3-405b|deepseek-v3-moe]
-[--repeats 3] [--workers 2]. Writes benchmarks/results/plan.json (gpt3-175b),
-plan-llama3-405b.json or plan-deepseek-v3-moe.json, with the machine (CPU model, cores, load
-average). Speed is measured here, never asserted in tests.
+Run: python benchmarks/bench_plan.py [--case gpt3-175b|llama3-405b|deepseek-v3-moe|
+deepseek-v3-h100] [--repeats 3] [--workers 2]. Writes benchmarks/results/plan.json
+(gpt3-175b), plan-llama3-405b.json, plan-deepseek-v3-moe.json or plan-deepseek-v3-h100.json,
+with the machine (CPU model, cores, load average). Speed is measured here, never asserted
+in tests.
 """
 
 from __future__ import annotations
@@ -44,6 +47,11 @@ CASES: dict[str, tuple[Path, int, str]] = {
         ROOT / "tests" / "data" / "moe" / "deepseek-v3-standard-attention.yaml",
         1024,
         "plan-deepseek-v3-moe.json",
+    ),
+    "deepseek-v3-h100": (
+        ROOT / "scenarios" / "moe" / "deepseek-v3-h100.yaml",
+        1024,
+        "plan-deepseek-v3-h100.json",
     ),
 }
 

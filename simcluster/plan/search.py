@@ -1,15 +1,19 @@
 """`simcluster plan`: the K fastest layouts that fit in memory, exactly, without simulating most.
 
 1. Enumerate the layouts Megatron accepts (`simcluster.plan.space`).
-2. For each, price its stages (cached per chunk) and compute a lower bound on its simulated
-   iteration time (`simcluster.plan.bound`) and its static memory (weights, gradients,
-   optimizer state: a lower bound on its peak).
-3. Visit layouts in order of increasing bound. A layout whose static memory already exceeds
-   the limit is pruned; otherwise its exact per-stage peak (`memory_plan`, no engine) decides
-   whether it fits; a fitting layout is event-simulated. Once K layouts are simulated, any
-   layout whose bound exceeds the K-th best time cannot enter the top K, and neither can
-   any later one (bounds only grow): the search stops. The answer is the same as simulating
-   every layout that fits (a test runs both), ties broken by enumeration order.
+2. For each, its static memory (weights, gradients, optimizer state: a lower bound on its
+   peak) and, when that fits, a quick lower bound on its time bound from its layers' prices
+   alone (`simcluster.plan.layer_bound`).
+3. Visit layouts in order of increasing full bound (`simcluster.plan.bound`: the stages
+   priced, cached per chunk), computed only when a layout reaches the front of the order
+   (`simcluster.plan.order`: the order is that of sorting every layout by its full bound).
+   A layout whose static memory already exceeds the limit is pruned; one whose memory floor
+   (`simcluster.plan.memory_floor`) does is counted as not fitting; otherwise its exact
+   per-stage peak (`memory_plan`, no engine) decides whether it fits; a fitting layout is
+   event-simulated. Once K layouts are simulated, any layout whose bound exceeds the K-th
+   best time cannot enter the top K, and neither can any later one (bounds only grow): the
+   search stops. The answer is the same as simulating every layout that fits (a test runs
+   both), ties broken by enumeration order; docs/plan.md ("Speed") says what each step saves.
 
 A layout fits when its fullest stage leaves `headroom_fraction` of the device's capacity
 free: peak ≤ (1 − headroom) · capacity.
@@ -28,7 +32,7 @@ import signal
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from simcluster import memory_plan, units
@@ -45,6 +49,9 @@ from simcluster.headroom import (
     memory_limit_bytes,
 )
 from simcluster.plan.bound import bound_inputs, lower_bound_s
+from simcluster.plan.layer_bound import QuickBound
+from simcluster.plan.memory_floor import peak_floor_bytes
+from simcluster.plan.order import BoundOrder
 from simcluster.plan.space import (
     PLAN_AXES,
     PlanError,
@@ -72,6 +79,8 @@ class Candidate:
     scenario: Scenario
     bound_s: float
     static_bytes: float  # the fullest stage's weights + gradients + optimizer state
+    bound_exact: bool = True  # False: bound_s is the quick bound (`plan.layer_bound`), ≤ the full one
+    peak_floor_bytes: float = 0.0  # set by `refine`: ≤ the exact peak (`plan.memory_floor`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,14 +189,20 @@ def static_key(scenario: Scenario) -> Scenario:
 
 
 def prepare(
-    space: SearchSpace, limit_bytes: float, progress: bool = False, pricing: StagePricing | None = None
+    space: SearchSpace,
+    limit_bytes: float,
+    progress: bool = False,
+    pricing: StagePricing | None = None,
+    quick: bool = False,
 ) -> list[Candidate]:
     """Every layout with its static memory and, when that fits under `limit_bytes`, its
     time bound (infinite otherwise: it is pruned without one), in enumeration order. The
     static memory is the workload's (expert weights and gradients sharded over ep·etp, their
     optimizer state over the expert-data-parallel group), computed once per `static_key`:
-    a layout pruned by it costs no workload."""
+    a layout pruned by it costs no workload. With `quick` the bound is the quick one
+    (`plan.layer_bound`, `bound_exact` False), refined by `refine` when the search needs it."""
     pricing = pricing or StagePricing(space.hardware)
+    quick_bound = QuickBound(pricing) if quick else None
     prepared = []
     layouts = list(candidates(space))
     statics: dict[Scenario, float] = {}
@@ -202,13 +217,28 @@ def prepare(
                 statics[key] = max(stage.static.total_bytes for stage in workload.stages)
             static = statics[key]
             bound = math.inf
-            if static <= limit_bytes:
-                workload = workload or build_workload(scenario, space.hardware.fp8_weight_copies)
-                bound = lower_bound_s(bound_inputs(scenario, space.hardware, workload, pricing))
-            prepared.append(Candidate(index, scenario, bound, static))
+            if static <= limit_bytes and quick_bound is not None:
+                prepared.append(Candidate(index, scenario, quick_bound.bound_s(scenario), static, False))
+            else:
+                if static <= limit_bytes:
+                    workload = workload or build_workload(scenario, space.hardware.fp8_weight_copies)
+                    bound = lower_bound_s(bound_inputs(scenario, space.hardware, workload, pricing))
+                prepared.append(Candidate(index, scenario, bound, static))
             if progress:
                 bar.step("")
     return prepared
+
+
+def refine(candidate: Candidate, hw: HardwareProfile, pricing: StagePricing) -> Candidate:
+    """`candidate` with its full time bound (`bound.lower_bound_s`) and its peak memory's
+    floor (`memory_floor.peak_floor_bytes`), both from its workload."""
+    if candidate.bound_exact:
+        return candidate
+    scenario = candidate.scenario
+    workload = build_workload(scenario, hw.fp8_weight_copies)
+    bound = lower_bound_s(bound_inputs(scenario, hw, workload, pricing))
+    floor = peak_floor_bytes(scenario, workload)
+    return replace(candidate, bound_s=bound, bound_exact=True, peak_floor_bytes=floor)
 
 
 def evaluate_candidate(
@@ -289,31 +319,40 @@ class _Tally:
 
 
 def _visit(
-    order: list[Candidate],
+    order: BoundOrder[Candidate],
     executor: _InlineExecutor | _PoolExecutor,
     tally: _Tally,
     window: int,
     use_bound: bool,
     step: Callable[[str], None],
+    limit_bytes: float = math.inf,
 ) -> dict[int, Evaluation]:
-    """Evaluate `order` (layouts whose static memory fits, by increasing bound), at most
-    `window` at a time, until the bound rules the rest out."""
+    """Evaluate `order` (layouts whose static memory fits, by increasing full bound), at
+    most `window` at a time, until the bound rules the rest out. A layout whose peak floor
+    exceeds `limit_bytes` is not evaluated: its evaluation would say it does not fit (and a
+    layout that does not fit changes nothing else), so it is resolved in place, in the same
+    window slot, and the counts stay those of evaluating it."""
     evaluations: dict[int, Evaluation] = {}
     pending: set[Future[Evaluation]] = set()
-    position = 0
     while True:
-        while position < len(order) and len(pending) < window:
-            candidate = order[position]
+        while order and len(pending) < window:
+            candidate = order.peek()
             # A tight bound (every task host-bound: costs.host) can equal a layout's time
             # yet exceed it by a rounding: such a tie must still be simulated.
             if use_bound and candidate.bound_s > tally.threshold_s() * (1 + BOUND_ROUNDING):
-                tally.pruned_bound = len(order) - position
+                tally.pruned_bound = len(order)
                 for _ in range(tally.pruned_bound):
                     step("pruned by bound")
-                position = len(order)
+                order.clear()
                 break
-            position += 1
-            pending.add(executor.submit(candidate))
+            candidate = order.pop()
+            if candidate.peak_floor_bytes > limit_bytes:
+                # resolved here, but it takes its place in the window as an evaluation would
+                doomed: Future[Evaluation] = Future()
+                doomed.set_result(Evaluation(candidate.index, candidate.peak_floor_bytes, 0, fits=False))
+                pending.add(doomed)
+            else:
+                pending.add(executor.submit(candidate))
         if not pending:
             return evaluations
         done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -432,10 +471,15 @@ def plan_layouts(
     space = search_space(base, hardware, num_gpus, choices)
     limit = memory_limit_bytes(hardware, headroom_fraction)
     pricing = StagePricing(hardware)  # the bounds' prices serve the simulations too
-    prepared = prepare(space, limit, progress, pricing)
+    prepared = prepare(space, limit, progress, pricing, quick=True)
     if not prepared:
         raise PlanError(explain_no_layout(space))
-    order = sorted((c for c in prepared if c.static_bytes <= limit), key=lambda c: (c.bound_s, c.index))
+
+    def refined(candidate: Candidate) -> Candidate:
+        prepared[candidate.index] = refine(candidate, hardware, pricing)  # the answer's bound
+        return prepared[candidate.index]
+
+    order = BoundOrder((c for c in prepared if c.static_bytes <= limit), refined)
     tally = _Tally(best=[], top=top, pruned_memory=len(prepared) - len(order))
     inline = _InlineExecutor(lambda c: evaluate_candidate(c, hardware, limit, pricing))
     executor = inline if workers <= 1 else _PoolExecutor(hardware, limit, workers)
@@ -444,7 +488,7 @@ def plan_layouts(
             if progress:
                 bar.start(len(order))
             step = bar.step if progress else (lambda _label: None)
-            evaluations = _visit(order, executor, tally, 2 * max(1, workers), use_bound, step)
+            evaluations = _visit(order, executor, tally, 2 * max(1, workers), use_bound, step, limit)
     finally:
         executor.shutdown()
     if tally.simulated == 0:

@@ -257,9 +257,31 @@ def candidates(space: SearchSpace) -> Iterator[Scenario]:
         if etp == 0:
             continue
         layout["etp"] = etp  # type: ignore[assignment]  # null for a dense model
+        if surely_refused(layout, dp, base.training.global_batch_size, moe):
+            continue
         scenario = _scenario(base, base_training, layout, dp)
         if not cross_field_problems(scenario):
             yield scenario
+
+
+def surely_refused(layout: dict[str, AxisValue], dp: int, global_batch_size: int, moe: bool) -> bool:
+    """A few of the loader's rules, checked on the raw values before a scenario is built
+    (most of a MoE space fails them; building and checking a scenario is the enumeration's
+    cost). Each one is a rule `cross_field_problems` applies, so the layouts are the same
+    (a test checks that every layout refused here is refused by the loader): sequence
+    parallelism needs tp > 1; Megatron-core's MoE layer with tp > 1 needs it
+    (`check_moe_parallel`); ep·etp divides tp·cp·dp (`ExpertLayout`); and the global batch
+    is a whole number of micro-batches per replica."""
+    tp, sequence_parallel = int(layout["tp"]), bool(layout["sequence_parallel"])
+    if sequence_parallel and tp == 1:
+        return True
+    if global_batch_size % (int(layout["micro_batch_size"]) * dp):
+        return True
+    if not moe:
+        return False
+    if tp > 1 and not sequence_parallel:
+        return True
+    return (tp * int(layout["cp"]) * dp) % (int(layout["ep"]) * int(layout["etp"])) != 0
 
 
 def usable_gpu_counts(space: SearchSpace, near: int, span: int = 64) -> tuple[int | None, int | None]:
