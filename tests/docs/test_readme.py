@@ -223,10 +223,14 @@ def _expected_accuracy() -> dict[str, list[str]]:
     def errors(table: str, quantities: tuple[str, ...], scale: float) -> list[float]:
         return [scale * r["error"] for r in rows if r["table"] == table and r["quantity"] in quantities]
 
-    public = [r for r in _script("public_runs").rows() if not r["moe"]]  # MoE: docs/public_runs_moe.md
+    rows_all = _script("public_runs").rows()
+    public = [r for r in rows_all if not r["moe"]]
+    moe = [r for r in rows_all if r["moe"]]  # docs/public_runs_moe.md
     family = {
         "H100": [r["error_pct"] for r in public if r["hardware"].startswith("h100")],
         "Blackwell": [r["error_pct"] for r in public if not r["hardware"].startswith("h100")],
+        "MoE H100": [r["error_pct"] for r in moe if r["hardware"].startswith("h100")],
+        "MoE Blackwell": [r["error_pct"] for r in moe if not r["hardware"].startswith("h100")],
     }
     return {
         "paper Table 4": _stats(errors("Table 4", ("forward ms", "backward ms"), 100), "%"),
@@ -235,6 +239,8 @@ def _expected_accuracy() -> dict[str, list[str]]:
         "development set": _stats([r["error_pct"] for r in _script("dev_runs").rows()], "%"),
         "published runs, H100": _stats(family["H100"], "%"),
         "published runs, Blackwell": _stats(family["Blackwell"], "%"),
+        "published MoE runs, H100": _stats(family["MoE H100"], "%"),
+        "published MoE runs, Blackwell": _stats(family["MoE Blackwell"], "%"),
     }
 
 
