@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,52 +16,20 @@ from simcluster.simulation import run_simulation
 from simcluster.workload.embedding import output_ops
 from simcluster.workload.model import build_workload
 from simcluster.workload.mtp import mtp_extra_ops, mtp_head_ops, mtp_stage_ops, with_mtp
-from tests.paths import ROOT
+from tests.workload.test_mla_layer import SMALL as MLA_SMALL
+from tests.workload.test_mla_layer import _data
 
-DSV3 = ROOT / "scenarios" / "moe" / "deepseek-v3-h100.yaml"
 HW = load_hardware("h100-sxm5-80gb")
 
-# a small DeepSeek-V3-shaped model (MLA, MoE after one dense layer, one MTP layer, untied output)
-SMALL = {
-    "model.num_layers": 6,
-    "model.hidden_size": 512,
-    "model.num_attention_heads": 8,
-    "model.seq_length": 256,
-    "model.vocab_size": 1024,
-    "model.ffn_hidden_size": 1024,
-    "model.moe.num_experts": 8,
-    "model.moe.router_topk": 2,
-    "model.moe.ffn_hidden_size": 256,
-    "model.moe.shared_expert_ffn_hidden_size": 256,
-    "model.moe.first_k_dense_layers": 1,
-    "model.mla.q_lora_rank": 96,
-    "model.mla.kv_lora_rank": 64,
-    "model.mla.qk_head_dim": 32,
-    "model.mla.qk_pos_emb_head_dim": 16,
-    "model.mla.v_head_dim": 32,
-    "parallel.pp": 4,
-    "parallel.dp": 4,
-    "parallel.ep": 8,
-    "parallel.first_pipeline_num_layers": None,
-    "parallel.last_pipeline_num_layers": None,
-    "training.global_batch_size": 16,
-}
+# test_mla_layer's small DeepSeek-V3-shaped model (MLA, MoE after one dense layer, one MTP
+# layer, untied output) on four pipeline stages
+SMALL = MLA_SMALL | {"parallel.pp": 4}
 STANDALONE = "Ett|ttt|tm|L"  # rank 2 runs the MTP layer, rank 3 only the loss
 COLOCATED = "Ett|ttt|t|mL"  # the same decoder layers, MTP with the loss
 
 
 def _scenario(**changes):
-    data = yaml.safe_load(DSV3.read_text())
-    for dotted, value in changes.items():
-        section, *rest = dotted.split(".")
-        target = data[section]
-        for key in rest[:-1]:
-            target = target[key]
-        if value is None:
-            target.pop(rest[-1], None)
-        else:
-            target[rest[-1]] = value
-    return parse_scenario(data, "s.yaml")
+    return parse_scenario(_data(**changes), "s.yaml")
 
 
 def _small(**changes):
