@@ -1,6 +1,9 @@
 """The small scenario the config tests vary: 8 layers of h 256 on tp 2 × pp 2 (A100)."""
 
+import pytest
 import yaml
+
+from simcluster.config import ConfigError, parse_scenario
 
 BASE = {
     "hardware": "a100-sxm4-80gb",
@@ -21,3 +24,11 @@ def with_changes(section: str, **changes) -> dict:
     data = yaml.safe_load(yaml.safe_dump(BASE))
     data[section].update(changes)
     return data
+
+
+def refusal(data: dict) -> str:
+    """The text of the ConfigError `parse_scenario` raises for `data` (fails the test if the
+    scenario loads)."""
+    with pytest.raises(ConfigError) as caught:
+        parse_scenario(data, "s.yaml")
+    return str(caught.value)

@@ -3,16 +3,11 @@ rules, and are refused (not silently ignored) while the simulator does not price
 
 import pytest
 
-from simcluster.config import ConfigError, parse_scenario
+from simcluster.config import parse_scenario
 from simcluster.config.scenario import NOT_MODELLED_YET
 from tests.config.scenario_cases import BASE
+from tests.config.scenario_cases import refusal as _problems
 from tests.config.scenario_cases import with_changes as _with
-
-
-def _problems(data) -> str:
-    with pytest.raises(ConfigError) as caught:
-        parse_scenario(data, "s.yaml")
-    return str(caught.value)
 
 
 def test_defaults_describe_the_papers_layer():

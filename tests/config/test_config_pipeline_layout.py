@@ -6,7 +6,6 @@ import re
 import shlex
 
 import pytest
-import yaml
 
 from simcluster.config import ConfigError, parse_scenario
 from simcluster.config.megatron_args import parse_megatron_args, to_megatron_args
@@ -18,22 +17,15 @@ from simcluster.config.pipeline_layout import (
     parse_layout,
 )
 from simcluster.config.pipeline_split import SplitRequest, pipeline_split, split_problems
-from tests.config.scenario_cases import BASE
+from tests.config.scenario_cases import refusal as _problems
+from tests.config.scenario_cases import with_changes
 
 DSV3_STANDALONE = "Et*3|(tt|)*29,m|L"  # Megatron-LM's own test layout for pp 8, 32 stages
 DSV3_COLOCATED = "Et*4|(t*4|)*14,tmL"  # Megatron-Bridge's DeepSeek-V3 (pp, vp) = (4, 4) / (16, 1)
 
 
 def _scenario(**parallel):
-    data = yaml.safe_load(yaml.safe_dump(BASE))
-    data["parallel"].update(parallel)
-    return data
-
-
-def _problems(data) -> str:
-    with pytest.raises(ConfigError) as caught:
-        parse_scenario(data, "s.yaml")
-    return str(caught.value)
+    return with_changes("parallel", **parallel)
 
 
 def test_expansion_follows_megatron_examples():

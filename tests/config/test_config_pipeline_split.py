@@ -6,9 +6,10 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from simcluster.config import ConfigError, parse_scenario
+from simcluster.config import parse_scenario
 from simcluster.config.pipeline_split import SplitRequest, pipeline_split, split_problems
 from tests.config.scenario_cases import BASE
+from tests.config.scenario_cases import refusal as _problems
 
 
 def _scenario(num_layers: int, **parallel):
@@ -16,12 +17,6 @@ def _scenario(num_layers: int, **parallel):
     data["model"]["num_layers"] = num_layers
     data["parallel"].update(parallel)
     return data
-
-
-def _problems(data) -> str:
-    with pytest.raises(ConfigError) as caught:
-        parse_scenario(data, "s.yaml")
-    return str(caught.value)
 
 
 def test_llama3_405b_with_both_account_for_flags():
