@@ -137,12 +137,25 @@ class PricedChunk:
 
 def _busy_s(gpu_s: float, host_s: float, sync_wait_s: float | None = None) -> float:
     if sync_wait_s is not None:
-        return gpu_s + sync_wait_s if sync_wait_s > 0 else gpu_s
+        return gpu_s + sync_wait_s
     return host_s if host_wait_s(gpu_s, host_s) > 0 else gpu_s
 
 
 def _wait_s(gpu_s: float, host_s: float, sync_wait_s: float | None) -> float:
     return host_wait_s(gpu_s, host_s) if sync_wait_s is None else sync_wait_s
+
+
+def _slice_price(
+    hw: HardwareProfile, ops: LayerOps, tp: GroupPlacement, dtype: Dtype, cp: GroupPlacement,
+    tp_comm_overlap: bool, experts: ExpertGroups | None,
+) -> Callable[[tuple[Op, ...]], OpsCost]:  # fmt: skip
+    """Prices a run of `ops`' ops as `price_layer_ops` prices a whole pass (the EP overlap's
+    phases, the host's sync segments)."""
+
+    def price(part: tuple[Op, ...]) -> OpsCost:
+        return price_ops(part, hw, tp, dtype, cp, tp_comm_overlap, ops.fp8_recipe, experts)
+
+    return price
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,11 +228,7 @@ class StagePricing:
         if cost is None:
             cost = price_layer_ops(ops, self.hw, tp, dtype, cp, tp_comm_overlap, experts)
             if ep_overlap:
-                hw, recipe = self.hw, ops.fp8_recipe
-
-                def price(part: tuple[Op, ...]) -> OpsCost:
-                    return price_ops(part, hw, tp, dtype, cp, tp_comm_overlap, recipe, experts)
-
+                price = _slice_price(self.hw, ops, tp, dtype, cp, tp_comm_overlap, experts)
                 cost = overlapped_cost(cost, paired_saving_s(ops, price))
             self._layers[cache_key] = cost
         return cost
@@ -299,12 +308,12 @@ class StagePricing:
         pieces = self._pieces.get(key)
         if pieces is None:
             cost, ops, moe = self.segment(segment, layout), segment.layer, segment.kind.moe
+            slice_cost = _slice_price(
+                self.hw, ops, layout.tp, layout.dtype, layout.cp, layout.tp_comm_overlap, layout.experts
+            )
 
             def price(part: tuple[Op, ...]) -> float:
-                return price_ops(
-                    part, self.hw, layout.tp, layout.dtype, layout.cp, layout.tp_comm_overlap,
-                    ops.fp8_recipe, layout.experts,
-                ).total_s  # fmt: skip
+                return slice_cost(part).total_s
 
             args = (layout.dtype, moe, layout.cuda_graph, layout.cuda_graph_scope)
             passes = [
