@@ -48,7 +48,12 @@ from simcluster.costs.grouped_gemm import grouped_expert_gemm_time_s
 from simcluster.costs.network import GroupPlacement, collective_time_s
 from simcluster.costs.placement import ExpertGroups
 from simcluster.units import us_to_s
-from simcluster.workload.fp8 import fp8_copies, gathered_input, is_te_linear_gemm, quantized_bytes_per_element
+from simcluster.workload.fp8 import (
+    fp8_copies,
+    is_te_linear_gemm,
+    quantized_bytes_per_element,
+    quantized_input_elements,
+)
 from simcluster.workload.layer import LayerOps
 from simcluster.workload.ops import CollectiveKind, CommGroup, Op, OpKind, Pass
 
@@ -177,9 +182,7 @@ def fp8_cast_s(
     assert op.gemm is not None
     if op.pass_ is Pass.WEIGHT_GRAD:
         return 0.0
-    elements = float(op.gemm.batch * op.gemm.m * op.gemm.k)
-    if gathered_input(ops, index):
-        elements /= tp.num_ranks
+    elements = quantized_input_elements(ops, index, tp.num_ranks)
     return elementwise_time_s(fp8_cast_bytes_per_element(hw, recipe, dtype) * elements, hw)
 
 

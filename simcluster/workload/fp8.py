@@ -160,8 +160,7 @@ def fp8_saved_forward(forward: tuple[Op, ...], cfg: LayerConfig) -> tuple[Op, ..
         elif fprop is not None and op.module in (Module.MLA_DOWN, Module.MLA_Q_PROJ):
             # each TE linear keeps its own quantized copy of the norm's output (the local
             # shard under SP), where the 16-bit GEMMs shared one bf16 tensor
-            shard = cfg.tp if gathered_input(forward, index) else 1
-            op = replace(op, saved_bytes=fp8 * float(fprop.batch * fprop.m * fprop.k) / shard)
+            op = replace(op, saved_bytes=fp8 * quantized_input_elements(forward, index, cfg.tp))
         elif fprop is not None and op.module is Module.PROJ:
             input_elements = fprop.batch * fprop.m * fprop.k
             op = replace(op, saved_bytes=fp8 * float(input_elements))
@@ -186,9 +185,7 @@ def moe_fp8_saved_forward(forward: tuple[Op, ...], cfg: LayerConfig) -> tuple[Op
         if fprop is not None and op.module in (Module.EXPERT_FC1, Module.EXPERT_FC2, Module.SHARED_FC2):
             op = replace(op, saved_bytes=op.saved_bytes * fp8 / e)
         elif fprop is not None and op.module is Module.SHARED_FC1:
-            elements = float(fprop.batch * fprop.m * fprop.k) / (
-                cfg.tp if gathered_input(forward, index) else 1
-            )
+            elements = quantized_input_elements(forward, index, cfg.tp)
             op = replace(op, saved_bytes=op.saved_bytes + fp8 * elements)
         out.append(op)
     return tuple(out)
@@ -212,6 +209,14 @@ def gathered_input(ops: tuple[Op, ...], index: int) -> bool:
         and not before.overlaps_next
         and before.group is CommGroup.TP  # a MoE dispatcher's gathers carry BF16 tokens
     )
+
+
+def quantized_input_elements(ops: tuple[Op, ...], index: int, tp: int) -> float:
+    """Elements of the A operand [m, k] the TE GEMM at `index` quantizes: its local shard
+    (1/tp) where it reads a gathered input (`gathered_input`: TE quantizes, then gathers)."""
+    shape = ops[index].gemm
+    assert shape is not None
+    return float(shape.batch * shape.m * shape.k) / (tp if gathered_input(ops, index) else 1)
 
 
 def amax_pass_ops(ops: tuple[Op, ...], cfg: LayerConfig) -> tuple[Op, ...]:
@@ -254,7 +259,7 @@ def current_scaling_ops(
     for index, op in enumerate(ops):
         if is_te_linear_gemm(op) and op.gemm is not None and op.pass_ is not Pass.WEIGHT_GRAD:
             gathered = gathered_input(ops, index)
-            elements = float(op.gemm.batch * op.gemm.m * op.gemm.k) / (cfg.tp if gathered else 1)
+            elements = quantized_input_elements(ops, index, cfg.tp)
             quantize: list[Op] = []
             norm_fed = norm_fused_amax and op.pass_ is Pass.FORWARD and op.module in NORM_FED_LINEARS
             amax, scale, pass_ = Module.FP8_AMAX, Module.FP8_SCALE, op.pass_
