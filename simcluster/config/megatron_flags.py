@@ -79,6 +79,7 @@ KEY_FLAGS: dict[str, tuple[str, ...]] = {
     "parallel.ep": ("expert-model-parallel-size",),
     "parallel.etp": ("expert-tensor-parallel-size",),
     "training.moe_token_dispatcher": ("moe-token-dispatcher-type", "moe-enable-deepep"),
+    "training.moe_flex_dispatcher_backend": ("moe-flex-dispatcher-backend",),
     "training.moe_grouped_gemm": ("moe-grouped-gemm",),
     "training.overlap_moe_expert_parallel_comm": ("overlap-moe-expert-parallel-comm",),
     "training.recompute_modules": ("recompute-modules", "moe-layer-recompute"),
@@ -162,7 +163,6 @@ NOT_MODELLED = {
     "moe-router-pre-softmax": "softmax before top-k (the top-k then softmax order is priced)",
     "moe-pad-expert-input-to-capacity": "expert inputs padded to capacity (no scenario key yet)",
     "moe-shared-expert-overlap": "the shared expert overlapped with the dispatch",
-    "moe-flex-dispatcher-backend": "the flex dispatcher's backend (DeepEP / HybridEP priced as one)",
     "moe-router-padding-for-fp8": "the routing map padded for FP8 GEMMs",
     "moe-apply-probs-on-input": "the routing probabilities applied before the experts",
     "moe-use-legacy-grouped-gemm": "the legacy grouped-GEMM kernels (priced as TE's)",
@@ -198,6 +198,7 @@ KEY_REASONS = {
     "model.window_attn_skip_freq": "sliding-window attention (full causal attention is priced)",
     "training.recompute_modules": "recompute of modules other than core_attn (simulated as core_attn)",
     "training.moe_token_dispatcher": "the token dispatcher (simulated as alltoall)",
+    "training.moe_flex_dispatcher_backend": "the flex dispatcher's backend",
 }
 
 

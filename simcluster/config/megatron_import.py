@@ -133,6 +133,8 @@ _COMPANIONS = {
         "training.fp8_recipe", "training.fp8_param_gather",
         "training.fp4_recipe", "training.fp4_param_gather",
     ),
+    # a refused flex dispatcher takes its backend with it (alltoall has none)
+    "training.moe_token_dispatcher": ("training.moe_flex_dispatcher_backend",),
 }  # fmt: skip
 
 

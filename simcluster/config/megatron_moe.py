@@ -39,6 +39,7 @@ MLA_DEFAULTS: dict[str, int | None] = {
 DEFAULT_ROUTER_TOPK = 2  # transformer_config.py moe_router_topk
 _ROUTER_SCORES = {"softmax": "softmax", "sigmoid": "sigmoid"}
 _DISPATCHERS = {name: name for name in ("alltoall", "allgather", "flex")}
+_FLEX_BACKENDS = {name: name for name in ("deepep", "hybridep")}
 # transformer_config.py `__post_init__` allowed_modules that simcluster has no layer for
 # (gated delta net, gated delta product, hyper-connections): read, then not modelled
 UNMODELLED_RECOMPUTE_MODULES = ("gdn_norm_out", "gdp_in_proj", "gdp_qkv", "mhc")
@@ -233,8 +234,25 @@ def read_moe_training(read: FlagReader, training: dict[str, Any], is_moe: bool, 
         )
     training["moe_token_dispatcher"] = dispatcher
     training["moe_grouped_gemm"] = grouped  # Megatron's default: off (SequentialMLP)
+    _read_flex_backend(read, training, dispatcher, deepep)
     if ep_overlap:
         training["overlap_moe_expert_parallel_comm"] = True
+
+
+def _read_flex_backend(read: FlagReader, training: dict[str, Any], dispatcher: str, deepep: bool) -> None:
+    """`--moe-flex-dispatcher-backend` (Megatron's default deepep). Megatron-core raises on
+    `--moe-enable-deepep` with hybridep ("Only one backend is supported for flex token
+    dispatcher", transformer_config.py `__post_init__`); ncclep has no model here."""
+    backend = read.choice("moe-flex-dispatcher-backend", _FLEX_BACKENDS)
+    if backend is None or backend == "deepep":
+        return
+    if deepep:
+        read.problems.append(
+            "--moe-enable-deepep with --moe-flex-dispatcher-backend hybridep: Megatron-core allows one flex "
+            "backend (it raises); allowed: drop --moe-enable-deepep"
+        )
+    if dispatcher == "flex":
+        training["moe_flex_dispatcher_backend"] = backend
 
 
 def read_recompute_modules(read: FlagReader, recompute: str, demoted: dict[str, str]) -> list[str] | None:

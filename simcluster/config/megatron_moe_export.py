@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from simcluster.config.errors import ConfigError
 from simcluster.config.megatron_flags import SOURCE
-from simcluster.config.moe_choices import TokenDispatcher
+from simcluster.config.moe_choices import FlexBackend, TokenDispatcher
 from simcluster.config.moe_config import MoEConfig
 from simcluster.config.scenario import ModelSpec, ParallelSpec, Scenario
 
@@ -72,6 +72,8 @@ def moe_training_flags(scenario: Scenario) -> list[str]:
     if scenario.model.moe is not None:
         dispatcher = tr.moe_token_dispatcher
         flags += ["--moe-token-dispatcher-type", TokenDispatcher(dispatcher).value]
+        if tr.moe_flex_dispatcher_backend is not FlexBackend.DEEPEP:  # Megatron's default: deepep
+            flags += ["--moe-flex-dispatcher-backend", tr.moe_flex_dispatcher_backend.value]
         if tr.moe_grouped_gemm:
             flags.append("--moe-grouped-gemm")
         if tr.overlap_moe_expert_parallel_comm:

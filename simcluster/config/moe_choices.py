@@ -32,6 +32,18 @@ class TokenDispatcher(str, enum.Enum):
     FLEX = "flex"
 
 
+class FlexBackend(str, enum.Enum):
+    """`--moe-flex-dispatcher-backend` (transformer_config.py `moe_flex_dispatcher_backend`,
+    token_dispatcher.py `MoEFlexTokenDispatcher`): the kernels behind the flex dispatcher.
+    deepep (Megatron's default, `_DeepepManager`: DeepEP's normal kernels,
+    github.com/deepseek-ai/DeepEP) or hybridep (`_HybridEPManager`: NVIDIA's Hybrid-EP, the
+    hybrid-ep branch of DeepEP; the only backend Megatron-core supports across a multi-node
+    NVLink domain). Megatron's third backend, ncclep (TE's NCCL EP), is not modelled."""
+
+    DEEPEP = "deepep"
+    HYBRIDEP = "hybridep"
+
+
 class RecomputeModule(str, enum.Enum):
     """Megatron-core `--recompute-modules` (transformer_config.py `recompute_modules`, the
     `allowed_modules` of `__post_init__`), under `--recompute-granularity selective`. The

@@ -40,7 +40,7 @@ from simcluster.config.layer_rules import (
     query_groups_or_default,
 )
 from simcluster.config.layer_shape import Indivisible, ffn_hidden_size_or_default, indivisible_sizes
-from simcluster.config.moe_choices import RecomputeModule, RouterScore, TokenDispatcher
+from simcluster.config.moe_choices import FlexBackend, RecomputeModule, RouterScore, TokenDispatcher
 from simcluster.config.moe_config import (
     ExpertLayout,
     MLAConfig,
@@ -277,6 +277,12 @@ class TrainingSpec(StrictModel):
     moe_grouped_gemm: bool = Field(
         default=True, description="Megatron --moe-grouped-gemm: the experts as TE grouped GEMMs"
     )
+    moe_flex_dispatcher_backend: FlexBackend = Field(
+        default=FlexBackend.DEEPEP,
+        description="Megatron-core --moe-flex-dispatcher-backend, with moe_token_dispatcher flex: deepep "
+        "(default: DeepEP's kernels, costs.deepep) | hybridep (NVIDIA's Hybrid-EP kernels, costs.hybridep; "
+        "the only backend for an EP group across compute trays of a multi-node NVLink domain)",
+    )
     overlap_moe_expert_parallel_comm: bool = Field(
         default=False,
         description="Megatron-core --overlap-moe-expert-parallel-comm: the combined 1F1B schedule runs "
@@ -450,6 +456,7 @@ def cross_field_problems(scenario: Scenario, refuse_unpriced: bool = True) -> li
     problems += [_shape_problem(bad) for bad in shape if bad.field == "seq_length"]
     problems += modern_layout_problems(scenario, refuse_unpriced)
     problems += moe_problems(scenario)
+    problems += flex_backend_problems(scenario)
     problems += attention_variant_problems(scenario)
     return problems
 
@@ -628,12 +635,28 @@ def _flex_problems(scenario: Scenario) -> list[str]:
     if tr.moe_token_dispatcher is not TokenDispatcher.FLEX or scenario.model.moe is None:
         return []
     problems = []
-    if (par.etp or par.tp) * par.ep == 1:
+    if tr.moe_flex_dispatcher_backend is FlexBackend.DEEPEP and (par.etp or par.tp) * par.ep == 1:
         problems.append(
             "training.moe_token_dispatcher: value flex: DeepEP needs etp·ep > 1 (Megatron-core); "
             "use alltoall at ep = 1"
         )
     return problems
+
+
+def flex_backend_problems(scenario: Scenario) -> list[str]:
+    """`training.moe_flex_dispatcher_backend` set away from its default without the flex
+    dispatcher: Megatron-core reads the backend only in `MoEFlexTokenDispatcher`
+    (token_dispatcher.py), so hybridep beside alltoall or allgather would silently not run."""
+    tr = scenario.training
+    if tr.moe_flex_dispatcher_backend is FlexBackend.DEEPEP:
+        return []
+    if scenario.model.moe is None or tr.moe_token_dispatcher is not TokenDispatcher.FLEX:
+        return [
+            f"training.moe_flex_dispatcher_backend: value {tr.moe_flex_dispatcher_backend.value}: "
+            "the backend of the flex dispatcher; it needs model.moe and training.moe_token_dispatcher flex "
+            f"(here {tr.moe_token_dispatcher.value}); allowed otherwise: deepep (the default)"
+        ]
+    return []
 
 
 # Keys of the contract that load and are checked, but that the simulator does not price yet:
@@ -839,6 +862,7 @@ def hardware_problems(scenario: Scenario, hw: HardwareProfile) -> list[str]:
             f"profiles with FP8: {', '.join(fp8_profiles()) or 'none found'}"
         )
     tr = scenario.training
+    problems += flex_hardware_problems(scenario, hw)
     if tr.dtype is Dtype.FP8 and tr.fp8_recipe is Fp8Recipe.MXFP8 and not hw.compute.mxfp8_block_scaling:
         # transformer_engine/pytorch/fp8.py::check_mxfp8_support: "Device compute capability
         # 10.0 or higher required for MXFP8 execution."
@@ -849,6 +873,42 @@ def hardware_problems(scenario: Scenario, hw: HardwareProfile) -> list[str]:
             + (", blockwise" if hw.compute.fp8_block_scaling else "")
         )
     return problems
+
+
+def flex_hardware_problems(scenario: Scenario, hw: HardwareProfile) -> list[str]:
+    """Which flex backend a GPU and an NVLink domain allow (docs/hybridep.md, "Rules").
+
+    * deepep across compute trays of a multi-node NVLink domain (GB200 / GB300 NVL72: four
+      GPUs a tray, 72 a domain): Megatron-core's `moe_flex_dispatcher_backend` docstring
+      (transformer_config.py, Megatron-LM @d98e8a64ddf34856e74b24714e3bedb2f5a39553):
+      "Currently only hybridep backend supports the MNNVL case". DeepEP would reach the
+      other trays over RDMA, which simcluster does not price for it: refused.
+    * hybridep on a GPU older than Hopper: its kernels move tokens with the Tensor Memory
+      Accelerator (DeepEP hybrid-ep branch @94a9f8f6b146c07d97ec58f67cd6d303296d6098,
+      docs/README_Hybrid-EP.md: TMA instructions; built for `TORCH_CUDA_ARCH_LIST="9.0 10.0"`),
+      compute capability 9.0 or later. A profile without FP8 tensor cores
+      (`gpu.peak_fp8_tflop_per_s`) is taken as pre-Hopper (the A100 profiles)."""
+    tr, par = scenario.training, scenario.parallel
+    if scenario.model.moe is None or tr.moe_token_dispatcher is not TokenDispatcher.FLEX:
+        return []
+    tray, domain = hw.network.gpus_per_node, hw.nvlink_domain_size
+    group = par.ep * (par.etp or par.tp)
+    if tr.moe_flex_dispatcher_backend is FlexBackend.DEEPEP:
+        if domain > tray and group > tray:
+            return [
+                f"training.moe_flex_dispatcher_backend: value deepep: the EP group ({group} ranks) spans "
+                f"compute trays ({tray} GPUs each) of {hw.name!r}'s multi-node NVLink domain "
+                f"({domain} GPUs); Megatron-core supports that (MNNVL) with hybridep only "
+                f"(DeepEP would go over RDMA, not priced); allowed: hybridep, or ep·etp <= {tray}"
+            ]
+        return []
+    if hw.peak_fp8_flop_per_s is None:
+        return [
+            f"training.moe_flex_dispatcher_backend: value hybridep: Hybrid-EP's TMA kernels need compute "
+            f"capability 9.0 (Hopper) or later; hardware profile {hw.name!r} has no FP8 tensor cores "
+            "(pre-Hopper); allowed here: deepep, or training.moe_token_dispatcher alltoall"
+        ]
+    return []
 
 
 def fp4_profiles() -> list[str]:

@@ -43,8 +43,8 @@ from simcluster.costs.compute import (
     quantized_gemm_time_s,
 )
 from simcluster.costs.context_parallel import ring_attention_cost_s
-from simcluster.costs.deepep import deepep_time_s
 from simcluster.costs.grouped_gemm import grouped_expert_gemm_time_s
+from simcluster.costs.hybridep import flex_kernel_time_s
 from simcluster.costs.network import GroupPlacement, collective_time_s
 from simcluster.costs.placement import ExpertGroups
 from simcluster.units import us_to_s
@@ -139,8 +139,8 @@ def op_time_s(
         assert op.attention is not None
         return attention_time_s(op.attention, hw)
     assert op.collective is not None
-    if op.deepep is not None:  # the flex dispatcher: DeepEP's kernels, not an NCCL collective
-        return deepep_time_s(op.deepep, op_group(op, tp, experts), hw)
+    if op.deepep is not None:  # the flex dispatcher: DeepEP's or Hybrid-EP's kernels, not NCCL's
+        return flex_kernel_time_s(op.deepep, op_group(op, tp, experts), hw)
     return collective_time_s(op.collective, op.message_bytes, op_group(op, tp, experts), hw)
 
 

@@ -37,6 +37,11 @@ host (all-to-all split sizes, `GroupedLinear`'s `m_splits`):
   counts (`num_recv_tokens_per_expert_list`) before it launches the dispatch kernel, and
   `_indices_to_multihot`'s boolean-mask indexing and `repeat_interleave` wait for the
   dispatch kernel's output: two syncs.
+* flex with hybridep (`_HybridEPManager`): without `moe_expert_rank_capacity_factor`
+  Megatron passes no `num_permuted_tokens`, so `dispatch_with_permute` runs blocking: after
+  the routing-map scan it calls `cudaStreamSynchronize` to read the received counts from
+  pinned memory (DeepEP hybrid-ep @94a9f8f6 executor.cu `metadata_preprocess_core`), before
+  it launches the dispatch kernel: one sync. Its permute runs on the GPU.
 
 The backward has none: the all-to-alls reuse the forward's split sizes, DeepEP its cached
 handle. A recompute re-runs the forward, syncs included.
@@ -46,7 +51,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simcluster.config.moe_choices import RouterScore, TokenDispatcher
+from simcluster.config.moe_choices import FlexBackend, RouterScore, TokenDispatcher
 from simcluster.workload.moe_layer import MoELayerSpec
 from simcluster.workload.ops import CollectiveKind, CommGroup, Module, Op, OpKind, Pass
 
@@ -103,6 +108,16 @@ FLEX_COMBINE_BACKWARD = 1 + 1  # dispatch's backward is a combine, after probs .
 FLEX_MULTIHOT_BACKWARD = 2  # probs index_put_'s (gather) and probs[mask]'s (zeros + put: 1)
 FLEX_METADATA_BACKWARD = 3  # topk's (zeros + scatter), .float()'s cast
 
+# --- flex dispatcher, hybridep backend (`_HybridEPManager`, fused_a2a.py; DeepEP hybrid-ep
+# @94a9f8f6b146c07d97ec58f67cd6d303296d6098 executor.cu): `setup_metadata` only reshapes
+# (no top-k: Hybrid-EP takes the routing map), so the router adds nothing
+HYBRIDEP_MAP_GATHER = 1 + 1  # probs .float() (`dispatch`), the routing map's all_gather_into_tensor
+HYBRIDEP_DISPATCH = 2 + 1  # metadata scan, pad_tokens_per_expert (host waits), dispatch kernel
+HYBRIDEP_PERMUTE = 1  # Hybrid-EP's permute kernel (unpermute the same, each way)
+HYBRIDEP_COMBINE = 1
+HYBRIDEP_COMBINE_BACKWARD = 1  # a dispatch with the cached handle: no scan, no wait
+HYBRIDEP_DISPATCH_BACKWARD = 1 + 1  # a combine, after the probs' .float() backward cast
+
 
 @dataclass(frozen=True, slots=True)
 class SyncPoint:
@@ -130,9 +145,13 @@ def _router_topk(spec: MoELayerSpec, backward: bool) -> int:
         count = SOFTMAX_TOPK_BACKWARD if backward else SOFTMAX_TOPK
     if moe.router_group_topk and not backward:
         count += GROUP_TOPK - 1  # replaces the plain topk
-    if spec.dispatcher is TokenDispatcher.FLEX:
+    if spec.dispatcher is TokenDispatcher.FLEX and not _hybridep(spec):
         count += FLEX_METADATA_BACKWARD if backward else FLEX_METADATA
     return count
+
+
+def _hybridep(spec: MoELayerSpec) -> bool:
+    return spec.dispatcher is TokenDispatcher.FLEX and spec.flex_backend is FlexBackend.HYBRIDEP
 
 
 def _has_counts_gather(spec: MoELayerSpec) -> bool:
@@ -148,6 +167,8 @@ def _permute(spec: MoELayerSpec, backward: bool) -> int:
     """The permute op's launches, with the dispatcher's bookkeeping issued beside it."""
     if spec.dispatcher is TokenDispatcher.ALLGATHER:
         return AG_PERMUTE_BACKWARD if backward else AG_POSTPROCESS + AG_PERMUTE + AG_PROBS_SELECT
+    if _hybridep(spec):
+        return HYBRIDEP_PERMUTE
     if spec.dispatcher is TokenDispatcher.FLEX:
         return (FLEX_MULTIHOT_BACKWARD + PERMUTE_BACKWARD) if backward else FLEX_MULTIHOT + PERMUTE
     if backward:
@@ -161,6 +182,8 @@ def _permute(spec: MoELayerSpec, backward: bool) -> int:
 
 
 def _collective(op: Op, spec: MoELayerSpec, backward: bool) -> int:
+    if _hybridep(spec) and (op.deepep is not None or op.collective is CollectiveKind.ALL_GATHER):
+        return _hybridep_collective(op, backward)
     if op.deepep is not None:
         dispatch = op.module is Module.MOE_PERMUTE
         if backward:
@@ -173,6 +196,15 @@ def _collective(op: Op, spec: MoELayerSpec, backward: bool) -> int:
         and not backward
     )
     return A2A_PREPROCESS if counts_gather else COLLECTIVE
+
+
+def _hybridep_collective(op: Op, backward: bool) -> int:
+    if op.deepep is None:  # the routing map's all-gather (forward only)
+        return HYBRIDEP_MAP_GATHER
+    dispatch = op.module is Module.MOE_PERMUTE
+    if backward:
+        return HYBRIDEP_DISPATCH_BACKWARD if dispatch else HYBRIDEP_COMBINE_BACKWARD
+    return HYBRIDEP_DISPATCH if dispatch else HYBRIDEP_COMBINE
 
 
 def moe_op_kernels(ops: tuple[Op, ...], spec: MoELayerSpec, quantized: bool) -> tuple[int | None, ...]:
@@ -206,7 +238,7 @@ def moe_op_kernels(ops: tuple[Op, ...], spec: MoELayerSpec, quantized: bool) -> 
         elif op.module is Module.MOE_PERMUTE:
             count = _permute(spec, backward)
         elif op.module is Module.MOE_UNPERMUTE:
-            count = UNPERMUTE_BACKWARD if backward else UNPERMUTE
+            count = HYBRIDEP_PERMUTE if _hybridep(spec) else UNPERMUTE_BACKWARD if backward else UNPERMUTE
         counts.append(count)
     return tuple(counts)
 
@@ -233,6 +265,8 @@ def sync_points(
     if spec.dispatcher is TokenDispatcher.FLEX:
         dispatch = _first(ops, 0, lambda op: op.deepep is not None and op.pass_ is Pass.FORWARD)
         assert dispatch is not None and dispatch < permute
+        if _hybridep(spec):  # `cudaStreamSynchronize` after the scan, before the dispatch kernel
+            return (SyncPoint(dispatch, dispatch),)
         return SyncPoint(dispatch, dispatch), SyncPoint(dispatch + 1, permute)
     if spec.moe.pad_to_capacity:
         return ()

@@ -254,7 +254,13 @@ def moe_spec(scenario: Scenario) -> MoELayerSpec | None:
     if m.moe is None:
         return None
     layout = ExpertLayout(tp=par.tp, cp=par.cp, dp=par.dp, ep=par.ep, etp=par.etp)
-    return MoELayerSpec(MoEConfig(**m.moe.model_dump()), layout, tr.moe_token_dispatcher, tr.moe_grouped_gemm)
+    return MoELayerSpec(
+        MoEConfig(**m.moe.model_dump()),
+        layout,
+        tr.moe_token_dispatcher,
+        tr.moe_grouped_gemm,
+        tr.moe_flex_dispatcher_backend,
+    )
 
 
 def mla_spec(scenario: Scenario, cfg: LayerConfig | None = None) -> MLALayerSpec | None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import comb
 
+from simcluster.config.moe_choices import FlexBackend
 from simcluster.workload.moe import RoutedRows
 from simcluster.workload.moe_config import ExpertLayout, MoEConfig
 from simcluster.workload.ops import DeepEPMessage
@@ -168,4 +169,76 @@ def flex_permute(
         permute=received * h * e + re * (h * e + PROB_BYTES),
         unpermute=(re + received) * h * e,
         saved=(received * local + re) * INDEX_BYTES,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class HybridEPMessages:
+    """The four Hybrid-EP kernels of a MoE layer on the busiest rank, each a `DeepEPMessage`
+    with `backend` hybridep (`hybridep_messages`)."""
+
+    dispatch: DeepEPMessage  # forward: routing-map scan, staging copy, dispatch
+    combine: DeepEPMessage  # forward combine
+    combine_backward: DeepEPMessage  # combine's backward: a dispatch of the gradients (cached handle)
+    dispatch_backward: DeepEPMessage  # dispatch's backward: a combine of the gradients and probs'
+
+
+def hybridep_handle_bytes(rows: RoutedRows, moe: MoEConfig, layout: ExpertLayout) -> float:
+    """What Hybrid-EP's metadata scan writes into the dispatch handle, which Megatron keeps
+    for the backward (`HybridEPDispatch.forward`: `ctx.handle`): `sparse_to_dense_map` int32
+    [T·ep] over the group, `local_expert_routing_map` bool and `dense_to_expert_map` int32
+    [T·ep, E/ep] (DeepEP hybrid-ep @94a9f8f6b146c07d97ec58f67cd6d303296d6098,
+    csrc/hybrid_ep/executor/executor.cu `metadata_preprocess_core`; the per-domain bool maps,
+    T bytes per domain, are left out): T·ep·4 + T·E·(1 + 4)."""
+    t = moe.load_imbalance * rows.tokens
+    return t * layout.ep * HANDLE_INDEX_BYTES + t * moe.num_experts * (1 + HANDLE_INDEX_BYTES)
+
+
+HANDLE_INDEX_BYTES = 4  # Hybrid-EP's maps are int32
+
+
+def hybridep_messages(
+    rows: RoutedRows, hidden_size: int, moe: MoEConfig, layout: ExpertLayout, element_bytes: int = 2
+) -> HybridEPMessages:
+    """Hybrid-EP's dispatch and combine (Megatron's `_HybridEPManager`, fused_a2a.py
+    `HybridEPDispatch` / `HybridEPCombine`, Megatron-LM @d98e8a64; DeepEP hybrid-ep
+    @94a9f8f6b146c07d97ec58f67cd6d303296d6098) on the busiest rank. Like DeepEP it sends a
+    token once to each destination rank (inside an NVLink domain) and once to each
+    destination domain (RDMA, then NVLink), D(m) destinations (`expected_destinations`);
+    unlike it, each copy carries the token with the fp32 probabilities of the destination's
+    E/ep experts (Megatron hands it the [T, E] routing map and probs, not top-k indices):
+    h·e + 4·E/ep bytes a dispatched copy, h·e a combined one. The forward dispatch also scans
+    the all-gathered routing map, [T·ep, E] bools, into the handle
+    (`hybridep_handle_bytes`), and across domains first copies the rank's T tokens into its
+    RDMA buffer (executor.cu `dispatch_preprocess`: read and write, 2·T·h·e). Combine's
+    backward is a dispatch with the cached handle (no scan), dispatch's a combine carrying the
+    probs' gradients. `load_imbalance` scales every byte, as in `deepep_messages`."""
+    ep, li, h, e = layout.ep, moe.load_imbalance, hidden_size, element_bytes
+    if layout.expert_tp != 1:
+        raise ValueError(f"parallel.etp={layout.expert_tp}: the flex (Hybrid-EP) model covers etp = 1 only")
+    t = li * rows.tokens
+    with_probs = h * e + PROB_BYTES * moe.num_experts / ep
+    plain = h * e
+
+    def across(per_copy: float) -> tuple[tuple[int, float], ...]:
+        out = []
+        for domains in _divisors(ep):
+            if moe.num_experts % domains:
+                continue
+            try:
+                reached = expected_destinations(moe, domains)
+            except ValueError:  # group-limited routing whose groups and domains do not nest
+                continue
+            out.append((domains, t * reached * (1.0 - 1.0 / domains) * per_copy))
+        return tuple(out)
+
+    copies = t * expected_destinations(moe, ep)
+    scan = t * ep * moe.num_experts + hybridep_handle_bytes(rows, moe, layout)
+    staging = 2.0 * t * h * e
+    HEP = FlexBackend.HYBRIDEP
+    return HybridEPMessages(
+        dispatch=DeepEPMessage(ep, copies * with_probs, across(with_probs), HEP, scan, staging),
+        combine=DeepEPMessage(ep, copies * plain, across(plain), HEP),
+        combine_backward=DeepEPMessage(ep, copies * plain, across(plain), HEP, 0.0, staging),
+        dispatch_backward=DeepEPMessage(ep, copies * with_probs, across(with_probs), HEP),
     )

@@ -42,7 +42,7 @@ import functools
 from dataclasses import dataclass, replace
 
 from simcluster.config.choices import Recompute
-from simcluster.config.moe_choices import RecomputeModule, TokenDispatcher
+from simcluster.config.moe_choices import FlexBackend, RecomputeModule, TokenDispatcher
 from simcluster.workload.fp8 import amax_pass_ops, moe_fp8_saved_forward
 from simcluster.workload.layer import LayerOps
 from simcluster.workload.layer_config import LayerConfig
@@ -57,7 +57,12 @@ from simcluster.workload.moe import (
     shared_expert_shape,
 )
 from simcluster.workload.moe_config import ExpertLayout, MoEConfig
-from simcluster.workload.moe_flex import deepep_messages, flex_permute
+from simcluster.workload.moe_flex import (
+    deepep_messages,
+    flex_permute,
+    hybridep_handle_bytes,
+    hybridep_messages,
+)
 from simcluster.workload.moe_memory import moe_saved_bytes
 from simcluster.workload.ops import (
     CollectiveKind,
@@ -100,6 +105,7 @@ class MoELayerSpec:
     layout: ExpertLayout
     dispatcher: TokenDispatcher = TokenDispatcher.ALLTOALL
     grouped_gemm: bool = True
+    flex_backend: FlexBackend = FlexBackend.DEEPEP  # the flex dispatcher's kernels
 
 
 def layer_rows(cfg: LayerConfig, spec: MoELayerSpec) -> RoutedRows:
@@ -322,6 +328,8 @@ def _flex_dispatch_ops(
     unpermute and DeepEP's combine. Backward: combine's backward is a dispatch and
     dispatch's a combine (DeepEP README), priced with the same bytes. `saved_permute` (the
     alltoall path's) is replaced by the flex permute's own."""
+    if spec.flex_backend is FlexBackend.HYBRIDEP:
+        return _hybridep_dispatch_ops(cfg, spec, rows)
     e, F, B = cfg.element_bytes, Pass.FORWARD, Pass.INPUT_GRAD
     h = cfg.hidden_size
     dispatch, combine = deepep_messages(rows, h, spec.moe, spec.layout, e)
@@ -350,6 +358,50 @@ def _flex_dispatch_ops(
             kernel("moe.deepep_dispatch.bwd", dispatch, Module.MOE_PERMUTE, B),
         ),
     )
+
+
+def _flex_kernel(name: str, message: DeepEPMessage, module: Module, pass_: Pass) -> Op:
+    A2A, EP = CollectiveKind.ALL_TO_ALL, CommGroup.EP
+    op = collective(name, A2A, message.send_bytes, module=module, pass_=pass_, group=EP)
+    return replace(op, deepep=message)
+
+
+def _hybridep_dispatch_ops(cfg: LayerConfig, spec: MoELayerSpec, rows: RoutedRows) -> _DispatchOps:
+    """`MoEFlexTokenDispatcher` with `--moe-flex-dispatcher-backend hybridep`
+    (`_HybridEPManager`, fused_a2a.py `hybrid_ep_dispatch` / `hybrid_ep_combine`, Megatron-LM
+    @d98e8a64ddf34856e74b24714e3bedb2f5a39553, `moe_permute_fusion_into_hybridep` off):
+    `dispatch_with_permute` all-gathers the [T, E] routing map over the group
+    (`Executor::allgather_routing_map`: NCCL `all_gather_into_tensor`, no gradient), scans it
+    into the handle, dispatches (`moe_flex.hybridep_messages`) and permutes the received tokens
+    into the local experts' rows with its own kernel (bytes as `moe_flex.flex_permute`'s);
+    `combine_with_unpermute` unpermutes and combines. The handle is what the permute keeps
+    for backward (`moe_flex.hybridep_handle_bytes`); nothing of Megatron's own permute runs."""
+    e, F, B = cfg.element_bytes, Pass.FORWARD, Pass.INPUT_GRAD
+    h, moe, layout = cfg.hidden_size, spec.moe, spec.layout
+    kernels = hybridep_messages(rows, h, moe, layout, e)
+    moved = flex_permute(rows, h, moe, layout, e)
+    handle = hybridep_handle_bytes(rows, moe, layout)
+    routing_map = rows.tokens * layout.ep * moe.num_experts  # the gathered [T·ep, E] bools
+    P, U, AG = Module.MOE_PERMUTE, Module.MOE_UNPERMUTE, CollectiveKind.ALL_GATHER
+    return _DispatchOps(
+        forward_before=(
+            collective("moe.hybridep_map_allgather", AG, routing_map, module=P, pass_=F, group=CommGroup.EP),
+            _flex_kernel("moe.hybridep_dispatch", kernels.dispatch, P, F),
+            elementwise("moe.permute", moved.permute, handle, module=P, pass_=F),
+        ),
+        forward_after=(
+            elementwise("moe.unpermute", moved.unpermute, module=U, pass_=F),
+            _flex_kernel("moe.hybridep_combine", kernels.combine, U, F),
+        ),
+        backward_before=(
+            _flex_kernel("moe.hybridep_combine.bwd", kernels.combine_backward, U, B),
+            elementwise("moe.unpermute.bwd", moved.unpermute, module=U, pass_=B),
+        ),
+        backward_after=(
+            elementwise("moe.permute.bwd", moved.permute, module=P, pass_=B),
+            _flex_kernel("moe.hybridep_dispatch.bwd", kernels.dispatch_backward, P, B),
+        ),
+    )  # fmt: skip
 
 
 def _dispatch_ops(

@@ -11,6 +11,7 @@ import enum
 from dataclasses import dataclass, field
 
 from simcluster.config.choices import AttentionKernel
+from simcluster.config.moe_choices import FlexBackend
 
 
 class OpKind(enum.Enum):
@@ -255,11 +256,20 @@ class DeepEPMessage:
     `send_bytes` leave it for the ep ranks of its group (its own included), and for each
     number of NVLink domains the group could span, the part that crosses domains (RDMA:
     once per destination domain). Which applies depends on the hardware, so the costs pick
-    it (`costs.deepep`); `workload.moe_flex.deepep_messages` fills it."""
+    it (`costs.deepep`); `workload.moe_flex.deepep_messages` fills it.
+
+    With the hybridep backend (`backend`) the costs price it as Hybrid-EP's kernel
+    (`costs.hybridep`), with the HBM traffic of its own work beside the transfer:
+    `preprocess_bytes` (the metadata scan of the gathered routing map, each time a dispatch
+    has no cached handle) and `staging_bytes` (the copy of the rank's tokens into the RDMA
+    buffer, when the group spans NVLink domains); `workload.moe_flex.hybridep_messages`."""
 
     ep: int
     send_bytes: float
     internode_bytes: tuple[tuple[int, float], ...]  # (domains spanned, bytes sent to other domains)
+    backend: FlexBackend = FlexBackend.DEEPEP
+    preprocess_bytes: float = 0.0
+    staging_bytes: float = 0.0
 
     def bytes_across(self, num_domains: int) -> float:
         """The bytes sent to other domains when the group spans `num_domains`; where the

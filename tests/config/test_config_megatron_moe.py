@@ -363,7 +363,9 @@ def moe_scenarios(draw):
         "training": {
             "micro_batch_size": 1, "global_batch_size": dp * 4, "recompute": recompute, "dtype": "bf16",
             "attention_backend": "flash", "use_distributed_optimizer": draw(st.booleans()),
-            "moe_token_dispatcher": draw(st.sampled_from(["alltoall", "allgather", "flex"])),
+            "moe_token_dispatcher": (dispatcher := draw(st.sampled_from(["alltoall", "allgather", "flex"]))),
+            "moe_flex_dispatcher_backend": draw(st.sampled_from(["deepep", "hybridep"]))
+            if dispatcher == "flex" else "deepep",
             "moe_grouped_gemm": draw(st.booleans()),
             "recompute_modules": draw(st.sampled_from([None, *modules])) if recompute == "selective"
             else None,

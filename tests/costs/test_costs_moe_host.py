@@ -28,12 +28,13 @@ MOE_MODULES = {
 }  # fmt: skip
 
 
-def _scenario(dispatcher="alltoall", moe=None, **parallel):
+def _scenario(dispatcher="alltoall", moe=None, backend="deepep", **parallel):
     """Qwen3-30B-A3B's layer cut to 16 experts, top-2, on ep 8: two local experts a rank."""
     data = yaml.safe_load(QWEN.read_text())
     data["model"]["moe"].update(num_experts=16, router_topk=2, **(moe or {}))
     data["parallel"].update(parallel)
     data["training"]["moe_token_dispatcher"] = dispatcher
+    data["training"]["moe_flex_dispatcher_backend"] = backend
     return parse_scenario(data, "s.yaml")
 
 
@@ -99,6 +100,18 @@ def test_allgather_and_flex_kernels():
     assert _moe_block_kernels(_scenario("flex")) == (flex_forward, flex_backward)
 
 
+def test_hybridep_kernels():
+    """hybridep: no top-k conversion after the router; probs .float() and the routing map's
+    all-gather; scan, pad and dispatch; Hybrid-EP's permute (one kernel); unpermute and combine
+    one each. Backward: a cached dispatch, unpermute, permute, combine after the cast's backward."""
+    forward = 1 + 9 + (1 + 1) + 3 + 1 + 2 + 4 + 2 + 1 + 1
+    backward = 1 + 1 + 2 + 2 + 7 + 2 + 2 + 1 + (1 + 1) + 5 + 1 + 2
+    assert _moe_block_kernels(_scenario("flex", backend="hybridep")) == (forward, backward)
+    deepep = _moe_block_kernels(_scenario("flex"))
+    # DeepEP's path adds topk + .float(), Megatron's multihot + permute, the unscatter; less the gather
+    assert (deepep[0] - forward, deepep[1] - backward) == (2 + (17 - 1) + (2 - 1) - 2, 1 + 6 + 3)
+
+
 def test_local_experts_set_the_grouped_gemm_launches():
     """TE's GroupedLinear issues one GEMM per local expert: 16 experts on ep 2 (8 local)
     add 6 launches to each of fc1 and fc2 over ep 8 (2 local) in the forward, 24 in the
@@ -142,6 +155,11 @@ def test_sync_points_per_dispatcher_and_capacity():
     first, second = sync_points(flex.layer.forward, flex.kind.moe)
     assert flex.layer.forward[first.gpu_index].deepep is not None
     assert second.gpu_index == first.gpu_index + 1
+    hybrid = _segment(_scenario("flex", backend="hybridep"))
+    (point,) = sync_points(hybrid.layer.forward, hybrid.kind.moe)  # after the scan, before dispatch
+    assert point.gpu_index == point.host_index
+    assert hybrid.layer.forward[point.gpu_index].deepep is not None
+    assert hybrid.layer.forward[point.gpu_index - 1].collective is CollectiveKind.ALL_GATHER
     dropping = _segment(_scenario(moe={"capacity_factor": 1.0}))
     (point,) = sync_points(dropping.layer.forward, dropping.kind.moe)  # before_permutation_1
     assert point.gpu_index == point.host_index

@@ -1,0 +1,106 @@
+"""Hybrid-EP's dispatch and combine kernels (Megatron-core's flex token dispatcher with
+`--moe-flex-dispatcher-backend hybridep`) priced from the links they use and the bandwidth
+Hybrid-EP's own benchmarks report.
+
+Hybrid-EP (NVIDIA, in DeepEP's hybrid-ep branch, github.com/deepseek-ai/DeepEP @
+94a9f8f6b146c07d97ec58f67cd6d303296d6098, docs/README_Hybrid-EP.md and
+docs/Hybrid-EP_Implementation.md) is hierarchical like DeepEP's normal kernels: inside an
+NVLink domain (`num_of_nodes` counts NVLink domains, not hosts, so a GB200 NVL72 rack is one)
+it moves tokens over NVLink with TMA copies; across domains it sends a token once over RDMA
+to each destination domain, which forwards it over NVLink, the stages pipelined within one
+kernel. So a rank's kernel takes
+
+    t = latency + max(NVLink bytes / (share(r) · NVLink line rate),
+                      RDMA bytes / (HYBRIDEP_RDMA_EFFICIENCY · NIC line rate per GPU))
+        + its own HBM work (the routing-map scan, the RDMA staging copy) at the
+          profile's element-wise rate
+
+with r the group's ranks in one NVLink domain. The NVLink bytes are every copy the rank
+sends, its own included: the README's "algorithm bandwidth" divides the received tokens,
+the rank's own among them (tests/test_hybrid_ep.py: `nvl_dispatch =
+dispatched_hidden.numel() * 2`), by the kernel time, so the share divides the same bytes
+(`costs.deepep` leaves the own copy out; its source counts differently). The RDMA bytes are
+the copies to other domains, once per destination domain, as the test's
+`count_rdma_send_from_routing_map`.
+
+Achieved bandwidth, the README's "Kernel Only" columns (4096 tokens, hidden 7168, top-8,
+uniform random routing, 8 local experts, BF16), at 32 SMs where measured: Megatron-Bridge's
+performance scripts set `moe_hybridep_num_sms = 32` for every hybridep recipe
+(NVIDIA-NeMo/Megatron-Bridge @0fbfe7d3e970fbd75c1281d71cee586ce1f3df5e, v0.4.0,
+scripts/performance/utils/overrides.py).
+
+* NVLink, GB200 (NVLink 5, 900 GB/s each way), 32 SMs: combine 737.13 / 666.26 / 639.80 /
+  605.15 / 596.99 GB/s at 8 / 16 / 24 / 32 / 36 ranks in the domain; dispatch (BF16) is
+  higher at every count (764 / 707 / 666 / 642 / 632), so the combine, the lower, sets the
+  share: `HYBRIDEP_NVLINK_SHARE`, interpolated in r and held flat outside 8-36 (EP 64 in an
+  NVL72 rack takes the 36-rank share; fewer than 8 ranks the 8-rank one). The README's B200
+  row (8 ranks, 16 SMs: combine 673.84 of 900) agrees with GB200's at 16 SMs (684.27) within
+  2 %, so the table serves every NVLink generation as a share of its line rate (H100 / H200:
+  450 GB/s each way; no Hopper NVLink row is published): derived, not measured there.
+* RDMA, H100 with 400 Gb/s InfiniBand per GPU (the README names H100, not the NIC; DGX
+  H100's ConnectX-7 assumed), 16 SMs (32 not measured): combine 62.95 / 57.46 / 49.77 GB/s at
+  EP 16 / 32 / 64, dispatch (BF16) 71.71 / 57.69 / 49.97. As DeepEP's constant takes its
+  lowest, the lowest, 49.77 of 50 GB/s: 0.9954 (the EP 16 figures pass the line rate: the
+  test's byte count, like DeepEP's "logical bandwidth", is an upper bound on what crosses).
+
+What the kernels cost besides the transfer (docs/hybridep.md): the routing map's NCCL
+all-gather is an op of its own (`workload.moe_layer._hybridep_dispatch_ops`), and the host
+waits once per forward dispatch for the token counts (`costs.moe_host`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simcluster import units
+from simcluster.config.hardware import HardwareProfile
+from simcluster.config.moe_choices import FlexBackend
+from simcluster.costs.compute import elementwise_time_s
+from simcluster.costs.deepep import deepep_time_s
+from simcluster.costs.network import GroupPlacement
+from simcluster.workload.ops import DeepEPMessage
+
+HYBRIDEP_NVLINK_COMBINE_GB_PER_S = ((8, 737.13), (16, 666.26), (24, 639.80), (32, 605.15), (36, 596.99))
+"""(ranks in the NVLink domain, GB/s): the README's GB200 kernel-only combine at 32 SMs."""
+GB200_NVLINK_GB_PER_S = 900.0  # NVLink 5, each way: the line rate those figures ran on
+HYBRIDEP_RDMA_EFFICIENCY = 49.77 / 50.0
+"""The README's lowest H100 kernel-only figure (combine, EP 64, 16 SMs) over 400 Gb/s."""
+
+
+def hybridep_nvlink_share(ranks_in_domain: int) -> float:
+    """Hybrid-EP's achieved share of the NVLink line rate with `ranks_in_domain` ranks of
+    its group in one domain (module docstring), held flat outside the measured 8-36."""
+    ranks = [r for r, _ in HYBRIDEP_NVLINK_COMBINE_GB_PER_S]
+    shares = [gb / GB200_NVLINK_GB_PER_S for _, gb in HYBRIDEP_NVLINK_COMBINE_GB_PER_S]
+    return float(np.interp(ranks_in_domain, ranks, shares))
+
+
+def hybridep_rdma_bytes_per_s(hw: HardwareProfile) -> float:
+    """The GPU's share of its node's NICs at Hybrid-EP's achieved share of the line rate."""
+    net = hw.network
+    line = units.gbit_per_s_to_bytes_per_s(net.nic_bandwidth_gbit_per_s)
+    return HYBRIDEP_RDMA_EFFICIENCY * line * net.nics_per_node / net.gpus_per_node
+
+
+def hybridep_time_s(message: DeepEPMessage, group: GroupPlacement, hw: HardwareProfile) -> float:
+    """One Hybrid-EP kernel of `message` over the EP group `group` (module docstring)."""
+    ep = group.num_ranks
+    if ep <= 1 or message.send_bytes <= 0:
+        return 0.0
+    net = hw.network
+    in_domain = min(ep, group.ranks_per_node)
+    nvlink_s = message.send_bytes / (hybridep_nvlink_share(in_domain) * hw.nvlink_bytes_per_s)
+    scan_s = elementwise_time_s(message.preprocess_bytes, hw)
+    if not group.crosses_nodes:
+        return units.us_to_s(net.collective_base_latency_us + net.nvlink_latency_us) + nvlink_s + scan_s
+    domains = -(-ep // group.ranks_per_node)
+    rdma_s = message.bytes_across(domains) / hybridep_rdma_bytes_per_s(hw)
+    latency_s = units.us_to_s(net.collective_base_latency_us + net.ib_latency_per_step_us)
+    return latency_s + max(nvlink_s, rdma_s) + scan_s + elementwise_time_s(message.staging_bytes, hw)
+
+
+def flex_kernel_time_s(message: DeepEPMessage, group: GroupPlacement, hw: HardwareProfile) -> float:
+    """A flex-dispatcher kernel, priced as its backend's (`DeepEPMessage.backend`)."""
+    if message.backend is FlexBackend.HYBRIDEP:
+        return hybridep_time_s(message, group, hw)
+    return deepep_time_s(message, group, hw)
