@@ -126,7 +126,7 @@ def test_every_moe_file_header_pins_its_source_and_recipe():
             continue
         header = "\n".join(line for line in path.read_text().splitlines() if line.startswith("#"))
         assert re.search(r"performance[-_]summary", header), run
-        pinned = r"Settings, NVIDIA(-NeMo)?/(Megatron-Bridge|NeMo) @v[\d.]+ \([0-9a-f]{40}[,)]"
+        pinned = r"Settings, NVIDIA(-NeMo)?/(Megatron-Bridge|NeMo) @v[\d.]+(rc\d+)? \([0-9a-f]{40}[,)]"
         assert re.search(pinned, header), run
         assert "Not expressible:" in header, run
         assert ("# pipeline_layout: " in header) == (scenario.model.mla is not None), run
