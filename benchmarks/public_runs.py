@@ -147,6 +147,8 @@ PUBLISHED = (
     Published("bridge26.04-gpt-oss-120b-gb300-bf16", "Megatron-Bridge 26.02", 19412),
     Published("nemo25.04-mixtral-8x7b-gb200-fp8cs", "NeMo 25.04 summary", 19275),
     Published("bridge25.09-deepseek-v3-h100-fp8cs", "Megatron-Bridge 25.09", 1297),
+    Published("bridge25.11-qwen3-235b-a22b-h100-fp8cs", "Megatron-Bridge 25.11", 1575),
+    Published("bridge25.11-deepseek-v3-b200-mxfp8", "Megatron-Bridge 25.11", 2139),
 )
 
 # The MoE models of issue 18, as their public-run files name them (`moe_model`).

@@ -886,8 +886,10 @@ def flex_hardware_problems(scenario: Scenario, hw: HardwareProfile) -> list[str]
     * hybridep on a GPU older than Hopper: its kernels move tokens with the Tensor Memory
       Accelerator (DeepEP hybrid-ep branch @94a9f8f6b146c07d97ec58f67cd6d303296d6098,
       docs/README_Hybrid-EP.md: TMA instructions; built for `TORCH_CUDA_ARCH_LIST="9.0 10.0"`),
-      compute capability 9.0 or later. A profile without FP8 tensor cores
-      (`gpu.peak_fp8_tflop_per_s`) is taken as pre-Hopper (the A100 profiles)."""
+      compute capability 9.0 or later, and its published figures are Hopper's and Blackwell's
+      (Megatron-Bridge's `validate_flex_dispatcher_backend` also lists Ampere): not priced
+      there, refused. A profile without FP8 tensor cores (`gpu.peak_fp8_tflop_per_s`) is taken
+      as pre-Hopper (the A100 profiles)."""
     tr, par = scenario.training, scenario.parallel
     if scenario.model.moe is None or tr.moe_token_dispatcher is not TokenDispatcher.FLEX:
         return []
@@ -904,9 +906,10 @@ def flex_hardware_problems(scenario: Scenario, hw: HardwareProfile) -> list[str]
         return []
     if hw.peak_fp8_flop_per_s is None:
         return [
-            f"training.moe_flex_dispatcher_backend: value hybridep: Hybrid-EP's TMA kernels need compute "
-            f"capability 9.0 (Hopper) or later; hardware profile {hw.name!r} has no FP8 tensor cores "
-            "(pre-Hopper); allowed here: deepep, or training.moe_token_dispatcher alltoall"
+            "training.moe_flex_dispatcher_backend: value hybridep: Hybrid-EP's TMA kernels are built and "
+            "measured for compute capability 9.0 (Hopper) or later, not priced before; hardware profile "
+            f"{hw.name!r} has no FP8 tensor cores (pre-Hopper); allowed here: deepep, or "
+            "training.moe_token_dispatcher alltoall"
         ]
     return []
 

@@ -84,7 +84,7 @@ def test_hybridep_needs_hopper_or_later():
     a100 = load_hardware("a100-sxm4-80gb")
     scenario = parse_scenario(_data(hardware="a100-sxm4-80gb"), "s.yaml")
     problems = [p for p in hardware_problems(scenario, a100) if "moe_flex_dispatcher_backend" in p]
-    assert len(problems) == 1 and "compute capability 9.0 (Hopper)" in problems[0]
+    assert len(problems) == 1 and "compute capability 9.0 (Hopper) or later, not priced before" in problems[0]
 
 
 def test_import_reads_the_backend_and_megatrons_one_backend_rule():
