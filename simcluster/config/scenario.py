@@ -272,7 +272,7 @@ class TrainingSpec(StrictModel):
     moe_token_dispatcher: TokenDispatcher = Field(
         default=TokenDispatcher.ALLTOALL,
         description="Megatron --moe-token-dispatcher-type: alltoall (default) | allgather | flex "
-        "(flex priced as DeepEP's kernels, etp = 1)",
+        "(flex: DeepEP or HybridEP kernels by moe_flex_dispatcher_backend, etp = 1)",
     )
     moe_grouped_gemm: bool = Field(
         default=True, description="Megatron --moe-grouped-gemm: the experts as TE grouped GEMMs"
