@@ -885,7 +885,7 @@ def flex_hardware_problems(scenario: Scenario, hw: HardwareProfile) -> list[str]
       other trays over RDMA, which simcluster does not price for it: refused.
     * hybridep on a GPU older than Hopper: its kernels move tokens with the Tensor Memory
       Accelerator (DeepEP hybrid-ep branch @94a9f8f6b146c07d97ec58f67cd6d303296d6098,
-      docs/README_Hybrid-EP.md: TMA instructions; built for `TORCH_CUDA_ARCH_LIST="9.0 10.0"`),
+      DeepEP/docs/README_Hybrid-EP.md: TMA instructions; built for `TORCH_CUDA_ARCH_LIST="9.0 10.0"`),
       compute capability 9.0 or later, and its published figures are Hopper's and Blackwell's
       (Megatron-Bridge's `validate_flex_dispatcher_backend` also lists Ampere): not priced
       there, refused. A profile without FP8 tensor cores (`gpu.peak_fp8_tflop_per_s`) is taken

@@ -3,8 +3,8 @@
 Hybrid-EP's own benchmarks report.
 
 Hybrid-EP (NVIDIA, in DeepEP's hybrid-ep branch, github.com/deepseek-ai/DeepEP @
-94a9f8f6b146c07d97ec58f67cd6d303296d6098, docs/README_Hybrid-EP.md and
-docs/Hybrid-EP_Implementation.md) is hierarchical like DeepEP's normal kernels: inside an
+94a9f8f6b146c07d97ec58f67cd6d303296d6098, DeepEP/docs/README_Hybrid-EP.md and
+DeepEP/docs/Hybrid-EP_Implementation.md) is hierarchical like DeepEP's normal kernels: inside an
 NVLink domain (`num_of_nodes` counts NVLink domains, not hosts, so a GB200 NVL72 rack is one)
 it moves tokens over NVLink with TMA copies; across domains it sends a token once over RDMA
 to each destination domain, which forwards it over NVLink, the stages pipelined within one
