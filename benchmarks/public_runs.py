@@ -149,6 +149,8 @@ PUBLISHED = (
     Published("bridge25.09-deepseek-v3-h100-fp8cs", "Megatron-Bridge 25.09", 1297),
     Published("bridge25.11-qwen3-235b-a22b-h100-fp8cs", "Megatron-Bridge 25.11", 1575),
     Published("bridge25.11-deepseek-v3-b200-mxfp8", "Megatron-Bridge 25.11", 2139),
+    Published("bridge25.11-qwen3-30b-a3b-b200-mxfp8", "Megatron-Bridge 25.11", 9299),
+    Published("bridge26.04-qwen3-30b-a3b-gb200-mxfp8", "Megatron-Bridge 25.11", 23766),
 )
 
 # The MoE models of issue 18, as their public-run files name them (`moe_model`).
