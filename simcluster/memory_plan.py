@@ -19,7 +19,7 @@ from simcluster.config.hardware import HardwareProfile
 from simcluster.config.scenario import Scenario
 from simcluster.headroom import capacity_bytes
 from simcluster.results import StageMemory
-from simcluster.schedule import build_schedule
+from simcluster.schedule import build_schedule, ep_overlap_extra_warmup
 from simcluster.schedule.in_flight import InFlightStates, chunk_in_flight_states
 from simcluster.schedule.ordering import StageTasks
 from simcluster.schedule.tasks import Phase
@@ -39,28 +39,32 @@ def stage_memory_estimate(
     workload = workload or build_workload(scenario, hw.fp8_weight_copies)
     par = scenario.parallel
     kind, m = scenario.training.schedule, scenario.num_microbatches
+    # the EP overlap's one more warm-up forward keeps one more chunk's activations stashed
+    extra = ep_overlap_extra_warmup(scenario.training.overlap_moe_expert_parallel_comm)
     transient = transient_bytes(workload)
     rows = []
-    states = _states(kind, par.pp, m, par.vpp)
+    states = _states(kind, par.pp, m, par.vpp, extra)
     for r, stage in enumerate(workload.stages):
         chunk_saved = [chunk.saved_bytes for chunk in stage.chunks]
         peaks = exact_peaks(states[r], chunk_saved, transient)
         if peaks is None:
-            tasks = build_schedule(kind, par.pp, m, par.vpp)[r]
+            tasks = build_schedule(kind, par.pp, m, par.vpp, extra)[r]
             peaks = replayed_peaks(tasks, chunk_saved, transient)
         rows.append(stage_memory_row(stage, *peaks, hw))
     return tuple(rows)
 
 
 @lru_cache(maxsize=256)
-def _states(kind: ScheduleKind, pp: int, m: int, vpp: int) -> tuple[InFlightStates, ...]:
+def _states(
+    kind: ScheduleKind, pp: int, m: int, vpp: int, extra_warmup: int = 0
+) -> tuple[InFlightStates, ...]:
     """Per stage, the in-flight states of its task order that no other state of the same
     kind holds at least as many of every chunk as (with bytes >= 0 the peaks are among
     them). Cached: they depend only on the schedule, and a sweep's layouts share a few."""
     return tuple(
         (maximal_states(after_forward), maximal_states(before_backward))
         for after_forward, before_backward in (
-            chunk_in_flight_states(tasks, vpp) for tasks in build_schedule(kind, pp, m, vpp)
+            chunk_in_flight_states(tasks, vpp) for tasks in build_schedule(kind, pp, m, vpp, extra_warmup)
         )
     )
 

@@ -39,7 +39,9 @@ from simcluster.results import LayerTimes, SimulationResult, StageMemory
 from simcluster.schedule import (
     build_schedule,
     default_comm_points,
+    ep_overlap_extra_warmup,
     interleaved_comm_points,
+    unpaired_positions,
     warmup_microbatches,
 )
 from simcluster.schedule.tasks import Phase, Task
@@ -136,6 +138,9 @@ def priced_stages(
     stages = []
     for stage, priced in zip(workload.stages, pricing.stages(scenario, workload)):
         forward, backward = _task_works(priced.chunks, stage, transient)
+        alone = (
+            None if priced.unpaired_chunks is None else _task_works(priced.unpaired_chunks, stage, transient)
+        )
         r, gather = stage.stage, priced.param_gather
         stages.append(
             StagePlan(
@@ -157,6 +162,8 @@ def priced_stages(
                 collectives=_expert_collectives(
                     priced, r, len(priced.chunks), scenario.training.overlap_grad_reduce
                 ),
+                unpaired_forward=None if alone is None else alone[0],
+                unpaired_backward=None if alone is None else alone[1],
             )
         )
     return tuple(stages)
@@ -207,14 +214,20 @@ def _expert_collectives(
 def schedule_plan(
     scenario: Scenario, priced: tuple[StagePlan, ...], num_microbatches: int | None = None
 ) -> PipelinePlan:
-    """`priced_stages` with each stage's task order and Megatron's p2p points for m."""
+    """`priced_stages` with each stage's task order and Megatron's p2p points for m; under
+    the EP overlap, the order has one more warm-up forward and its unpaired tasks (warm-up
+    forwards, cooldown backwards) run the stage's unpaired works."""
     par, kind = scenario.parallel, scenario.training.schedule
     m = num_microbatches or scenario.num_microbatches
-    orders = stage_orders(kind, par.pp, m, par.vpp)
+    ep_overlap = scenario.training.overlap_moe_expert_parallel_comm
+    orders = stage_orders(kind, par.pp, m, par.vpp, ep_overlap)
     stages = tuple(
-        replace(stage, tasks=tasks, send_after=send_after, extra_waits=extra_waits)
-        for stage, (tasks, send_after, extra_waits) in zip(priced, orders)
-    )
+        replace(
+            stage, tasks=tasks, send_after=send_after, extra_waits=extra_waits,
+            unpaired=unpaired,
+        )
+        for stage, (tasks, send_after, extra_waits, unpaired) in zip(priced, orders)
+    )  # fmt: skip
     return PipelinePlan(
         stages=stages,
         num_chunks=par.vpp,
@@ -222,24 +235,29 @@ def schedule_plan(
     )
 
 
-StageOrder = tuple[tuple[Task, ...], tuple[int, ...], tuple[tuple[int, ...], ...]]
+StageOrder = tuple[tuple[Task, ...], tuple[int, ...], tuple[tuple[int, ...], ...], frozenset[int]]
 
 
 @lru_cache(maxsize=32)
-def stage_orders(kind: ScheduleKind, pp: int, m: int, vpp: int) -> tuple[StageOrder, ...]:
-    """Per stage: its task order and Megatron's p2p points (send after, extra waits).
-    Cached: a sweep's layouts share a few (schedule, p, m, v), and plans that share these
-    tuples share the engine's and the certificate's per-stage wiring (`stage_shape`)."""
-    schedule = build_schedule(kind, pp, m, vpp)
+def stage_orders(
+    kind: ScheduleKind, pp: int, m: int, vpp: int, ep_overlap: bool = False
+) -> tuple[StageOrder, ...]:
+    """Per stage: its task order, Megatron's p2p points (send after, extra waits) and the
+    positions that run unpaired under the EP overlap (`schedule.unpaired_positions`; empty
+    without it). Cached: a sweep's layouts share a few (schedule, p, m, v), and plans that
+    share these tuples share the engine's and the certificate's per-stage wiring
+    (`stage_shape`)."""
+    extra = ep_overlap_extra_warmup(ep_overlap)
+    schedule = build_schedule(kind, pp, m, vpp, extra)
     interleaved = kind is ScheduleKind.ONE_F_ONE_B and vpp > 1
     orders = []
     for r in range(pp):
+        warmup = warmup_microbatches(kind, pp, r, m, vpp, extra)
         comm = (
-            interleaved_comm_points(schedule[r], warmup_microbatches(kind, pp, r, m, vpp))
-            if interleaved
-            else default_comm_points(schedule[r])
+            interleaved_comm_points(schedule[r], warmup) if interleaved else default_comm_points(schedule[r])
         )
-        orders.append((tuple(schedule[r]), comm.send_after, comm.extra_waits))
+        unpaired = unpaired_positions(schedule[r], warmup) if ep_overlap else frozenset()
+        orders.append((tuple(schedule[r]), comm.send_after, comm.extra_waits, unpaired))
     return tuple(orders)
 
 

@@ -177,6 +177,13 @@ class StagePlan:
     # every other collective of the stage (an MoE layer's all-to-all, ...), after the
     # data-parallel ones above compile into theirs (`PipelinePlan.collectives`)
     collectives: tuple[Collective, ...] = ()
+    # Positions of `tasks` that run alone where the others run in pairs (the EP overlap's
+    # warm-up forwards and cooldown backwards, `schedule.unpaired_positions`), and per chunk
+    # their works (`forward` and `backward` are then the paired works); empty / None: every
+    # task runs its chunk's `forward` or `backward`
+    unpaired: frozenset[int] = frozenset()
+    unpaired_forward: tuple[TaskWork, ...] | None = None
+    unpaired_backward: tuple[TaskWork, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +198,10 @@ class PipelinePlan:
 
     def __post_init__(self) -> None:
         for index, stage in enumerate(self.stages):
+            if stage.unpaired and (stage.unpaired_forward is None or stage.unpaired_backward is None):
+                raise ValueError(
+                    f"stage {index}: unpaired positions need unpaired_forward and unpaired_backward"
+                )
             for collective in stage.collectives:
                 task, chunks = collective.task, len(stage.forward)
                 if task is not None and not 0 <= task.chunk < chunks:

@@ -145,7 +145,16 @@ class _Busy:
         self.categories: list[TimeCategory] = [PP_COMM, DP_COMM]
         self.slot: dict[TimeCategory, int] = {PP_COMM: 0, DP_COMM: 1}
         for category in (
-            *(c for work in (*stage.forward, *stage.backward) for c, _ in work.parts),
+            *(
+                c
+                for work in (
+                    *stage.forward,
+                    *stage.backward,
+                    *(stage.unpaired_forward or ()),
+                    *(stage.unpaired_backward or ()),
+                )
+                for c, _ in work.parts
+            ),
             *(collective.category for collective in collectives),
         ):
             if category not in self.slot:
@@ -159,14 +168,19 @@ class _Busy:
         and parts by slot; a backward's busy seconds, transient bytes, the bytes it frees
         (its forward's stored bytes) and parts by slot."""
         slot = self.slot
+        forward_works, backward_works = stage.forward, stage.backward
+        if stage.unpaired:  # chunk c's unpaired works at index chunks + c (`_build_shape`)
+            assert stage.unpaired_forward is not None and stage.unpaired_backward is not None
+            forward_works = (*forward_works, *stage.unpaired_forward)
+            backward_works = (*backward_works, *stage.unpaired_backward)
         forwards = [
             (work.busy_s, work.stored_bytes, tuple((slot[c], x) for c, x in work.parts))
-            for work in stage.forward
+            for work in forward_works
         ]
         backwards = [
-            (work.busy_s, work.transient_bytes, stage.forward[c].stored_bytes,
+            (work.busy_s, work.transient_bytes, forward_works[c].stored_bytes,
              tuple((slot[c], x) for c, x in work.parts))
-            for c, work in enumerate(stage.backward)
+            for c, work in enumerate(backward_works)
         ]  # fmt: skip
         return forwards, backwards
 
@@ -249,9 +263,9 @@ class _Run:
         tally = _Busy(stage, plan.collectives[index])
         slot, busy, order = tally.slot, tally.seconds, tally.order
         # works (is forward, chunk) not run yet
-        unseen = {(phase, c) for phase in (True, False) for c in range(len(stage.forward))}
-        pp_seen = False
         forwards, backwards = tally.works(stage)
+        unseen = {(phase, c) for phase in (True, False) for c in range(len(forwards))}
+        pp_seen = False
         routes = [(route.link.name, route.seconds) if route is not None else ("", 0.0)
                   for route in (stage.send_forward, stage.send_backward)]  # fmt: skip
         route_links: list[LinkQueue | None] = [None, None]  # made on first use, as `link` does
@@ -553,11 +567,12 @@ _cached_positions = 0
 
 def stage_shape(plan: PipelinePlan, index: int) -> StageShape:
     """Stage `index`'s `StageShape`, cached by the identity of its (immutable) task order,
-    send points and extra waits, which the cache keeps alive so an identity is never reused
-    while its entry exists. Plans built for the same (schedule, p, m, v) share those tuples
-    (`simcluster.simulation.schedule_plan`), so a sweep builds each shape once."""
+    send points, extra waits and unpaired positions, which the cache keeps alive so an
+    identity is never reused while its entry exists. Plans built for the same (schedule, p,
+    m, v) share those tuples (`simcluster.simulation.schedule_plan`), so a sweep builds each
+    shape once."""
     stage = plan.stages[index]
-    parts = (stage.tasks, stage.send_after, stage.extra_waits)
+    parts = (stage.tasks, stage.send_after, stage.extra_waits, stage.unpaired or None)  # (empty sets differ)
     key = (*map(id, parts), index, plan.num_stages, plan.num_chunks,
            stage.send_forward is None, stage.send_backward is None)  # fmt: skip
     hit = _SHAPES.get(key)
@@ -604,9 +619,11 @@ def _build_shape(plan: PipelinePlan, index: int) -> StageShape:
             after = stage.send_after[position] if stage.send_after is not None else position
             sends[after].append(output)
     sent = tuple(map(tuple, sends))
+    # an unpaired task runs its chunk's unpaired work, at index chunks + chunk (`_Busy.works`)
+    chunks, unpaired = len(stage.forward), stage.unpaired
     program = tuple(
-        (task, keys, task.phase is Phase.FORWARD, task.chunk, out)
-        for task, keys, out in zip(stage.tasks, waits, sent, strict=True)
+        (task, keys, task.phase is Phase.FORWARD, task.chunk + (chunks if position in unpaired else 0), out)
+        for position, (task, keys, out) in enumerate(zip(stage.tasks, waits, sent, strict=True))
     )
     runs: dict[tuple[bool, int], list[int]] = {}
     for position, task in enumerate(stage.tasks):
