@@ -251,20 +251,25 @@ def test_pricing_unpaired_passes_makes_a_pipeline_slower_than_paired_everywhere(
     assert optimistic < fixed < off
 
 
-def test_every_pass_unpaired_is_the_price_without_the_overlap():
+@pytest.mark.parametrize("parallel", [{}, {"pp": 1, "vpp": 1}], ids=["interleaved m=p", "no pipeline m=1"])
+def test_every_pass_unpaired_is_the_price_without_the_overlap(parallel):
     """m == pp under the interleaved schedule: every chunk-forward is warm-up (with or
-    without the extra one), so nothing pairs and nothing is hidden."""
-    on = run_simulation(_scenario(True, gbs=32 * 2), H100).result
-    off = run_simulation(_scenario(False, gbs=32 * 2), H100).result
+    without the extra one), so nothing pairs and nothing is hidden; likewise one microbatch
+    without a pipeline (its forward and its backward each run alone)."""
+    gbs = 32 * (2 if not parallel else 1)
+    on = run_simulation(_scenario(True, gbs=gbs, **parallel), H100).result
+    off = run_simulation(_scenario(False, gbs=gbs, **parallel), H100).result
     assert on.iteration_time_s == off.iteration_time_s
     assert on.time_breakdown_s == off.time_breakdown_s
     assert [s.activation_bytes for s in on.stages] == [s.activation_bytes for s in off.stages]
 
 
-def test_the_steady_state_extension_agrees_with_the_full_run():
-    scenario = _scenario(gbs=32 * 16)
+@pytest.mark.parametrize("parallel", [{}, {"pp": 1, "vpp": 1}], ids=["interleaved", "no pipeline"])
+def test_the_steady_state_extension_agrees_with_the_full_run(parallel):
+    scenario = _scenario(gbs=32 * 16, **parallel)
     full = run_simulation(scenario, H100).result
     short = run_simulation(scenario, H100, steady_state=True).result
+    assert short.num_events < full.num_events  # the certified extension ran, not the full fallback
     assert short.iteration_time_s == pytest.approx(full.iteration_time_s, rel=1e-9)
     assert short.stages == full.stages
 
