@@ -34,7 +34,7 @@ from simcluster.engine.plan import (
     Transfer,
 )
 from simcluster.engine.simulator import EngineResult, simulate
-from simcluster.memory_plan import stage_memory_row
+from simcluster.memory_plan import paired_forward_head_bytes, stage_memory_row
 from simcluster.results import LayerTimes, SimulationResult, StageMemory
 from simcluster.schedule import (
     build_schedule,
@@ -80,12 +80,16 @@ def _ep_part(seconds: float) -> tuple[tuple[TimeCategory, float], ...]:
 
 
 def _task_works(
-    priced: tuple[PricedChunk, ...], stage: StageWork, transient: float
+    priced: tuple[PricedChunk, ...], stage: StageWork, transient: float, paired: bool = False
 ) -> tuple[tuple[TaskWork, ...], tuple[TaskWork, ...]]:
     """Per chunk, its forward and backward task: the priced seconds, labelled by part, and
-    the memory the workload says they allocate."""
+    the memory the workload says they allocate (`paired`: a forward the EP overlap pairs
+    stores its head first and the rest when its partner backward ends,
+    `memory_plan.paired_forward_head_bytes`)."""
     forward, backward = [], []
     for price, chunk in zip(priced, stage.chunks):
+        saved = chunk.saved_bytes
+        head = paired_forward_head_bytes(chunk) if paired else saved
         cost = price.cost
         gpu = (
             (TimeCategory.COMPUTE, cost.forward.compute_s),
@@ -93,7 +97,11 @@ def _task_works(
             *_ep_part(cost.forward.ep_comm_s),
         )
         parts = _with_host_wait(price.forward_host_wait_s, gpu)
-        forward.append(TaskWork(busy_s=price.forward_busy_s, parts=parts, stored_bytes=chunk.saved_bytes))
+        forward.append(
+            TaskWork(
+                price.forward_busy_s, parts, stored_bytes=head, deferred_bytes=saved - head if paired else 0.0
+            )
+        )
         gpu_backward = (
             (TimeCategory.COMPUTE, cost.backward.compute_s),
             (TimeCategory.TP_COMM, cost.backward.comm_s),
@@ -137,7 +145,9 @@ def priced_stages(
     transient = transient_bytes(workload)
     stages = []
     for stage, priced in zip(workload.stages, pricing.stages(scenario, workload)):
-        forward, backward = _task_works(priced.chunks, stage, transient)
+        forward, backward = _task_works(
+            priced.chunks, stage, transient, paired=priced.unpaired_chunks is not None
+        )
         alone = (
             None if priced.unpaired_chunks is None else _task_works(priced.unpaired_chunks, stage, transient)
         )
@@ -222,12 +232,9 @@ def schedule_plan(
     ep_overlap = scenario.training.overlap_moe_expert_parallel_comm
     orders = stage_orders(kind, par.pp, m, par.vpp, ep_overlap)
     stages = tuple(
-        replace(
-            stage, tasks=tasks, send_after=send_after, extra_waits=extra_waits,
-            unpaired=unpaired,
-        )
+        replace(stage, tasks=tasks, send_after=send_after, extra_waits=extra_waits, unpaired=unpaired)
         for stage, (tasks, send_after, extra_waits, unpaired) in zip(priced, orders)
-    )  # fmt: skip
+    )
     return PipelinePlan(
         stages=stages,
         num_chunks=par.vpp,

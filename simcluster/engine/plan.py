@@ -42,12 +42,17 @@ class TimeCategory(str, enum.Enum):
 class TaskWork:
     """One (chunk, phase) on a stage. `parts` label the busy time (they sum to busy_s);
     a forward allocates `stored_bytes` when it starts and its backward frees them when it
-    ends; `transient_bytes` are held only while the task runs (recomputed activations)."""
+    ends; `transient_bytes` are held only while the task runs (recomputed activations).
+    A forward paired with the backward after it (the EP overlap) allocates `stored_bytes`
+    at its start and `deferred_bytes` more when that backward ends, which frees its own
+    chunk's: the two run layer by layer together, the backward freeing as the forward
+    allocates (`StagePlan.unpaired`)."""
 
     busy_s: float
     parts: tuple[tuple[TimeCategory, float], ...]
     stored_bytes: float = 0.0
     transient_bytes: float = 0.0
+    deferred_bytes: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, init=False)

@@ -129,7 +129,7 @@ class StageShape:
 
 
 _Parts = tuple[tuple[int, float], ...]
-_Forward = tuple[float, float, _Parts]
+_Forward = tuple[float, float, float, _Parts]
 _Backward = tuple[float, float, float, _Parts]
 
 
@@ -169,16 +169,19 @@ class _Busy:
         (its forward's stored bytes) and parts by slot."""
         slot = self.slot
         forward_works, backward_works = stage.forward, stage.backward
+        # what a chunk's forward stores in all (a paired forward: at its start and deferred)
+        whole = stage.unpaired_forward or stage.forward
         if stage.unpaired:  # chunk c's unpaired works at index chunks + c (`_build_shape`)
             assert stage.unpaired_forward is not None and stage.unpaired_backward is not None
             forward_works = (*forward_works, *stage.unpaired_forward)
             backward_works = (*backward_works, *stage.unpaired_backward)
         forwards = [
-            (work.busy_s, work.stored_bytes, tuple((slot[c], x) for c, x in work.parts))
+            (work.busy_s, work.stored_bytes, work.deferred_bytes, tuple((slot[c], x) for c, x in work.parts))
             for work in forward_works
         ]
+        chunks = len(stage.forward)
         backwards = [
-            (work.busy_s, work.transient_bytes, forward_works[c].stored_bytes,
+            (work.busy_s, work.transient_bytes, whole[c % chunks].stored_bytes,
              tuple((slot[c], x) for c, x in work.parts))
             for c, work in enumerate(backward_works)
         ]  # fmt: skip
@@ -270,6 +273,7 @@ class _Run:
                   for route in (stage.send_forward, stage.send_backward)]  # fmt: skip
         route_links: list[LinkQueue | None] = [None, None]  # made on first use, as `link` does
         static, stored, transient = memory.static_bytes, memory.stored_bytes, memory.transient_bytes
+        pending = 0.0  # a paired forward's deferred bytes (`TaskWork.deferred_bytes`)
         peak_stored, peak_total = memory.peak_stored_bytes, memory.peak_total_bytes
         gates = self._issue_at_start(hooks, slot)
         inside = {pos: (c, slot[c.category]) for pos, c in hooks.inside.items()}
@@ -299,13 +303,15 @@ class _Run:
                 if arrived > start:
                     start = arrived
             if forward:
-                duration_s, stored_bytes, parts = forwards[chunk]
+                duration_s, stored_bytes, deferred, parts = forwards[chunk]
             else:
                 duration_s, held, freed, parts = backwards[chunk]
             if is_special and position in gates:
                 start, duration_s = self._gated(index, gates[position], start, duration_s, tally)
             if forward:
                 stored += stored_bytes  # MemoryTracker.store
+                if deferred:
+                    pending += deferred  # stored when the backward paired with it ends
                 if stored > peak_stored:
                     peak_stored = stored
                 total = static + stored + transient
@@ -327,6 +333,14 @@ class _Run:
             if not forward:
                 transient -= held  # MemoryTracker.drop, then .release
                 stored -= freed
+                if pending:  # the paired forward's rest, as this backward has freed its own
+                    stored += pending
+                    pending = 0.0
+                    if stored > peak_stored:
+                        peak_stored = stored
+                    total = static + stored + transient
+                    if total > peak_total:
+                        peak_total = total
                 if stored < 0.0 and stored < -1e-6 * max(1.0, freed):
                     raise RuntimeError("memory tracker: freed more activation bytes than were stored")
             if unseen and (forward, chunk) in unseen:  # the work's first run: enter its parts

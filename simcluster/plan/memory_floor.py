@@ -4,9 +4,10 @@ Each stage's peak (`memory_plan.stage_memory_estimate`) is its static bytes plus
 largest sum of stored activations its task order reaches (plus transient bytes, ≥ 0).
 Megatron's 1F1B (interleaved or not) runs W warm-up forwards and then one more forward
 before its first backward (`schedule.ordering.warmup_steady_cooldown`; W from
-`one_f_one_b_warmup` / `interleaved_warmup`, one more under the EP overlap:
-`schedule.ep_overlap_extra_warmup`), so at that point min(W + 1, M) forwards of the
-stage's M are stored at once, each at least the stage's smallest chunk:
+`one_f_one_b_warmup` / `interleaved_warmup`), so at that point min(W + 1, M) forwards of the
+stage's M are stored at once, each at least the stage's smallest chunk (under the EP overlap
+too: its W + 1 warm-up forwards are stored whole, the forward paired next only in part,
+`memory_plan.paired_forward_head_bytes`):
 
     floor_r = static_r + min(W_r + 1, M) · min_c saved_bytes(c)   ≤ peak_r.
 
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 from simcluster.config.choices import ScheduleKind
 from simcluster.config.scenario import Scenario
-from simcluster.schedule.build import ep_overlap_extra_warmup
 from simcluster.schedule.interleaved import interleaved_warmup
 from simcluster.schedule.one_f_one_b import one_f_one_b_warmup
 from simcluster.workload.model import Workload
@@ -33,11 +33,10 @@ def stored_floor(scenario: Scenario, stage: int) -> int:
     par, m = scenario.parallel, scenario.num_microbatches
     if scenario.training.schedule is not ScheduleKind.ONE_F_ONE_B:
         return 0
-    extra = ep_overlap_extra_warmup(scenario.training.overlap_moe_expert_parallel_comm)
     if par.vpp == 1:
-        return min(one_f_one_b_warmup(par.pp, stage, m, extra) + 1, m)
+        return min(one_f_one_b_warmup(par.pp, stage, m) + 1, m)
     total = m * par.vpp
-    return min(interleaved_warmup(par.pp, stage, m, par.vpp, extra) + 1, total)
+    return min(interleaved_warmup(par.pp, stage, m, par.vpp) + 1, total)
 
 
 def peak_floor_bytes(scenario: Scenario, workload: Workload) -> float:

@@ -27,7 +27,7 @@ from simcluster.costs.ep_overlap import (
 from simcluster.costs.stage_pricing import StagePricing, pricing_layout
 from simcluster.engine.plan import TimeCategory
 from simcluster.engine.simulator import simulate
-from simcluster.memory_plan import stage_memory_estimate
+from simcluster.memory_plan import paired_forward_head_bytes, stage_memory_estimate
 from simcluster.plan.memory_floor import peak_floor_bytes, stored_floor
 from simcluster.schedule import build_schedule, peak_in_flight, unpaired_positions, warmup_microbatches
 from simcluster.schedule.interleaved import interleaved_warmup
@@ -274,21 +274,38 @@ def test_the_steady_state_extension_agrees_with_the_full_run(parallel):
     assert short.stages == full.stages
 
 
-def test_memory_grows_by_one_chunk_of_activations_where_the_warmup_grows():
-    """The extra warm-up forward stashes one more chunk-microbatch before the first backward
-    on every stage whose warm-up does not already cover every forward; the engine's tracker
-    and the memory plan agree."""
+def test_memory_grows_by_one_layer_of_the_paired_forward():
+    """Before each pair one more chunk-microbatch is stashed (the extra warm-up forward), and
+    the pair's forward allocates one layer ahead of its backward's frees: on a middle stage
+    (chunks of equal layers) the peak is the plain schedule's plus exactly one layer's saved
+    activations, not one more chunk. The engine and the memory plan agree."""
     on, off = _scenario(gbs=32 * 8, pp=4), _scenario(False, gbs=32 * 8, pp=4)
     workload = build_workload(on)
     run_on, run_off = run_simulation(on, H100).result, run_simulation(off, H100).result
-    for r, (stage, a, b) in enumerate(zip(workload.stages, run_on.stages, run_off.stages)):
-        saved = {chunk.saved_bytes for chunk in stage.chunks}
-        if 0 < r < 3:  # a middle stage: its two chunks hold the same layers
-            (one_chunk,) = saved
-            assert a.activation_bytes - b.activation_bytes == pytest.approx(one_chunk, rel=1e-12)
-        else:
-            assert a.activation_bytes > b.activation_bytes
-    assert stage_memory_estimate(on, H100) == run_on.stages
+    for r in (1, 2):
+        stage = workload.stages[r]
+        (one_chunk,) = {chunk.saved_bytes for chunk in stage.chunks}
+        (layer,) = {segment.layer.saved_bytes for chunk in stage.chunks for segment in chunk.segments}
+        assert layer < one_chunk and paired_forward_head_bytes(stage.chunks[0]) == layer
+        growth = run_on.stages[r].activation_bytes - run_off.stages[r].activation_bytes
+        assert growth == pytest.approx(layer, rel=1e-9)
+    first = workload.stages[0].chunks[0]  # the embedding is stored before any layer pair frees
+    assert first.embedding is not None and paired_forward_head_bytes(first) > first.embedding.saved_bytes
+    for estimated, engine in zip(stage_memory_estimate(on, H100), run_on.stages):
+        assert estimated.activation_bytes == pytest.approx(engine.activation_bytes, rel=1e-12)
+        assert estimated.peak_memory_bytes == pytest.approx(engine.peak_memory_bytes, rel=1e-12)
+
+
+def test_without_a_pipeline_the_overlap_holds_one_microbatch_and_one_layer():
+    """PP 1: forward i + 1 runs with backward i, so the peak is one microbatch's activations
+    and one layer (Megatron's combined step frees the backward's layers as the forward
+    allocates), not two microbatches."""
+    on, off = _scenario(gbs=32 * 4, pp=1, vpp=1), _scenario(False, gbs=32 * 4, pp=1, vpp=1)
+    (stage,) = build_workload(on).stages
+    head = paired_forward_head_bytes(stage.chunks[0])
+    a, b = run_simulation(on, H100).result.stages[0], run_simulation(off, H100).result.stages[0]
+    assert a.activation_bytes == pytest.approx(b.activation_bytes + head, rel=1e-9)
+    assert a.activation_bytes < 1.5 * b.activation_bytes
 
 
 def test_delayed_weight_gradients_let_the_backward_dispatch_start_sooner():
@@ -350,8 +367,11 @@ def test_gpipe_refuses_the_overlap():
         parse_scenario(data, "s.yaml")
 
 
-def test_the_plan_memory_floor_counts_the_extra_warmup_forward():
+def test_the_plan_memory_floor_stays_below_the_overlaps_peak():
+    """The W + 1 whole warm-up forwards are what the plain schedule's floor counts; the
+    paired forward after them adds only its head, so the floor neither grows nor passes the
+    exact peak."""
     on, off = _scenario(gbs=32 * 8, pp=4), _scenario(False, gbs=32 * 8, pp=4)
-    assert [stored_floor(on, r) for r in range(4)] == [stored_floor(off, r) + 1 for r in range(4)]
+    assert [stored_floor(on, r) for r in range(4)] == [stored_floor(off, r) for r in range(4)]
     peaks = [stage.peak_memory_bytes for stage in stage_memory_estimate(on, H100)]
     assert peak_floor_bytes(on, build_workload(on)) <= max(peaks)
