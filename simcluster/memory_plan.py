@@ -19,12 +19,18 @@ from simcluster.config.hardware import HardwareProfile
 from simcluster.config.scenario import Scenario
 from simcluster.headroom import capacity_bytes
 from simcluster.results import StageMemory
-from simcluster.schedule import build_schedule
+from simcluster.schedule import (
+    build_schedule,
+    ep_overlap_extra_warmup,
+    unpaired_positions,
+    warmup_microbatches,
+)
 from simcluster.schedule.in_flight import InFlightStates, chunk_in_flight_states
 from simcluster.schedule.ordering import StageTasks
 from simcluster.schedule.tasks import Phase
 from simcluster.workload import memory
 from simcluster.workload.model import (
+    ChunkWork,
     StageWork,
     Workload,
     build_workload,
@@ -39,28 +45,52 @@ def stage_memory_estimate(
     workload = workload or build_workload(scenario, hw.fp8_weight_copies)
     par = scenario.parallel
     kind, m = scenario.training.schedule, scenario.num_microbatches
+    ep_overlap = scenario.training.overlap_moe_expert_parallel_comm
+    extra = ep_overlap_extra_warmup(ep_overlap)
     transient = transient_bytes(workload)
     rows = []
-    states = _states(kind, par.pp, m, par.vpp)
+    states = _states(kind, par.pp, m, par.vpp, extra)
     for r, stage in enumerate(workload.stages):
         chunk_saved = [chunk.saved_bytes for chunk in stage.chunks]
-        peaks = exact_peaks(states[r], chunk_saved, transient)
+        peaks = None if ep_overlap else exact_peaks(states[r], chunk_saved, transient)
         if peaks is None:
-            tasks = build_schedule(kind, par.pp, m, par.vpp)[r]
-            peaks = replayed_peaks(tasks, chunk_saved, transient)
+            tasks = build_schedule(kind, par.pp, m, par.vpp, extra)[r]
+            paired = None
+            if ep_overlap:  # the pairs' layer-by-layer overlap of memory, replayed as the engine runs it
+                warmup = warmup_microbatches(kind, par.pp, r, m, par.vpp, extra)
+                paired = (
+                    unpaired_positions(tasks, warmup),
+                    [paired_forward_head_bytes(c) for c in stage.chunks],
+                )
+            peaks = replayed_peaks(tasks, chunk_saved, transient, paired)
         rows.append(stage_memory_row(stage, *peaks, hw))
     return tuple(rows)
 
 
+def paired_forward_head_bytes(chunk: ChunkWork) -> float:
+    """What a forward paired with a backward under the EP overlap stores before the backward
+    frees anything: its embedding (the chunk's pre_process) and one layer. Megatron-core's
+    combined step runs forward layer i with backward layer n − 1 − i and releases the
+    backward layer's state after each pair (`TransformerModelChunkSchedulePlan.run`,
+    megatron/core/models/common/model_chunk_schedule_plan.py @d98e8a64), so the forward's
+    activations grow one layer ahead of the backward's frees; the rest of them is stored as
+    the backward ends (`engine.plan.TaskWork.deferred_bytes`). Taken as the chunk's largest
+    layer: layers of equal size on both sides."""
+    layer = max((segment.layer.saved_bytes for segment in chunk.segments if segment.num_layers), default=0.0)
+    return (chunk.embedding.saved_bytes if chunk.embedding is not None else 0.0) + layer
+
+
 @lru_cache(maxsize=256)
-def _states(kind: ScheduleKind, pp: int, m: int, vpp: int) -> tuple[InFlightStates, ...]:
+def _states(
+    kind: ScheduleKind, pp: int, m: int, vpp: int, extra_warmup: int = 0
+) -> tuple[InFlightStates, ...]:
     """Per stage, the in-flight states of its task order that no other state of the same
     kind holds at least as many of every chunk as (with bytes >= 0 the peaks are among
     them). Cached: they depend only on the schedule, and a sweep's layouts share a few."""
     return tuple(
         (maximal_states(after_forward), maximal_states(before_backward))
         for after_forward, before_backward in (
-            chunk_in_flight_states(tasks, vpp) for tasks in build_schedule(kind, pp, m, vpp)
+            chunk_in_flight_states(tasks, vpp) for tasks in build_schedule(kind, pp, m, vpp, extra_warmup)
         )
     )
 
@@ -105,19 +135,35 @@ def _bytes(state: tuple[int, ...], chunk_saved: list[float]) -> float:
     return sum(map(mul, state, chunk_saved))
 
 
-def replayed_peaks(tasks: StageTasks, chunk_saved: list[float], transient: float) -> tuple[float, float]:
+def replayed_peaks(
+    tasks: StageTasks, chunk_saved: list[float], transient: float,
+    paired: tuple[frozenset[int], list[float]] | None = None,
+) -> tuple[float, float]:  # fmt: skip
     """Replay the stage's order: a chunk's forward adds its stored activations at its start,
-    its backward holds the transient bytes while it runs and frees the chunk's at its end."""
-    stored = peak_stored = peak_total = 0.0
-    for task in tasks:
+    its backward holds the transient bytes while it runs and frees the chunk's at its end.
+    `paired` (the EP overlap: the unpaired positions and each chunk's head bytes): a paired
+    forward adds its head at its start and the rest when the backward after it ends, as the
+    engine does (`engine.plan.TaskWork.deferred_bytes`)."""
+    unpaired, heads = paired if paired is not None else (None, [])
+    stored = peak_stored = peak_total = pending = 0.0
+    for position, task in enumerate(tasks):
         chunk_bytes = chunk_saved[task.chunk]
         if task.phase is Phase.FORWARD:
-            stored += chunk_bytes
+            if unpaired is not None and position not in unpaired:
+                stored += heads[task.chunk]
+                pending += chunk_bytes - heads[task.chunk]
+            else:
+                stored += chunk_bytes
             peak_stored = max(peak_stored, stored)
             peak_total = max(peak_total, stored)
         else:
             peak_total = max(peak_total, stored + transient)
             stored -= chunk_bytes
+            if pending:
+                stored += pending
+                pending = 0.0
+                peak_stored = max(peak_stored, stored)
+                peak_total = max(peak_total, stored)
     return peak_stored, peak_total
 
 

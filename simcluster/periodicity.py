@@ -61,8 +61,9 @@ def _signatures(
 ) -> tuple[Signature, ...]:
     """Per position what the engine does there, comm points relative to the position
     (whether a chunk's last backward issues its gradient reduction, in buckets or not,
-    whether a chunk's first forward is gated by the parameter all-gather, and which of the
-    stage's collectives run inside the task or are issued by it)."""
+    whether a chunk's first forward is gated by the parameter all-gather, which of the
+    stage's collectives run inside the task or are issued by it, and whether the task runs
+    unpaired, `StagePlan.unpaired`)."""
     last = shape.last_backward
     n = len(stage.tasks)
     after = stage.send_after if stage.send_after is not None else range(n)
@@ -73,9 +74,10 @@ def _signatures(
             assert collective.task is not None
             for at in task_positions(collective.task, shape):
                 issued.setdefault(at, []).append(number)
+    unpaired = stage.unpaired  # an unpaired task runs other works than a paired one
     return tuple(
         (task.phase, task.microbatch, task.chunk, a - i, tuple(j - i for j in e), i in last, i in gated,
-         tuple(issued.get(i, ())))
+         tuple(issued.get(i, ())), i in unpaired)
         for i, (task, a, e) in enumerate(zip(stage.tasks, after, extra))
     )  # fmt: skip
 

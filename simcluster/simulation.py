@@ -34,12 +34,14 @@ from simcluster.engine.plan import (
     Transfer,
 )
 from simcluster.engine.simulator import EngineResult, simulate
-from simcluster.memory_plan import stage_memory_row
+from simcluster.memory_plan import paired_forward_head_bytes, stage_memory_row
 from simcluster.results import LayerTimes, SimulationResult, StageMemory
 from simcluster.schedule import (
     build_schedule,
     default_comm_points,
+    ep_overlap_extra_warmup,
     interleaved_comm_points,
+    unpaired_positions,
     warmup_microbatches,
 )
 from simcluster.schedule.tasks import Phase, Task
@@ -78,12 +80,16 @@ def _ep_part(seconds: float) -> tuple[tuple[TimeCategory, float], ...]:
 
 
 def _task_works(
-    priced: tuple[PricedChunk, ...], stage: StageWork, transient: float
+    priced: tuple[PricedChunk, ...], stage: StageWork, transient: float, paired: bool = False
 ) -> tuple[tuple[TaskWork, ...], tuple[TaskWork, ...]]:
     """Per chunk, its forward and backward task: the priced seconds, labelled by part, and
-    the memory the workload says they allocate."""
+    the memory the workload says they allocate (`paired`: a forward the EP overlap pairs
+    stores its head first and the rest when its partner backward ends,
+    `memory_plan.paired_forward_head_bytes`)."""
     forward, backward = [], []
     for price, chunk in zip(priced, stage.chunks):
+        saved = chunk.saved_bytes
+        head = paired_forward_head_bytes(chunk) if paired else saved
         cost = price.cost
         gpu = (
             (TimeCategory.COMPUTE, cost.forward.compute_s),
@@ -91,7 +97,11 @@ def _task_works(
             *_ep_part(cost.forward.ep_comm_s),
         )
         parts = _with_host_wait(price.forward_host_wait_s, gpu)
-        forward.append(TaskWork(busy_s=price.forward_busy_s, parts=parts, stored_bytes=chunk.saved_bytes))
+        forward.append(
+            TaskWork(
+                price.forward_busy_s, parts, stored_bytes=head, deferred_bytes=saved - head if paired else 0.0
+            )
+        )
         gpu_backward = (
             (TimeCategory.COMPUTE, cost.backward.compute_s),
             (TimeCategory.TP_COMM, cost.backward.comm_s),
@@ -135,7 +145,12 @@ def priced_stages(
     transient = transient_bytes(workload)
     stages = []
     for stage, priced in zip(workload.stages, pricing.stages(scenario, workload)):
-        forward, backward = _task_works(priced.chunks, stage, transient)
+        forward, backward = _task_works(
+            priced.chunks, stage, transient, paired=priced.unpaired_chunks is not None
+        )
+        alone = (
+            None if priced.unpaired_chunks is None else _task_works(priced.unpaired_chunks, stage, transient)
+        )
         r, gather = stage.stage, priced.param_gather
         stages.append(
             StagePlan(
@@ -157,6 +172,8 @@ def priced_stages(
                 collectives=_expert_collectives(
                     priced, r, len(priced.chunks), scenario.training.overlap_grad_reduce
                 ),
+                unpaired_forward=None if alone is None else alone[0],
+                unpaired_backward=None if alone is None else alone[1],
             )
         )
     return tuple(stages)
@@ -207,13 +224,16 @@ def _expert_collectives(
 def schedule_plan(
     scenario: Scenario, priced: tuple[StagePlan, ...], num_microbatches: int | None = None
 ) -> PipelinePlan:
-    """`priced_stages` with each stage's task order and Megatron's p2p points for m."""
+    """`priced_stages` with each stage's task order and Megatron's p2p points for m; under
+    the EP overlap, the order has one more warm-up forward and its unpaired tasks (warm-up
+    forwards, cooldown backwards) run the stage's unpaired works."""
     par, kind = scenario.parallel, scenario.training.schedule
     m = num_microbatches or scenario.num_microbatches
-    orders = stage_orders(kind, par.pp, m, par.vpp)
+    ep_overlap = scenario.training.overlap_moe_expert_parallel_comm
+    orders = stage_orders(kind, par.pp, m, par.vpp, ep_overlap)
     stages = tuple(
-        replace(stage, tasks=tasks, send_after=send_after, extra_waits=extra_waits)
-        for stage, (tasks, send_after, extra_waits) in zip(priced, orders)
+        replace(stage, tasks=tasks, send_after=send_after, extra_waits=extra_waits, unpaired=unpaired)
+        for stage, (tasks, send_after, extra_waits, unpaired) in zip(priced, orders)
     )
     return PipelinePlan(
         stages=stages,
@@ -222,24 +242,29 @@ def schedule_plan(
     )
 
 
-StageOrder = tuple[tuple[Task, ...], tuple[int, ...], tuple[tuple[int, ...], ...]]
+StageOrder = tuple[tuple[Task, ...], tuple[int, ...], tuple[tuple[int, ...], ...], frozenset[int]]
 
 
 @lru_cache(maxsize=32)
-def stage_orders(kind: ScheduleKind, pp: int, m: int, vpp: int) -> tuple[StageOrder, ...]:
-    """Per stage: its task order and Megatron's p2p points (send after, extra waits).
-    Cached: a sweep's layouts share a few (schedule, p, m, v), and plans that share these
-    tuples share the engine's and the certificate's per-stage wiring (`stage_shape`)."""
-    schedule = build_schedule(kind, pp, m, vpp)
+def stage_orders(
+    kind: ScheduleKind, pp: int, m: int, vpp: int, ep_overlap: bool = False
+) -> tuple[StageOrder, ...]:
+    """Per stage: its task order, Megatron's p2p points (send after, extra waits) and the
+    positions that run unpaired under the EP overlap (`schedule.unpaired_positions`; empty
+    without it). Cached: a sweep's layouts share a few (schedule, p, m, v), and plans that
+    share these tuples share the engine's and the certificate's per-stage wiring
+    (`stage_shape`)."""
+    extra = ep_overlap_extra_warmup(ep_overlap)
+    schedule = build_schedule(kind, pp, m, vpp, extra)
     interleaved = kind is ScheduleKind.ONE_F_ONE_B and vpp > 1
     orders = []
     for r in range(pp):
+        warmup = warmup_microbatches(kind, pp, r, m, vpp, extra)
         comm = (
-            interleaved_comm_points(schedule[r], warmup_microbatches(kind, pp, r, m, vpp))
-            if interleaved
-            else default_comm_points(schedule[r])
+            interleaved_comm_points(schedule[r], warmup) if interleaved else default_comm_points(schedule[r])
         )
-        orders.append((tuple(schedule[r]), comm.send_after, comm.extra_waits))
+        unpaired = unpaired_positions(schedule[r], warmup) if ep_overlap else frozenset()
+        orders.append((tuple(schedule[r]), comm.send_after, comm.extra_waits, unpaired))
     return tuple(orders)
 
 

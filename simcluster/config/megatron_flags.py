@@ -82,6 +82,7 @@ KEY_FLAGS: dict[str, tuple[str, ...]] = {
     "training.moe_flex_dispatcher_backend": ("moe-flex-dispatcher-backend",),
     "training.moe_grouped_gemm": ("moe-grouped-gemm",),
     "training.overlap_moe_expert_parallel_comm": ("overlap-moe-expert-parallel-comm",),
+    "training.delay_wgrad_compute": ("delay-wgrad-compute",),
     "training.recompute_modules": ("recompute-modules", "moe-layer-recompute"),
 }  # fmt: skip
 

@@ -214,13 +214,14 @@ def read_moe_training(read: FlagReader, training: dict[str, Any], is_moe: bool, 
     deepep = read.switch("moe-enable-deepep")
     grouped = read.switch("moe-grouped-gemm")
     ep_overlap = read.switch("overlap-moe-expert-parallel-comm")
+    delay_wgrad = read.switch("delay-wgrad-compute")
     if deepep and dispatcher not in (None, "flex"):
         read.problems.append(
             f"--moe-enable-deepep with --moe-token-dispatcher-type {dispatcher}: DeepEP runs under the flex "
             "dispatcher only (Megatron raises); allowed: --moe-token-dispatcher-type flex"
         )
     if not is_moe:
-        if dispatcher or deepep or grouped or ep_overlap:
+        if dispatcher or deepep or grouped or ep_overlap or delay_wgrad:
             notes.append(
                 "MoE dispatcher / grouped-GEMM flags without --num-experts: no effect (a dense model)"
             )
@@ -237,6 +238,8 @@ def read_moe_training(read: FlagReader, training: dict[str, Any], is_moe: bool, 
     _read_flex_backend(read, training, dispatcher, deepep)
     if ep_overlap:
         training["overlap_moe_expert_parallel_comm"] = True
+    if delay_wgrad:
+        training["delay_wgrad_compute"] = True
 
 
 def _read_flex_backend(read: FlagReader, training: dict[str, Any], dispatcher: str, deepep: bool) -> None:

@@ -78,6 +78,8 @@ def moe_training_flags(scenario: Scenario) -> list[str]:
             flags.append("--moe-grouped-gemm")
         if tr.overlap_moe_expert_parallel_comm:
             flags.append("--overlap-moe-expert-parallel-comm")
+        if tr.delay_wgrad_compute:
+            flags.append("--delay-wgrad-compute")
     if tr.recompute_modules == []:
         # arguments.py: nargs="+"; an empty list has no command line
         problem = "training.recompute_modules: value []: Megatron's --recompute-modules takes one or more"

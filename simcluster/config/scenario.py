@@ -289,6 +289,12 @@ class TrainingSpec(StrictModel):
         "one microbatch's forward and another's backward layer by layer, the dispatch and combine of "
         "each under the other's compute (costs.ep_overlap); alltoall or flex, ep > 1, vpp > 1 when pp > 1",
     )
+    delay_wgrad_compute: bool = Field(
+        default=False,
+        description="Megatron-core --delay-wgrad-compute: under the EP overlap, the experts' weight "
+        "gradients run after their input gradients, so the backward's dispatch starts sooner "
+        "(costs.ep_overlap); needs training.overlap_moe_expert_parallel_comm",
+    )
     recompute_modules: list[RecomputeModule] | None = Field(
         default=None,
         description="Megatron-core --recompute-modules under recompute: selective (core_attn, moe_act, "
@@ -567,6 +573,7 @@ def moe_problems(scenario: Scenario) -> list[str]:
                 ("parallel.ep", par.ep, 1),
                 ("parallel.etp", par.etp, None),
                 ("training.overlap_moe_expert_parallel_comm", tr.overlap_moe_expert_parallel_comm, False),
+                ("training.delay_wgrad_compute", tr.delay_wgrad_compute, False),
             )
             if value != default
         ]
@@ -604,10 +611,21 @@ def _ep_overlap_problems(scenario: Scenario) -> list[str]:
     """Megatron-core's rules for `overlap_moe_expert_parallel_comm`
     (transformer_config.py `TransformerConfig.__post_init__`, Megatron-LM @d98e8a64): a
     virtual pipeline when pp > 1, ep > 1, the alltoall or flex dispatcher, no full
-    recompute, no `moe` recompute module, at most one MTP layer."""
+    recompute, no `moe` recompute module, at most one MTP layer; a 1F1B schedule (the
+    combined schedule is Megatron's 1F1B, schedules.py); and `delay_wgrad_compute` only
+    with the overlap."""
     m, par, tr = scenario.model, scenario.parallel, scenario.training
-    if not tr.overlap_moe_expert_parallel_comm or m.moe is None:
+    if m.moe is None:
         return []
+    if not tr.overlap_moe_expert_parallel_comm:
+        # transformer_config.py: "overlap_moe_expert_parallel_comm must be enabled when
+        # enabling delay_wgrad_compute"
+        return (
+            ["training.delay_wgrad_compute: value true: needs training.overlap_moe_expert_parallel_comm "
+             "true (Megatron-core)"]
+            if tr.delay_wgrad_compute
+            else []
+        )  # fmt: skip
     key = "training.overlap_moe_expert_parallel_comm: value true"
     rules = [
         (par.pp > 1 and par.vpp == 1, "needs parallel.vpp > 1 when parallel.pp > 1"),
@@ -622,6 +640,7 @@ def _ep_overlap_problems(scenario: Scenario) -> list[str]:
             "cannot be combined with 'moe' in training.recompute_modules",
         ),
         (m.mtp_num_layers > 1, "supports at most one MTP layer (model.mtp_num_layers)"),
+        (tr.schedule is ScheduleKind.GPIPE, "runs Megatron's 1F1B schedules, not training.schedule gpipe"),
     ]
     return [f"{key}: {why} (Megatron-core)" for broken, why in rules if broken]
 

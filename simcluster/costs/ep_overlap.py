@@ -23,10 +23,22 @@ saves S = T_f + T_b − T_pair ≤ the two passes' dispatcher seconds, which `ov
 takes off the layer's `ep_comm_s`, shared between its forward and backward in proportion to
 each pass's own.
 
-Approximations, declared: every forward and backward task of the layer is priced as if
-paired, though the pipeline's warm-up and cool-down run single passes (their share is
-about (pp − 1) / (microbatches · vpp) of a stage's tasks); the two streams share the SMs
-without slowing each other; the recompute (which Megatron restricts here) is not paired.
+Only the pipeline's steady state pairs a forward with a backward: the warm-up forwards and
+the cooldown backwards run alone, at the price without the saving (`StagePricing` prices
+both, `schedule.unpaired_positions` says which tasks run alone), and the combined schedule
+runs one more warm-up forward (`schedule.ep_overlap_extra_warmup`).
+
+`--delay-wgrad-compute` (`training.delay_wgrad_compute`) splits the experts' weight
+gradients from their input gradients, so the backward's dispatch starts after the input
+gradients alone (`delayed_mlp_phase_s`). The attention's (and shared experts') weight
+gradients it also delays run on the compute stream at the layer's end, where they were:
+the same time per layer (only the chunk's last one moves under the pipeline send, not
+priced).
+
+Approximations, declared: the two streams share the SMs without slowing each other; the
+recompute (which Megatron restricts here) is not paired; a pair whose forward and backward
+chunks hold different layers is priced as if both held the same (Megatron runs the extra
+layers alone, `TransformerModelChunkSchedulePlan.run`).
 """
 
 from __future__ import annotations
@@ -36,15 +48,16 @@ from dataclasses import dataclass
 
 from simcluster.costs.chunk import ChunkCost, OpsCost, is_expert_collective
 from simcluster.workload.layer import LayerOps
-from simcluster.workload.ops import Op
+from simcluster.workload.ops import Module, Op, Pass
 
 PriceOps = Callable[[tuple[Op, ...]], OpsCost]
 
 
 @dataclass(frozen=True, slots=True)
 class PassPhases:
-    """One pass of a MoE layer cut at its dispatcher collectives: the work before the first
-    run of expert collectives, that run, the work between, the last run, the work after."""
+    """One pass of a MoE layer cut at its dispatcher collectives: the work before the
+    dispatch (forward; the combine's gradient in the backward), that run of collectives,
+    the work between (the experts), the other run, the work after."""
 
     before: tuple[Op, ...]
     first_comm: tuple[Op, ...]
@@ -53,32 +66,49 @@ class PassPhases:
     after: tuple[Op, ...]
 
 
+EXPERT_MODULES = frozenset({Module.EXPERT_FC1, Module.EXPERT_FC2})
+
+
 def pass_phases(ops: tuple[Op, ...]) -> PassPhases | None:
-    """`ops` cut at its first and last runs of expert collectives (None without two runs:
-    a pass with no dispatcher, or one whose collectives are not split by expert work)."""
-    where = [i for i, op in enumerate(ops) if is_expert_collective(op)]
-    if not where:
-        return None
-    first_end = where[0]
-    while first_end + 1 < len(ops) and is_expert_collective(ops[first_end + 1]):
-        first_end += 1
-    last_start = where[-1]
-    while last_start - 1 > first_end and is_expert_collective(ops[last_start - 1]):
-        last_start -= 1
-    if last_start <= first_end:
+    """`ops` cut at the runs of expert collectives next to the experts: the last run before
+    the first expert GEMM and the first run after the last (the first and last runs where
+    the pass has no expert GEMM). Megatron-core's `moe_dispatch` node is the token
+    all-to-all alone: the tokens-per-expert exchange and the permute run in
+    `pre_dispatch_computation` (`layer.mlp.preprocess`), the sort by expert in `mlp`
+    (megatron/core/models/gpt/fine_grained_callables.py @d98e8a64). None without such two
+    runs: a pass with no dispatcher, or one whose collectives are not split by expert work."""
+    runs: list[tuple[int, int]] = []  # [start, end) of each maximal run of expert collectives
+    for i, op in enumerate(ops):
+        if not is_expert_collective(op):
+            continue
+        if runs and runs[-1][1] == i:
+            runs[-1] = (runs[-1][0], i + 1)
+        else:
+            runs.append((i, i + 1))
+    experts = [i for i, op in enumerate(ops) if op.module in EXPERT_MODULES]
+    if experts:
+        before = [run for run in runs if run[1] <= experts[0]]
+        after = [run for run in runs if run[0] > experts[-1]]
+        if not before or not after:
+            return None
+        first, last = before[-1], after[0]
+    elif len(runs) >= 2:
+        first, last = runs[0], runs[-1]
+    else:
         return None
     return PassPhases(
-        before=ops[: where[0]],
-        first_comm=ops[where[0] : first_end + 1],
-        between=ops[first_end + 1 : last_start],
-        last_comm=ops[last_start : where[-1] + 1],
-        after=ops[where[-1] + 1 :],
+        before=ops[: first[0]],
+        first_comm=ops[first[0] : first[1]],
+        between=ops[first[1] : last[0]],
+        last_comm=ops[last[0] : last[1]],
+        after=ops[last[1] :],
     )
 
 
-def paired_saving_s(layer: LayerOps, price: PriceOps) -> float:
+def paired_saving_s(layer: LayerOps, price: PriceOps, delay_wgrad: bool = False) -> float:
     """S = T_f + T_b − T_pair (module docstring) for one layer, ≥ 0; 0 where a pass has no
-    dispatch and combine."""
+    dispatch and combine. With `delay_wgrad` the experts' weight gradients run after their
+    input gradients, under the backward's dispatch (`delayed_mlp_phase_s`)."""
     forward, backward = pass_phases(layer.forward), pass_phases(layer.backward)
     if forward is None or backward is None:
         return 0.0
@@ -94,8 +124,32 @@ def paired_saving_s(layer: LayerOps, price: PriceOps) -> float:
         s(backward.after),
     )  # fmt: skip
     separate = a_f + d_f + m_f + k_f + post_f + pre_b + k_b + m_b + d_b + a_b
-    paired = pre_b + max(k_b, a_f) + max(d_f, m_b) + max(d_b, m_f) + max(k_f, a_b) + post_f
+    if delay_wgrad:
+        dgrad = tuple(op for op in backward.between if op.pass_ is not Pass.WEIGHT_GRAD)
+        wgrad = tuple(op for op in backward.between if op.pass_ is Pass.WEIGHT_GRAD)
+        middle = delayed_mlp_phase_s(d_f, s(dgrad), s(wgrad), d_b, m_f)
+    else:
+        middle = max(d_f, m_b) + max(d_b, m_f)
+    paired = pre_b + max(k_b, a_f) + middle + max(k_f, a_b) + post_f
     return max(0.0, separate - paired)
+
+
+def delayed_mlp_phase_s(d_f: float, m_dgrad: float, m_wgrad: float, d_b: float, m_f: float) -> float:
+    """The pair's middle under `--delay-wgrad-compute`: the compute stream runs the backward
+    experts' input gradients, their weight gradients (`mlp.backward_dw`), then the forward
+    experts (once the forward's dispatch has arrived); the communication stream runs the
+    forward's dispatch, then the backward's, which needs only the input gradients
+    (`TransformerLayerSchedulePlan.run`, model_chunk_schedule_plan.py; `backward_dw` in
+    megatron/core/models/common/utils.py, Megatron-LM @d98e8a64). Both streams from the
+    phase's start, the phase ends when both have:
+
+        max(max(M_dgrad + M_wgrad, D_f) + M_f, max(D_f, M_dgrad) + D_b)
+
+    Without the delay the backward's dispatch waits for the weight gradients too, which
+    gives max(D_f, M_b) + max(D_b, M_f) (M_b = M_dgrad + M_wgrad); never shorter."""
+    compute = max(m_dgrad + m_wgrad, d_f) + m_f
+    comm = max(d_f, m_dgrad) + d_b
+    return max(compute, comm)
 
 
 def overlapped_cost(cost: ChunkCost, saving_s: float) -> ChunkCost:

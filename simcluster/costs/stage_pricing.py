@@ -21,7 +21,7 @@ the engine's plan and its typed links.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simcluster.config.choices import CudaGraphImpl, Dtype
 from simcluster.config.graph_scope import CudaGraphScope
@@ -85,6 +85,7 @@ class PricingLayout:
     cuda_graph: CudaGraphImpl
     experts: ExpertGroups | None = None  # a MoE model's expert groups (`costs.placement.expert_groups`)
     ep_overlap: bool = False  # training.overlap_moe_expert_parallel_comm (`costs.ep_overlap`)
+    delay_wgrad: bool = False  # training.delay_wgrad_compute (`costs.ep_overlap`, with ep_overlap)
     cuda_graph_scope: tuple[CudaGraphScope, ...] = ()  # what a per-layer graph captures ([]: whole layers)
 
 
@@ -98,6 +99,7 @@ def pricing_layout(scenario: Scenario, hw: HardwareProfile) -> PricingLayout:
         cuda_graph=scenario.training.cuda_graph_impl,
         experts=expert_groups(scenario, hw),
         ep_overlap=scenario.training.overlap_moe_expert_parallel_comm,
+        delay_wgrad=scenario.training.delay_wgrad_compute,
         cuda_graph_scope=tuple(scenario.training.cuda_graph_scope),
     )
 
@@ -199,6 +201,9 @@ class PricedStage:
     # distributed optimizer) the expert parameters' all-gather over it, each per chunk
     expert_grad_reduce: PricedTransfer | None = None
     expert_param_gather: PricedGather | None = None
+    # EP overlap: each chunk priced without the pair's saving, for the tasks the pipeline
+    # runs alone (warm-up forwards, cooldown backwards); None without the overlap
+    unpaired_chunks: tuple[PricedChunk, ...] | None = None
 
 
 class StagePricing:
@@ -217,19 +222,19 @@ class StagePricing:
     def layer(
         self, key: LayerKind | LayerOps, ops: LayerOps, tp: GroupPlacement, dtype: Dtype,
         cp: GroupPlacement = NO_CONTEXT_PARALLEL, tp_comm_overlap: bool = False,
-        experts: ExpertGroups | None = None, ep_overlap: bool = False,
+        experts: ExpertGroups | None = None, ep_overlap: bool = False, delay_wgrad: bool = False,
     ) -> ChunkCost:  # fmt: skip
         """`price_layer_ops(ops, …)`, cached by `key`: the layer's kind, or (for the
         embedding, the output layer or a layer without a kind) the ops themselves. With
         `ep_overlap` the dispatcher's seconds the combined 1F1B schedule hides are taken
-        off (`costs.ep_overlap`)."""
-        cache_key = (key, tp, dtype, cp, tp_comm_overlap, experts, ep_overlap)
+        off (`costs.ep_overlap`), the experts' weight gradients delayed with `delay_wgrad`."""
+        cache_key = (key, tp, dtype, cp, tp_comm_overlap, experts, ep_overlap, ep_overlap and delay_wgrad)
         cost = self._layers.get(cache_key)
         if cost is None:
             cost = price_layer_ops(ops, self.hw, tp, dtype, cp, tp_comm_overlap, experts)
             if ep_overlap:
                 price = _slice_price(self.hw, ops, tp, dtype, cp, tp_comm_overlap, experts)
-                cost = overlapped_cost(cost, paired_saving_s(ops, price))
+                cost = overlapped_cost(cost, paired_saving_s(ops, price, delay_wgrad))
             self._layers[cache_key] = cost
         return cost
 
@@ -237,7 +242,7 @@ class StagePricing:
         """One layer of `segment`'s kind, with the layout's ring and userbuffers."""
         return self.layer(
             segment.kind, segment.layer, layout.tp, layout.dtype, layout.cp, layout.tp_comm_overlap,
-            layout.experts, layout.ep_overlap,
+            layout.experts, layout.ep_overlap, layout.delay_wgrad,
         )  # fmt: skip
 
     def extra(self, ops: LayerOps, layout: PricingLayout) -> ChunkCost:
@@ -334,7 +339,7 @@ class StagePricing:
         ops = workload.layer
         return self.layer(
             ops, ops, layout.tp, layout.dtype, layout.cp, layout.tp_comm_overlap, layout.experts,
-            layout.ep_overlap,
+            layout.ep_overlap, layout.delay_wgrad,
         )  # fmt: skip
 
     def layer_split(self, key: LayerKind | LayerOps, ops: LayerOps, layout: PricingLayout) -> Split:
@@ -345,7 +350,7 @@ class StagePricing:
         if split is None:
             cost = self.layer(
                 key, ops, layout.tp, layout.dtype, layout.cp, layout.tp_comm_overlap, layout.experts,
-                layout.ep_overlap,
+                layout.ep_overlap, layout.delay_wgrad,
             )  # fmt: skip
             split = self._splits[cache_key] = layer_split(
                 ops, cost, self.hw, layout.tp, layout.dtype, layout.cp
@@ -410,7 +415,16 @@ class StagePricing:
             param_gather=_with_expert_gather(gather, expert_gather),
             expert_grad_reduce=expert_reduce,
             expert_param_gather=expert_gather if gather is None else None,
+            unpaired_chunks=self._unpaired_chunks(stage, layout),
         )
+
+    def _unpaired_chunks(self, stage: StageWork, layout: PricingLayout) -> tuple[PricedChunk, ...] | None:
+        """Under the EP overlap, the stage's chunks as a pass that runs alone prices them:
+        without the combined 1F1B pair's saving (`costs.ep_overlap`), as without the key."""
+        if not layout.ep_overlap:
+            return None
+        alone = replace(layout, ep_overlap=False, delay_wgrad=False)
+        return tuple(self.chunk(chunk, alone) for chunk in stage.chunks)
 
     def _expert_transfers(
         self, scenario: Scenario, stage: StageWork, layout: PricingLayout

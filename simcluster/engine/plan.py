@@ -42,12 +42,17 @@ class TimeCategory(str, enum.Enum):
 class TaskWork:
     """One (chunk, phase) on a stage. `parts` label the busy time (they sum to busy_s);
     a forward allocates `stored_bytes` when it starts and its backward frees them when it
-    ends; `transient_bytes` are held only while the task runs (recomputed activations)."""
+    ends; `transient_bytes` are held only while the task runs (recomputed activations).
+    A forward paired with the backward after it (the EP overlap) allocates `stored_bytes`
+    at its start and `deferred_bytes` more when that backward ends, which frees its own
+    chunk's: the two run layer by layer together, the backward freeing as the forward
+    allocates (`StagePlan.unpaired`)."""
 
     busy_s: float
     parts: tuple[tuple[TimeCategory, float], ...]
     stored_bytes: float = 0.0
     transient_bytes: float = 0.0
+    deferred_bytes: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -177,6 +182,13 @@ class StagePlan:
     # every other collective of the stage (an MoE layer's all-to-all, ...), after the
     # data-parallel ones above compile into theirs (`PipelinePlan.collectives`)
     collectives: tuple[Collective, ...] = ()
+    # Positions of `tasks` that run alone where the others run in pairs (the EP overlap's
+    # warm-up forwards and cooldown backwards, `schedule.unpaired_positions`), and per chunk
+    # their works (`forward` and `backward` are then the paired works); empty / None: every
+    # task runs its chunk's `forward` or `backward`
+    unpaired: frozenset[int] = frozenset()
+    unpaired_forward: tuple[TaskWork, ...] | None = None
+    unpaired_backward: tuple[TaskWork, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +203,10 @@ class PipelinePlan:
 
     def __post_init__(self) -> None:
         for index, stage in enumerate(self.stages):
+            if stage.unpaired and (stage.unpaired_forward is None or stage.unpaired_backward is None):
+                raise ValueError(
+                    f"stage {index}: unpaired positions need unpaired_forward and unpaired_backward"
+                )
             for collective in stage.collectives:
                 task, chunks = collective.task, len(stage.forward)
                 if task is not None and not 0 <= task.chunk < chunks:

@@ -129,7 +129,7 @@ class StageShape:
 
 
 _Parts = tuple[tuple[int, float], ...]
-_Forward = tuple[float, float, _Parts]
+_Forward = tuple[float, float, float, _Parts]
 _Backward = tuple[float, float, float, _Parts]
 
 
@@ -145,7 +145,16 @@ class _Busy:
         self.categories: list[TimeCategory] = [PP_COMM, DP_COMM]
         self.slot: dict[TimeCategory, int] = {PP_COMM: 0, DP_COMM: 1}
         for category in (
-            *(c for work in (*stage.forward, *stage.backward) for c, _ in work.parts),
+            *(
+                c
+                for work in (
+                    *stage.forward,
+                    *stage.backward,
+                    *(stage.unpaired_forward or ()),
+                    *(stage.unpaired_backward or ()),
+                )
+                for c, _ in work.parts
+            ),
             *(collective.category for collective in collectives),
         ):
             if category not in self.slot:
@@ -159,14 +168,22 @@ class _Busy:
         and parts by slot; a backward's busy seconds, transient bytes, the bytes it frees
         (its forward's stored bytes) and parts by slot."""
         slot = self.slot
+        forward_works, backward_works = stage.forward, stage.backward
+        # what a chunk's forward stores in all (a paired forward: at its start and deferred)
+        whole = stage.unpaired_forward or stage.forward
+        if stage.unpaired:  # chunk c's unpaired works at index chunks + c (`_build_shape`)
+            assert stage.unpaired_forward is not None and stage.unpaired_backward is not None
+            forward_works = (*forward_works, *stage.unpaired_forward)
+            backward_works = (*backward_works, *stage.unpaired_backward)
         forwards = [
-            (work.busy_s, work.stored_bytes, tuple((slot[c], x) for c, x in work.parts))
-            for work in stage.forward
+            (work.busy_s, work.stored_bytes, work.deferred_bytes, tuple((slot[c], x) for c, x in work.parts))
+            for work in forward_works
         ]
+        chunks = len(stage.forward)
         backwards = [
-            (work.busy_s, work.transient_bytes, stage.forward[c].stored_bytes,
+            (work.busy_s, work.transient_bytes, whole[c % chunks].stored_bytes,
              tuple((slot[c], x) for c, x in work.parts))
-            for c, work in enumerate(stage.backward)
+            for c, work in enumerate(backward_works)
         ]  # fmt: skip
         return forwards, backwards
 
@@ -249,13 +266,14 @@ class _Run:
         tally = _Busy(stage, plan.collectives[index])
         slot, busy, order = tally.slot, tally.seconds, tally.order
         # works (is forward, chunk) not run yet
-        unseen = {(phase, c) for phase in (True, False) for c in range(len(stage.forward))}
-        pp_seen = False
         forwards, backwards = tally.works(stage)
+        unseen = {(phase, c) for phase in (True, False) for c in range(len(forwards))}
+        pp_seen = False
         routes = [(route.link.name, route.seconds) if route is not None else ("", 0.0)
                   for route in (stage.send_forward, stage.send_backward)]  # fmt: skip
         route_links: list[LinkQueue | None] = [None, None]  # made on first use, as `link` does
         static, stored, transient = memory.static_bytes, memory.stored_bytes, memory.transient_bytes
+        pending = 0.0  # a paired forward's deferred bytes (`TaskWork.deferred_bytes`)
         peak_stored, peak_total = memory.peak_stored_bytes, memory.peak_total_bytes
         gates = self._issue_at_start(hooks, slot)
         inside = {pos: (c, slot[c.category]) for pos, c in hooks.inside.items()}
@@ -285,13 +303,15 @@ class _Run:
                 if arrived > start:
                     start = arrived
             if forward:
-                duration_s, stored_bytes, parts = forwards[chunk]
+                duration_s, stored_bytes, deferred, parts = forwards[chunk]
             else:
                 duration_s, held, freed, parts = backwards[chunk]
             if is_special and position in gates:
                 start, duration_s = self._gated(index, gates[position], start, duration_s, tally)
             if forward:
                 stored += stored_bytes  # MemoryTracker.store
+                if deferred:
+                    pending += deferred  # stored when the backward paired with it ends
                 if stored > peak_stored:
                     peak_stored = stored
                 total = static + stored + transient
@@ -313,6 +333,14 @@ class _Run:
             if not forward:
                 transient -= held  # MemoryTracker.drop, then .release
                 stored -= freed
+                if pending:  # the paired forward's rest, as this backward has freed its own
+                    stored += pending
+                    pending = 0.0
+                    if stored > peak_stored:
+                        peak_stored = stored
+                    total = static + stored + transient
+                    if total > peak_total:
+                        peak_total = total
                 if stored < 0.0 and stored < -1e-6 * max(1.0, freed):
                     raise RuntimeError("memory tracker: freed more activation bytes than were stored")
             if unseen and (forward, chunk) in unseen:  # the work's first run: enter its parts
@@ -553,11 +581,12 @@ _cached_positions = 0
 
 def stage_shape(plan: PipelinePlan, index: int) -> StageShape:
     """Stage `index`'s `StageShape`, cached by the identity of its (immutable) task order,
-    send points and extra waits, which the cache keeps alive so an identity is never reused
-    while its entry exists. Plans built for the same (schedule, p, m, v) share those tuples
-    (`simcluster.simulation.schedule_plan`), so a sweep builds each shape once."""
+    send points, extra waits and unpaired positions, which the cache keeps alive so an
+    identity is never reused while its entry exists. Plans built for the same (schedule, p,
+    m, v) share those tuples (`simcluster.simulation.schedule_plan`), so a sweep builds each
+    shape once."""
     stage = plan.stages[index]
-    parts = (stage.tasks, stage.send_after, stage.extra_waits)
+    parts = (stage.tasks, stage.send_after, stage.extra_waits, stage.unpaired or None)  # (empty sets differ)
     key = (*map(id, parts), index, plan.num_stages, plan.num_chunks,
            stage.send_forward is None, stage.send_backward is None)  # fmt: skip
     hit = _SHAPES.get(key)
@@ -604,9 +633,11 @@ def _build_shape(plan: PipelinePlan, index: int) -> StageShape:
             after = stage.send_after[position] if stage.send_after is not None else position
             sends[after].append(output)
     sent = tuple(map(tuple, sends))
+    # an unpaired task runs its chunk's unpaired work, at index chunks + chunk (`_Busy.works`)
+    chunks, unpaired = len(stage.forward), stage.unpaired
     program = tuple(
-        (task, keys, task.phase is Phase.FORWARD, task.chunk, out)
-        for task, keys, out in zip(stage.tasks, waits, sent, strict=True)
+        (task, keys, task.phase is Phase.FORWARD, task.chunk + (chunks if position in unpaired else 0), out)
+        for position, (task, keys, out) in enumerate(zip(stage.tasks, waits, sent, strict=True))
     )
     runs: dict[tuple[bool, int], list[int]] = {}
     for position, task in enumerate(stage.tasks):

@@ -5,7 +5,9 @@ largest sum of stored activations its task order reaches (plus transient bytes, 
 Megatron's 1F1B (interleaved or not) runs W warm-up forwards and then one more forward
 before its first backward (`schedule.ordering.warmup_steady_cooldown`; W from
 `one_f_one_b_warmup` / `interleaved_warmup`), so at that point min(W + 1, M) forwards of the
-stage's M are stored at once, each at least the stage's smallest chunk:
+stage's M are stored at once, each at least the stage's smallest chunk (under the EP overlap
+too: its W + 1 warm-up forwards are stored whole, the forward paired next only in part,
+`memory_plan.paired_forward_head_bytes`):
 
     floor_r = static_r + min(W_r + 1, M) · min_c saved_bytes(c)   ≤ peak_r.
 

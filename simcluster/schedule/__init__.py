@@ -5,7 +5,12 @@ the dependency chain between stages, and two analyses: the peak number of stashe
 chunk-forwards and the ideal (communication-free) makespan.
 """
 
-from simcluster.schedule.build import build_schedule, warmup_microbatches
+from simcluster.schedule.build import (
+    build_schedule,
+    ep_overlap_extra_warmup,
+    unpaired_positions,
+    warmup_microbatches,
+)
 from simcluster.schedule.comm import CommPoints, default_comm_points, interleaved_comm_points
 from simcluster.schedule.dependencies import (
     StagedTask,
@@ -34,12 +39,14 @@ __all__ = [
     "Task",
     "build_schedule",
     "downstream",
+    "ep_overlap_extra_warmup",
     "gpipe",
     "ideal_makespan",
     "in_flight_counts",
     "interleaved_one_f_one_b",
     "one_f_one_b",
     "peak_in_flight",
+    "unpaired_positions",
     "upstream",
     "upstream_virtual",
     "virtual_stage",

@@ -35,15 +35,18 @@ def check_interleavable(num_stages: int, num_microbatches: int, num_chunks: int)
         )
 
 
-def interleaved_warmup(num_stages: int, stage: int, num_microbatches: int, num_chunks: int) -> int:
+def interleaved_warmup(
+    num_stages: int, stage: int, num_microbatches: int, num_chunks: int, extra_warmup: int = 0
+) -> int:
     """Warm-up chunk-forwards on rank r (Megatron's schedules.py):
-    W = min((p − r − 1)·2 + (v − 1)·p, M), and W = M when m == p (all warm-up)."""
+    W = min((p − r − 1)·2 + (v − 1)·p + e, M), and W = M when m == p (all warm-up); e =
+    `extra_warmup` (1 under the EP overlap's combined schedule, `schedule.build`)."""
     check_interleavable(num_stages, num_microbatches, num_chunks)
     require_stage(stage, num_stages)
     num_total = num_microbatches * num_chunks
     if num_microbatches == num_stages:
         return num_total
-    return min((num_stages - stage - 1) * 2 + (num_chunks - 1) * num_stages, num_total)
+    return min((num_stages - stage - 1) * 2 + (num_chunks - 1) * num_stages + extra_warmup, num_total)
 
 
 def _virtual_tasks(num_stages: int, num_microbatches: int, num_chunks: int) -> tuple[list[Task], list[Task]]:
@@ -59,7 +62,9 @@ def _virtual_tasks(num_stages: int, num_microbatches: int, num_chunks: int) -> t
     return forwards, backwards
 
 
-def interleaved_one_f_one_b(num_stages: int, num_microbatches: int, num_chunks: int) -> Schedule:
+def interleaved_one_f_one_b(
+    num_stages: int, num_microbatches: int, num_chunks: int, extra_warmup: int = 0
+) -> Schedule:
     """Per-stage task order of Megatron's interleaved 1F1B (`forward_backward_pipelining_with_interleaving`).
 
     Warm-up: forward(k) for k < W; steady: forward(k + W) then backward(k); cooldown:
@@ -73,7 +78,7 @@ def interleaved_one_f_one_b(num_stages: int, num_microbatches: int, num_chunks: 
         warmup_steady_cooldown(
             forwards,
             backwards,
-            interleaved_warmup(num_stages, stage, num_microbatches, num_chunks),
+            interleaved_warmup(num_stages, stage, num_microbatches, num_chunks, extra_warmup),
         )
         for stage in range(num_stages)
     )
