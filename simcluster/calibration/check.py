@@ -22,6 +22,7 @@ import statistics
 from dataclasses import dataclass, field, replace
 
 from simcluster import units
+from simcluster.calibration.host_fit import checkpoint_regions
 from simcluster.calibration.records import LayerRun, LayerTiming
 from simcluster.calibration.shapes import LayerShape, standin_ops
 from simcluster.config.choices import Dtype, Recompute
@@ -42,14 +43,24 @@ device time: the median target (5 %), so no device-profile error is judged on a 
 own host cost is as large as the tolerance."""
 
 
-def host_pipeline_s(device_s: list[float], host_per_op_s: float) -> float:
-    """Seconds of ops run in order by a GPU as a host issues them, one every `host_per_op_s`:
-    op i starts when issued ((i + 1) · host_per_op_s) and when op i − 1 has ended. Eager
-    torch is this two-stage pipeline: the GPU waits wherever the host falls behind."""
-    end_s = 0.0
+def host_pipeline_s(
+    device_s: list[float], host_per_op_s: float, host_before_s: dict[int, float] | None = None
+) -> float:
+    """Seconds of ops run in order by a GPU as a host issues them, one every `host_per_op_s`
+    plus `host_before_s[i]` more host seconds before op i: op i starts when issued and when
+    op i − 1 has ended. Eager torch is this two-stage pipeline: the GPU waits wherever the
+    host falls behind."""
+    end_s = extra_s = 0.0
     for i, seconds in enumerate(device_s):
-        end_s = max((i + 1) * host_per_op_s, end_s) + seconds
+        extra_s += (host_before_s or {}).get(i, 0.0)
+        end_s = max((i + 1) * host_per_op_s + extra_s, end_s) + seconds
     return end_s
+
+
+def checkpoint_host_s(hw: HardwareProfile) -> float:
+    """Host seconds per torch.utils.checkpoint region beyond its ops (`host_fit.checkpoint_host_s`,
+    kept under `calibration.host_issue.checkpoint_us`); 0 where the profile has none."""
+    return units.us_to_s(float(hw.calibration.get("host_issue", {}).get("checkpoint_us", 0.0)))
 
 
 STANDIN_COPY = "standin_copy"
@@ -123,6 +134,7 @@ class Prediction:
     num_ops: int
     by_kind_s: dict[str, float]
     op_s: list[float]  # every op's device seconds in issue order: forward, recompute, backward
+    num_forward_ops: int = 0  # op_s[num_forward_ops] is the first op after the forward
 
 
 def predict_config(cfg: LayerConfig, hw: HardwareProfile) -> Prediction:
@@ -142,7 +154,7 @@ def predict_config(cfg: LayerConfig, hw: HardwareProfile) -> Prediction:
         kind = check_kind(op)
         by_kind[kind] = by_kind.get(kind, 0.0) + seconds
         op_s.append(seconds)
-    return Prediction(fwd, fwd + bwd + rec, len(op_s), by_kind, op_s)
+    return Prediction(fwd, fwd + bwd + rec, len(op_s), by_kind, op_s, len(forward))
 
 
 def host_per_op_s(hw: HardwareProfile) -> float:
@@ -162,12 +174,16 @@ def compare(run: LayerRun, hw: HardwareProfile) -> list[LayerCheck]:
     run cannot beat however fast its kernels, and the time with the host's issue
     (`host_pipeline_s`) that marks a run host-bound."""
     overhead_s = host_per_op_s(hw)
+    per_checkpoint_s = checkpoint_host_s(hw)
     checks = []
     for timing in run.timings:
         if timing.layer_mode is None:  # the run's mode, so every check names its own
             timing = replace(timing, layer_mode=run.layer_mode)
-        p = predict_config(timing.layer_config(run.dropout_prob), hw)
-        with_host_s = host_pipeline_s(p.op_s, overhead_s) if overhead_s else 0.0
+        cfg = timing.layer_config(run.dropout_prob)
+        p = predict_config(cfg, hw)
+        # the checkpoints' host cost where the backward starts: it replays their regions first
+        before = {p.num_forward_ops: checkpoint_regions(cfg) * per_checkpoint_s}
+        with_host_s = host_pipeline_s(p.op_s, overhead_s, before) if overhead_s else 0.0
         checks.append(
             LayerCheck(timing, p.forward_s, p.total_s, p.num_ops * overhead_s, p.by_kind_s, with_host_s)
         )

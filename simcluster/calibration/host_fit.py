@@ -23,6 +23,18 @@ kernel is that declared assumption). Two measurements give it:
   in a GPU-bound case the host's wall time also holds its waits on the GPU (the caching
   allocator, a full launch queue), which are not issue time (the committed H100 Llama 3 8B
   t 1: 357 µs per op against 110-186 in the host-bound cases).
+
+The torch layer's recompute is `torch.utils.checkpoint(use_reentrant=False)`, one call per
+checkpointed region (`checkpoint_regions`). Each call costs the host more than its ops: at
+entry it sets up the frame and its saved-tensor hooks (a Python pack hook per saved tensor),
+and in backward the first unpack replays the region under new recomputation hooks (the RNG
+state restored, a pack hook per recomputed tensor, an unpack hook per saved one). So the
+host's cost of a layer is `priced_ops · per_op + checkpoints · per_checkpoint`, and the
+microbench's tiny layers, timed at every recompute (`records.TinyLayerRecord`), measure both:
+`tiny_layer_per_op_s` over the runs without a checkpoint, `checkpoint_host_s` the median
+excess of the others per checkpoint. Files written before the records were kept hold only the
+median per op over all the tiny runs (the checkpoint's cost spread over every op); they give
+no checkpoint term.
 """
 
 from __future__ import annotations
@@ -35,6 +47,7 @@ from simcluster.calibration.named_layers import NAMED_LAYERS, dropout_of
 from simcluster.calibration.records import Measurements
 from simcluster.calibration.shapes import standin_ops
 from simcluster.config.choices import Recompute
+from simcluster.config.moe_choices import RecomputeModule
 from simcluster.workload.layer import layer_ops
 from simcluster.workload.layer_config import LayerConfig
 
@@ -117,9 +130,34 @@ def host_graph_per_op_s(doc: dict[str, Any]) -> float:
     return statistics.median(bound)
 
 
+def checkpoint_regions(cfg: LayerConfig) -> int:
+    """torch.utils.checkpoint calls the torch layer makes for `cfg` (profiler/layer/
+    transformer.py): the whole layer under full recompute, else one per checkpointed module
+    of selective recompute (the attention core, the MLP)."""
+    if cfg.recompute is Recompute.FULL:
+        return 1
+    return sum(cfg.recomputes(m) for m in (RecomputeModule.CORE_ATTN, RecomputeModule.MLP))
+
+
 def tiny_layer_per_op_s(meas: Measurements) -> float:
-    """Host seconds per priced op of the tiny layers the microbench timed (module docstring)."""
-    return meas.layer_overhead_s
+    """Host seconds per priced op of the tiny layers the microbench timed (module docstring):
+    the median over the runs without a checkpoint where the runs were kept, else the file's
+    median over every run."""
+    plain = [r.total_s / r.priced_ops for r in meas.tiny_layers if r.checkpoints == 0]
+    return statistics.median(plain) if plain else meas.layer_overhead_s
+
+
+def checkpoint_host_s(meas: Measurements) -> float | None:
+    """Host seconds one torch.utils.checkpoint region costs beyond its priced ops (module
+    docstring): the median over the tiny runs with checkpoints of (time − ops · per op) /
+    checkpoints, at least 0; None where the runs were not kept (older files)."""
+    per_op = tiny_layer_per_op_s(meas)
+    excess = [
+        (r.total_s - r.priced_ops * per_op) / r.checkpoints for r in meas.tiny_layers if r.checkpoints > 0
+    ]
+    if not excess or not any(r.checkpoints == 0 for r in meas.tiny_layers):
+        return None
+    return max(0.0, statistics.median(excess))
 
 
 def host_section(meas: Measurements, host_graph: dict[str, Any] | None) -> tuple[float, str, dict[str, Any]]:
@@ -128,6 +166,9 @@ def host_section(meas: Measurements, host_graph: dict[str, Any] | None) -> tuple
     where = f"{meas.device.name}, {meas.device.date}, layer_mode {meas.layer_mode}"
     tiny_us = tiny_layer_per_op_s(meas) * 1e6
     detail: dict[str, Any] = {"tiny_layer_us_per_op": round(tiny_us, 2)}
+    checkpoint_s = checkpoint_host_s(meas)
+    if checkpoint_s is not None:  # read by check.checkpoint_host_s
+        detail["checkpoint_us"] = round(checkpoint_s * 1e6, 2)
     if host_graph is None:
         source = (
             "host seconds per priced op of this torch layer (simcluster.calibration.host_fit): "
