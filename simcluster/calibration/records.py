@@ -179,13 +179,15 @@ class GroupedGemmRecord:
 @dataclass(frozen=True)
 class TinyLayerRecord:
     """One tiny layer the microbench timed for the host's cost (`microbench.layer_overhead_s`):
-    its layout, recompute, the stand-in ops it prices, the torch.utils.checkpoint regions it
-    runs (`host_fit.checkpoint_regions`) and its median forward + backward seconds."""
+    its layout, recompute, the stand-in ops it prices (all, and those its recompute replays),
+    the torch.utils.checkpoint regions it runs (`host_fit.checkpoint_regions`) and its median
+    forward + backward seconds."""
 
     tp: int
     sequence_parallel: bool
     recompute: str
     priced_ops: int
+    replayed_ops: int
     checkpoints: int
     total_s: float
 

@@ -353,8 +353,11 @@ def layer_overhead_s(
         spec = LayerSpec.from_layer_config(config, dropout_prob=DROPOUT_PROB)
         ops = layer_ops(config)
         num_ops = sum(len(standin_ops(seq, tp)) for seq in (ops.forward, ops.backward, ops.recompute))
+        replayed = len(standin_ops(ops.recompute, tp))
         total_s = time_layer(spec, timer, mode=mode).total_s
-        runs.append(TinyLayerRecord(tp, sp, recompute.value, num_ops, checkpoint_regions(config), total_s))
+        runs.append(
+            TinyLayerRecord(tp, sp, recompute.value, num_ops, replayed, checkpoint_regions(config), total_s)
+        )
     return statistics.median(r.total_s / r.priced_ops for r in runs), runs
 
 
