@@ -142,9 +142,14 @@ def elementwise_points_by_op(meas: Measurements) -> dict[str, list[list[float]]]
         by_kind[kind] += records
     curves = {kind: _pooled_points(by_kind[kind], meas.launch_s, _is_gpu(meas)) for kind in sorted(by_kind)}
     measured = {kind: points for kind, points in curves.items() if points}
-    if _is_gpu(meas) and meas.layer_mode == "eager":  # the eager modern regions none timed
+    if _eager_gpu(meas):  # the eager modern regions none timed
         return {**measured, **roofline_points(copy_gb_per_s(meas), set(measured))}
     return measured
+
+
+def _eager_gpu(meas: Measurements) -> bool:
+    """A GPU's eager sites: its unmeasured eager regions are priced by their traffic."""
+    return _is_gpu(meas) and meas.layer_mode == "eager"
 
 
 def _pooled_points(records: list[ElementwiseRecord], launch_s: float, envelope: bool) -> list[list[float]]:
@@ -268,7 +273,7 @@ def _roofline_note(meas: Measurements, by_op: dict[str, list[list[float]]]) -> s
     """Which kinds of `by_op` no site measured: priced by their eager traffic's roofline."""
     measured = _measured_kinds(meas)
     placed = [kind for kind in EAGER_TRAFFIC if kind in by_op and kind not in measured]
-    if not placed or not (_is_gpu(meas) and meas.layer_mode == "eager"):
+    if not placed or not _eager_gpu(meas):
         return ""
     return (
         f"; not measured, at the roofline of their eager kernels' bytes (copy bandwidth / bytes "
