@@ -22,6 +22,7 @@ import statistics
 from dataclasses import dataclass, field, replace
 
 from simcluster import units
+from simcluster.calibration.host_fit import CheckpointHost, checkpoint_regions
 from simcluster.calibration.records import LayerRun, LayerTiming
 from simcluster.calibration.shapes import LayerShape, standin_ops
 from simcluster.config.choices import Dtype, Recompute
@@ -42,14 +43,40 @@ device time: the median target (5 %), so no device-profile error is judged on a 
 own host cost is as large as the tolerance."""
 
 
-def host_pipeline_s(device_s: list[float], host_per_op_s: float) -> float:
-    """Seconds of ops run in order by a GPU as a host issues them, one every `host_per_op_s`:
-    op i starts when issued ((i + 1) · host_per_op_s) and when op i − 1 has ended. Eager
-    torch is this two-stage pipeline: the GPU waits wherever the host falls behind."""
-    end_s = 0.0
+def host_pipeline_s(
+    device_s: list[float], host_per_op_s: float, host_before_s: dict[int, float] | None = None
+) -> float:
+    """Seconds of ops run in order by a GPU as a host issues them, one every `host_per_op_s`
+    plus `host_before_s[i]` more host seconds before op i: op i starts when issued and when
+    op i − 1 has ended. Eager torch is this two-stage pipeline: the GPU waits wherever the
+    host falls behind."""
+    end_s = extra_s = 0.0
     for i, seconds in enumerate(device_s):
-        end_s = max((i + 1) * host_per_op_s, end_s) + seconds
+        extra_s += (host_before_s or {}).get(i, 0.0)
+        end_s = max((i + 1) * host_per_op_s + extra_s, end_s) + seconds
     return end_s
+
+
+def checkpoint_host(hw: HardwareProfile) -> CheckpointHost:
+    """The host seconds torch.utils.checkpoint adds per region and per replayed op
+    (`host_fit.checkpoint_host`, kept under `calibration.host_issue`); zeros where the profile
+    has none."""
+    issue = hw.calibration.get("host_issue", {})
+    return CheckpointHost(
+        units.us_to_s(float(issue.get("checkpoint_us", 0.0))),
+        units.us_to_s(float(issue.get("replayed_op_us", 0.0))),
+    )
+
+
+def checkpoint_host_before_s(cfg: LayerConfig, p: Prediction, host: CheckpointHost) -> dict[int, float]:
+    """The checkpoints' extra host seconds by the op they delay (`host_pipeline_s`): the
+    regions' set-up where the backward starts (it replays them first), and each replayed op's
+    own excess before that op."""
+    before = {p.num_forward_ops + i: host.per_replayed_op_s for i in range(p.num_recompute_ops)}
+    before[p.num_forward_ops] = (
+        before.get(p.num_forward_ops, 0.0) + checkpoint_regions(cfg) * host.per_checkpoint_s
+    )
+    return before
 
 
 STANDIN_COPY = "standin_copy"
@@ -123,6 +150,8 @@ class Prediction:
     num_ops: int
     by_kind_s: dict[str, float]
     op_s: list[float]  # every op's device seconds in issue order: forward, recompute, backward
+    num_forward_ops: int = 0  # op_s[num_forward_ops] is the first op after the forward
+    num_recompute_ops: int = 0  # then the recompute's ops, then the backward's
 
 
 def predict_config(cfg: LayerConfig, hw: HardwareProfile) -> Prediction:
@@ -142,7 +171,7 @@ def predict_config(cfg: LayerConfig, hw: HardwareProfile) -> Prediction:
         kind = check_kind(op)
         by_kind[kind] = by_kind.get(kind, 0.0) + seconds
         op_s.append(seconds)
-    return Prediction(fwd, fwd + bwd + rec, len(op_s), by_kind, op_s)
+    return Prediction(fwd, fwd + bwd + rec, len(op_s), by_kind, op_s, len(forward), len(recompute))
 
 
 def host_per_op_s(hw: HardwareProfile) -> float:
@@ -162,14 +191,24 @@ def compare(run: LayerRun, hw: HardwareProfile) -> list[LayerCheck]:
     run cannot beat however fast its kernels, and the time with the host's issue
     (`host_pipeline_s`) that marks a run host-bound."""
     overhead_s = host_per_op_s(hw)
+    checkpoint = checkpoint_host(hw)
     checks = []
     for timing in run.timings:
         if timing.layer_mode is None:  # the run's mode, so every check names its own
             timing = replace(timing, layer_mode=run.layer_mode)
-        p = predict_config(timing.layer_config(run.dropout_prob), hw)
-        with_host_s = host_pipeline_s(p.op_s, overhead_s) if overhead_s else 0.0
+        cfg = timing.layer_config(run.dropout_prob)
+        p = predict_config(cfg, hw)
+        before = checkpoint_host_before_s(cfg, p, checkpoint)
+        with_host_s = host_pipeline_s(p.op_s, overhead_s, before) if overhead_s else 0.0
         checks.append(
-            LayerCheck(timing, p.forward_s, p.total_s, p.num_ops * overhead_s, p.by_kind_s, with_host_s)
+            LayerCheck(
+                timing,
+                p.forward_s,
+                p.total_s,
+                p.num_ops * overhead_s + sum(before.values()),
+                p.by_kind_s,
+                with_host_s,
+            )
         )
     return checks
 

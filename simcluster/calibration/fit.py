@@ -56,6 +56,7 @@ from typing import Any
 from simcluster import units
 from simcluster.calibration.datasheets import datasheet_for
 from simcluster.calibration.device_envelope import device_envelope
+from simcluster.calibration.eager_traffic import EAGER_TRAFFIC, roofline_points
 from simcluster.calibration.records import ElementwiseRecord, GemmRecord, Measurements, recorded_op_kind
 
 MIN_BUSY_FRACTION = 0.25
@@ -130,7 +131,9 @@ def modern_elementwise(meas: Measurements) -> dict[str, list[ElementwiseRecord]]
 def elementwise_points_by_op(meas: Measurements) -> dict[str, list[list[float]]]:
     """kind -> (bytes, effective GB/s) per octave of bytes over that kind's sites, pooled as
     in `elementwise_points`, with the modern kinds of the measurement's mode
-    (`modern_elementwise`). Records without an op (older measurements) are left out."""
+    (`modern_elementwise`). Records without an op (older measurements) are left out. On a
+    GPU in eager mode, the eager RMSNorm / RoPE / SwiGLU kinds no record measured are priced
+    at the roofline of the bytes their eager kernels move (`eager_traffic`)."""
     by_kind: dict[str, list[ElementwiseRecord]] = defaultdict(list)
     for e in meas.elementwise:
         if e.op:
@@ -138,7 +141,15 @@ def elementwise_points_by_op(meas: Measurements) -> dict[str, list[list[float]]]
     for kind, records in modern_elementwise(meas).items():
         by_kind[kind] += records
     curves = {kind: _pooled_points(by_kind[kind], meas.launch_s, _is_gpu(meas)) for kind in sorted(by_kind)}
-    return {kind: points for kind, points in curves.items() if points}
+    measured = {kind: points for kind, points in curves.items() if points}
+    if _eager_gpu(meas):  # the eager modern regions none timed
+        return {**measured, **roofline_points(copy_gb_per_s(meas), set(measured))}
+    return measured
+
+
+def _eager_gpu(meas: Measurements) -> bool:
+    """A GPU's eager sites: its unmeasured eager regions are priced by their traffic."""
+    return _is_gpu(meas) and meas.layer_mode == "eager"
 
 
 def _pooled_points(records: list[ElementwiseRecord], launch_s: float, envelope: bool) -> list[list[float]]:
@@ -252,10 +263,27 @@ def compute_section(meas: Measurements, gpu: dict[str, Any], gemm_tiles: list[An
             "elementwise_points_by_op": (
                 f"the same sites per kernel kind ({len(by_op)} kinds: "
                 "simcluster.costs.compute.elementwise_kind of the op each site was timed for), "
-                f"pooled per octave within a kind ({where})"
+                f"pooled per octave within a kind ({where})" + _roofline_note(meas, by_op)
             ),
         },
     }
+
+
+def _roofline_note(meas: Measurements, by_op: dict[str, list[list[float]]]) -> str:
+    """Which kinds of `by_op` no site measured: priced by their eager traffic's roofline."""
+    measured = _measured_kinds(meas)
+    placed = [kind for kind in EAGER_TRAFFIC if kind in by_op and kind not in measured]
+    if not placed or not _eager_gpu(meas):
+        return ""
+    return (
+        f"; not measured, at the roofline of their eager kernels' bytes (copy bandwidth / bytes "
+        f"ratio, simcluster.calibration.eager_traffic): {', '.join(placed)}"
+    )
+
+
+def _measured_kinds(meas: Measurements) -> set[str]:
+    kinds = {recorded_op_kind(e.op) for e in meas.elementwise if e.op}
+    return kinds | set(modern_elementwise(meas))
 
 
 def per_op_s(meas: Measurements) -> float:

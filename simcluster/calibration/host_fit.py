@@ -23,6 +23,23 @@ kernel is that declared assumption). Two measurements give it:
   in a GPU-bound case the host's wall time also holds its waits on the GPU (the caching
   allocator, a full launch queue), which are not issue time (the committed H100 Llama 3 8B
   t 1: 357 µs per op against 110-186 in the host-bound cases).
+
+The torch layer's recompute is `torch.utils.checkpoint(use_reentrant=False)`, one call per
+checkpointed region (`checkpoint_regions`), and it costs the host more than the ops it runs:
+each call sets up a frame and saved-tensor hooks, and in backward the first unpack replays
+the region under recomputation hooks (the RNG state restored; a Python pack hook per
+recomputed tensor, an unpack hook per saved one), so a replayed op costs more than its first
+run. The host's cost of a layer is then
+
+    priced_ops · per_op + checkpoints · per_checkpoint + replayed_ops · per_replayed_op
+
+and the microbench's tiny layers, timed at every recompute and kept run by run
+(`records.TinyLayerRecord`), measure all three (`CheckpointHost`, `checkpoint_host`):
+`per_op` from the runs without a checkpoint, the other two by least squares of the other
+runs' excess over `priced_ops · per_op` (selective and full recompute replay different
+numbers of ops through one checkpoint each, which tells them apart). Files written before the
+runs were kept hold only the median per op over every tiny run (the checkpoints' cost spread
+over all ops); they give no checkpoint terms.
 """
 
 from __future__ import annotations
@@ -35,6 +52,7 @@ from simcluster.calibration.named_layers import NAMED_LAYERS, dropout_of
 from simcluster.calibration.records import Measurements
 from simcluster.calibration.shapes import standin_ops
 from simcluster.config.choices import Recompute
+from simcluster.config.moe_choices import RecomputeModule
 from simcluster.workload.layer import layer_ops
 from simcluster.workload.layer_config import LayerConfig
 
@@ -117,9 +135,59 @@ def host_graph_per_op_s(doc: dict[str, Any]) -> float:
     return statistics.median(bound)
 
 
+def checkpoint_regions(cfg: LayerConfig) -> int:
+    """torch.utils.checkpoint calls the torch layer makes for `cfg` (profiler/layer/
+    transformer.py): the whole layer under full recompute, else one per checkpointed module
+    of selective recompute (the attention core, the MLP)."""
+    if cfg.recompute is Recompute.FULL:
+        return 1
+    return sum(cfg.recomputes(m) for m in (RecomputeModule.CORE_ATTN, RecomputeModule.MLP))
+
+
 def tiny_layer_per_op_s(meas: Measurements) -> float:
-    """Host seconds per priced op of the tiny layers the microbench timed (module docstring)."""
-    return meas.layer_overhead_s
+    """Host seconds per priced op of the tiny layers the microbench timed (module docstring):
+    the median over the runs without a checkpoint where the runs were kept, else the file's
+    median over every run."""
+    plain = [r.total_s / r.priced_ops for r in meas.tiny_layers if r.checkpoints == 0]
+    return statistics.median(plain) if plain else meas.layer_overhead_s
+
+
+@dataclass(frozen=True)
+class CheckpointHost:
+    """Host seconds torch.utils.checkpoint adds beyond the ops' own cost (module docstring)."""
+
+    per_checkpoint_s: float
+    per_replayed_op_s: float
+
+
+def checkpoint_host(meas: Measurements) -> CheckpointHost | None:
+    """Least squares (each term ≥ 0) of the tiny runs' excess over `priced_ops · per_op`
+    (`tiny_layer_per_op_s`) on their checkpoints and replayed ops; None where the runs were
+    not kept (older files) or none ran without, or none with, a checkpoint."""
+    per_op = tiny_layer_per_op_s(meas)
+    rows = [
+        (float(r.checkpoints), float(r.replayed_ops), r.total_s - r.priced_ops * per_op)
+        for r in meas.tiny_layers
+        if r.checkpoints > 0
+    ]
+    if not rows or not any(r.checkpoints == 0 for r in meas.tiny_layers):
+        return None
+    kk = sum(k * k for k, _, _ in rows)
+    rr = sum(r * r for _, r, _ in rows)
+    kr = sum(k * r for k, r, _ in rows)
+    ke = sum(k * e for k, _, e in rows)
+    re = sum(r * e for _, r, e in rows)
+    det = kk * rr - kr * kr
+    if det > 1e-12 * kk * rr:
+        per_checkpoint, per_replayed = (ke * rr - re * kr) / det, (re * kk - ke * kr) / det
+        if per_checkpoint >= 0 and per_replayed >= 0:
+            return CheckpointHost(per_checkpoint, per_replayed)
+    # one term alone (the other ≥ 0 failed, or the runs cannot tell them apart): the better fit
+    alone = [CheckpointHost(max(0.0, ke / kk), 0.0), CheckpointHost(0.0, max(0.0, re / rr) if rr else 0.0)]
+    return min(
+        alone,
+        key=lambda h: sum((e - k * h.per_checkpoint_s - r * h.per_replayed_op_s) ** 2 for k, r, e in rows),
+    )
 
 
 def host_section(meas: Measurements, host_graph: dict[str, Any] | None) -> tuple[float, str, dict[str, Any]]:
@@ -128,6 +196,10 @@ def host_section(meas: Measurements, host_graph: dict[str, Any] | None) -> tuple
     where = f"{meas.device.name}, {meas.device.date}, layer_mode {meas.layer_mode}"
     tiny_us = tiny_layer_per_op_s(meas) * 1e6
     detail: dict[str, Any] = {"tiny_layer_us_per_op": round(tiny_us, 2)}
+    checkpoint = checkpoint_host(meas)
+    if checkpoint is not None:  # read by check.checkpoint_host
+        detail["checkpoint_us"] = round(checkpoint.per_checkpoint_s * 1e6, 2)
+        detail["replayed_op_us"] = round(checkpoint.per_replayed_op_s * 1e6, 2)
     if host_graph is None:
         source = (
             "host seconds per priced op of this torch layer (simcluster.calibration.host_fit): "

@@ -177,6 +177,22 @@ class GroupedGemmRecord:
 
 
 @dataclass(frozen=True)
+class TinyLayerRecord:
+    """One tiny layer the microbench timed for the host's cost (`microbench.layer_overhead_s`):
+    its layout, recompute, the stand-in ops it prices (all, and those its recompute replays),
+    the torch.utils.checkpoint regions it runs (`host_fit.checkpoint_regions`) and its median
+    forward + backward seconds."""
+
+    tp: int
+    sequence_parallel: bool
+    recompute: str
+    priced_ops: int
+    replayed_ops: int
+    checkpoints: int
+    total_s: float
+
+
+@dataclass(frozen=True)
 class Measurements:
     """Everything one calibration run measured, with its provenance."""
 
@@ -203,6 +219,7 @@ class Measurements:
     modern: list[ModernKernelRecord] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # modern kernels this device cannot run, why
     grouped_gemms: list[GroupedGemmRecord] = field(default_factory=list)  # issue 18; [] in older files
+    tiny_layers: list[TinyLayerRecord] = field(default_factory=list)  # [] in older files (median only)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -222,6 +239,7 @@ class Measurements:
             ModernKernelRecord(**{**k, "dims": tuple(k["dims"])}) for k in data.get("modern", [])
         ]
         data["grouped_gemms"] = [GroupedGemmRecord(**g) for g in data.get("grouped_gemms", [])]
+        data["tiny_layers"] = [TinyLayerRecord(**r) for r in data.get("tiny_layers", [])]
         return Measurements(**data)
 
 

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from simcluster.calibration.eager_traffic import EAGER_TRAFFIC
 from simcluster.calibration.fit import elementwise_points, elementwise_points_by_op
 from simcluster.calibration.profile import build_profile, to_yaml
 from simcluster.calibration.records import ElementwiseRecord, Measurements, recorded_op_kind
@@ -43,9 +44,10 @@ def profile():
 
 
 def test_sites_pool_per_kind_and_records_without_an_op_only_feed_the_generic_curve() -> None:
-    """layernorm: 2 MiB / 4 µs; dropout: 1.5 MiB / 12 µs; generic: 5 MiB / 20 µs."""
+    """layernorm: 2 MiB / 4 µs; dropout: 1.5 MiB / 12 µs; generic: 5 MiB / 20 µs. (An eager
+    GPU file: the eager modern kinds no site measured are at their traffic's roofline.)"""
     by_op = elementwise_points_by_op(_measurements([], SITES))
-    assert sorted(by_op) == ["dropout", "layernorm"]
+    assert sorted(set(by_op) - set(EAGER_TRAFFIC)) == ["dropout", "layernorm"]
     assert by_op["layernorm"] == [
         [pytest.approx(MIB, rel=1e-3), pytest.approx(2 * MIB / 4e-6 / 1e9, rel=1e-3)]
     ]

@@ -5,7 +5,6 @@ records: `calibration.extra_kernels`, `calibrate --extra-kernels`."""
 from __future__ import annotations
 
 import json
-import statistics
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from simcluster.calibration.check import compare, summarize
+from simcluster.calibration.eager_traffic import EAGER_TRAFFIC
 from simcluster.calibration.extra_kernels import measure2_records, with_extra_kernels
 from simcluster.calibration.profile import build_profile
 from simcluster.calibration.records import LayerRun, Measurements
@@ -52,17 +52,21 @@ def test_an_eager_profile_gains_the_eager_kernels_curves(with_extra: HardwarePro
     folder's README: 247, 385, 1,016 by measure2.py's own byte counts at its times)."""
     curves = with_extra.compute.elementwise_points_by_op
     assert [curves[k][0][1] for k in ("rmsnorm", "rope", "swiglu")] == [250.5, 394.7, 1029.0]
-    assert "rmsnorm.bwd" not in curves  # measure2.py timed forwards only
+    # measure2.py timed forwards only: the backwards stay at their eager traffic's roofline
+    copy = with_extra.gpu.memory_bandwidth_gb_per_s * with_extra.compute.memory_bound_efficiency
+    for kind in ("rmsnorm.bwd", "rope.bwd", "swiglu.bwd"):
+        assert curves[kind][0][1] == pytest.approx(copy / EAGER_TRAFFIC[kind], rel=1e-3)
 
 
-def test_the_eager_modern_layers_come_closer_and_stay_fast(with_extra: HardwareProfile) -> None:
-    """14 eager modern layers (script run): median |error| 13.1 % -> 11.3 %, still fast: the
-    backward of RMSNorm, RoPE and SwiGLU is not measured eager, and the eager layer's layout
-    copies have no op of their own."""
+def test_the_eager_modern_layers_come_within_ten_percent(with_extra: HardwareProfile) -> None:
+    """14 eager modern layers (script run): median |error| 13.1 % -> 11.3 % with the measured
+    forwards, all fast; 1.3 %, worst 7.0 %, once the backwards are priced by the bytes their
+    eager kernels move (`calibration.eager_traffic`; RMSNorm / SwiGLU backward 15.7 / 14.2
+    times their op-graph bytes)."""
     run = LayerRun.from_json((DOCS / "h100-2026-11-26-script" / "modern_layers_eager.json").read_text())
-    checks = compare(run, with_extra)
-    assert summarize(checks).median_abs_error == pytest.approx(0.113, abs=0.003)
-    assert statistics.median(c.error for c in checks) < 0
+    summary = summarize(compare(run, with_extra))
+    assert summary.median_abs_error == pytest.approx(0.013, abs=0.003)
+    assert summary.max_abs_error <= 0.10
 
 
 def test_a_file_from_another_gpu_is_refused(eager: Measurements) -> None:

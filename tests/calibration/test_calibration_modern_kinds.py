@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from simcluster.calibration.check import compare
-from simcluster.calibration.fit import MODERN_KINDS, elementwise_points_by_op, measured_grid
+from simcluster.calibration.eager_traffic import roofline_points
+from simcluster.calibration.fit import MODERN_KINDS, copy_gb_per_s, elementwise_points_by_op, measured_grid
 from simcluster.calibration.profile import build_profile
 from simcluster.calibration.records import LayerRun, Measurements
 from simcluster.config.hardware import parse_hardware
@@ -38,9 +39,12 @@ def test_the_fused_file_gives_a_curve_per_modern_kind(fused: Measurements) -> No
 
 
 def test_records_of_the_other_mode_are_left_out(fused: Measurements) -> None:
-    """Fused records never price an eager profile (and a fused run's eager ones never a fused one)."""
+    """Fused records never price an eager profile (and a fused run's eager ones never a fused
+    one): an eager file without eager records prices these kinds at their eager traffic's
+    roofline (`eager_traffic`), not from the fused records."""
     as_eager = dataclasses.replace(fused, layer_mode="eager")
-    assert not KINDS & set(elementwise_points_by_op(as_eager))
+    by_op = elementwise_points_by_op(as_eager)
+    assert {kind: by_op[kind] for kind in KINDS} == roofline_points(copy_gb_per_s(as_eager), set())
 
 
 def test_the_fused_modern_layers_come_closer(fused: Measurements) -> None:

@@ -51,11 +51,13 @@ from typing import Any
 import torch
 
 from simcluster.calibration.grouped_shapes import GroupedShape, grouped_grid
+from simcluster.calibration.host_fit import checkpoint_regions
 from simcluster.calibration.records import (
     ElementwiseRecord,
     GemmRecord,
     GroupedGemmRecord,
     Measurements,
+    TinyLayerRecord,
     write_text_atomically,
 )
 from simcluster.calibration.shapes import (
@@ -228,7 +230,7 @@ def _run_calibration(
     _step(progress, f"square GEMM {size} bf16")
     peak_fp32 = _square_gemm(timer, ctx, size, torch.float32)
     _step(progress, f"square GEMM {size} fp32")
-    overhead_s = layer_overhead_s(dev, quick, run.mode, run.limit)
+    overhead_s, tiny_layers = layer_overhead_s(dev, quick, run.mode, run.limit)
     _step(progress, "tiny-layer overhead")
     run.before_kernel()
     attention_records = time_attention(timer, ctx, attention, progress)
@@ -263,6 +265,7 @@ def _run_calibration(
         peak_gemm=peak,
         peak_gemm_fp32=peak_fp32,
         layer_overhead_s=overhead_s,
+        tiny_layers=tiny_layers,
         gemms=gemms,
         elementwise=elementwise,
         attention=attention_records,
@@ -328,27 +331,34 @@ def _copy(timer: Timer, ctx: BuildContext, quick: bool) -> tuple[float, float]:
 
 def layer_overhead_s(
     dev: torch.device, quick: bool, mode: LayerMode = LayerMode.EAGER, limit: int | None = None
-) -> float:
-    """Seconds per op-graph op of real layers too small for their kernels to matter.
+) -> tuple[float, list[TinyLayerRecord]]:
+    """Seconds per op-graph op of real layers too small for their kernels to matter, and
+    the runs it is the median of.
 
     `OVERHEAD_SHAPE` forward + backward (t 1 and 8, SP off / on, every recompute) over the
     number of ops the simulator prices for it: the eager framework's cost per op (Python
-    autograd functions, graph recording, dispatch, views) on top of the bare launch.
+    autograd functions, graph recording, dispatch, views) on top of the bare launch. Each
+    run is kept with its torch.utils.checkpoint regions, so the fit can tell the per-op cost
+    from the checkpoint's own (`calibration.host_fit.checkpoint_host_s`).
     """
     timer = Timer(
         dev,
         TimingPolicy(warmup=3, min_repeats=10, max_repeats=10 if quick else 30, budget_s=0.05, max_buffers=1),
     )
     shape = OVERHEAD_SHAPE
-    per_op = []
+    runs = []
     combos = list(itertools.product((1, 8), (False, True), Recompute))
     for tp, sp, recompute in combos[:limit]:
         config = shape.config(tp, sp, recompute)
         spec = LayerSpec.from_layer_config(config, dropout_prob=DROPOUT_PROB)
         ops = layer_ops(config)
         num_ops = sum(len(standin_ops(seq, tp)) for seq in (ops.forward, ops.backward, ops.recompute))
-        per_op.append(time_layer(spec, timer, mode=mode).total_s / num_ops)
-    return statistics.median(per_op)
+        replayed = len(standin_ops(ops.recompute, tp))
+        total_s = time_layer(spec, timer, mode=mode).total_s
+        runs.append(
+            TinyLayerRecord(tp, sp, recompute.value, num_ops, replayed, checkpoint_regions(config), total_s)
+        )
+    return statistics.median(r.total_s / r.priced_ops for r in runs), runs
 
 
 def _peak_gemm_size(device_type: str, quick: bool) -> int:
