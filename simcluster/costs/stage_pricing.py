@@ -441,9 +441,10 @@ class StagePricing:
     def _send(
         self, scenario: Scenario, workload: Workload, src: int, step: int, layout: PricingLayout
     ) -> PricedTransfer | None:
-        """Rank `src`'s pipeline send to rank src + `step` (1: forward, -1: backward), each
-        chunk's message `Workload.message_bytes` of the hop it makes (virtual stage
-        c·pp + src to the one `step` away)."""
+        """Rank `src`'s pipeline send to rank src + `step` (1: forward, -1: backward): one
+        `p2p_bytes` message a hop, or with standalone MTP each chunk's message
+        `Workload.message_bytes` of the hop it makes (virtual stage c·pp + src to the one
+        `step` away), its shape sent first."""
         par = scenario.parallel
         if par.pp == 1:
             return None
@@ -455,6 +456,8 @@ class StagePricing:
             key = ("p2p", same, message, layout.tp, gather, shapes)
             return self._cached(key, lambda: p2p_seconds(self.hw, same, message, layout.tp, gather, shapes))
 
+        if not shapes:  # every hop one message (plan prices many layouts: the short way)
+            return PricedTransfer(not same, seconds_for(workload.p2p_bytes))
         hops = range(src, par.pp * par.vpp, par.pp)  # the rank's virtual stages, chunk by chunk
         chunk_seconds = tuple(seconds_for(workload.message_bytes(min(vs, vs + step))) for vs in hops)
         if len(set(chunk_seconds)) == 1:
