@@ -120,7 +120,9 @@ def _link(crosses_nodes: bool, stage: int, channel: str | None = None) -> Link:
 
 def _transfer(priced: PricedTransfer | None, stage: int) -> Transfer | None:
     """The engine's route for a priced message: the stage's link of its kind."""
-    return None if priced is None else Transfer(_link(priced.crosses_nodes, stage), priced.seconds)
+    if priced is None:
+        return None
+    return Transfer(_link(priced.crosses_nodes, stage), priced.seconds, priced.chunk_seconds)
 
 
 def build_plan(

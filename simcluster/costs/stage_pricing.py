@@ -167,6 +167,9 @@ class PricedTransfer:
 
     crosses_nodes: bool
     seconds: float
+    # a pipeline send whose chunks send messages of different sizes (standalone MTP,
+    # `Workload.message_bytes`): each chunk's seconds; `seconds` is then the least of them
+    chunk_seconds: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -406,8 +409,8 @@ class StagePricing:
         return PricedStage(
             stage=r,
             chunks=tuple(self.chunk(chunk, layout) for chunk in stage.chunks),
-            send_forward=self._send(scenario, workload, r, (r + 1) % par.pp, layout),
-            send_backward=self._send(scenario, workload, r, (r - 1) % par.pp, layout),
+            send_forward=self._send(scenario, workload, r, 1, layout),
+            send_backward=self._send(scenario, workload, r, -1, layout),
             grad_reduce=grad_reduce,
             tied_grad_reduce=self._tied(scenario, stage),
             optimizer_s=optimizer_s,
@@ -450,16 +453,30 @@ class StagePricing:
         return reduce, PricedGather(per_chunk, tr.overlap_param_gather, edp.crosses_nodes)
 
     def _send(
-        self, scenario: Scenario, workload: Workload, src: int, dst: int, layout: PricingLayout
+        self, scenario: Scenario, workload: Workload, src: int, step: int, layout: PricingLayout
     ) -> PricedTransfer | None:
+        """Rank `src`'s pipeline send to rank src + `step` (1: forward, -1: backward): one
+        `p2p_bytes` message a hop, or with standalone MTP each chunk's message
+        `Workload.message_bytes` of the hop it makes (virtual stage c·pp + src to the one
+        `step` away), its shape sent first."""
         par = scenario.parallel
         if par.pp == 1:
             return None
-        same = stages_share_node(scenario, self.hw, src, dst)
+        same = stages_share_node(scenario, self.hw, src, (src + step) % par.pp)
         gather = par.tp > 1 and not par.sequence_parallel
-        key = ("p2p", same, workload.p2p_bytes, layout.tp, gather)
-        seconds = self._cached(key, lambda: p2p_seconds(self.hw, same, workload.p2p_bytes, layout.tp, gather))
-        return PricedTransfer(not same, seconds)
+        shapes = workload.mtp_standalone
+
+        def seconds_for(message: float) -> float:
+            key = ("p2p", same, message, layout.tp, gather, shapes)
+            return self._cached(key, lambda: p2p_seconds(self.hw, same, message, layout.tp, gather, shapes))
+
+        if not shapes:  # every hop one message (plan prices many layouts: the short way)
+            return PricedTransfer(not same, seconds_for(workload.p2p_bytes))
+        hops = range(src, par.pp * par.vpp, par.pp)  # the rank's virtual stages, chunk by chunk
+        chunk_seconds = tuple(seconds_for(workload.message_bytes(min(vs, vs + step))) for vs in hops)
+        if len(set(chunk_seconds)) == 1:
+            return PricedTransfer(not same, chunk_seconds[0])
+        return PricedTransfer(not same, min(chunk_seconds), chunk_seconds)
 
     def _grad_reduce(self, group: GroupPlacement, gradient_bytes: float, distributed: bool) -> PricedTransfer:
         key = ("reduce", group, gradient_bytes, distributed)

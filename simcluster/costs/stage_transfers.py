@@ -20,14 +20,25 @@ MIN_BUCKET_PARAMS = 40_000_000  # Megatron's default DP bucket: max(40M, 1M · |
 BUCKET_PARAMS_PER_DP_RANK = 1_000_000  # (Megatron-LM training.py::resolve_ddp_bucket_size)
 
 
+SHAPE_MESSAGE_BYTES = 3 * 8
+"""A p2p tensor's shape [s, b, h] as three int64 (`_communicate_shapes`)."""
+
+
 def p2p_seconds(
-    hw: HardwareProfile, same_node: bool, message_bytes: float, tp: GroupPlacement, gather: bool
-) -> float:
+    hw: HardwareProfile, same_node: bool, message_bytes: float, tp: GroupPlacement, gather: bool,
+    exchanges_shapes: bool = False,
+) -> float:  # fmt: skip
     """One pipeline send: each rank sends its 1/t of the activation. Without SP (`gather`:
     t > 1 and no sequence parallelism) the receiver then all-gathers the t pieces over
     NVLink (Megatron-LM 2021's scatter/gather p2p, `megatron/p2p_communication.py`) before
-    the p2p call returns, so the message is delivered only after that all-gather."""
+    the p2p call returns, so the message is delivered only after that all-gather.
+    `exchanges_shapes` (standalone MTP: `config.mtp_standalone`, whose hops differ in size):
+    the tensor's shape goes first in a message of its own, awaited before the tensor's
+    (Megatron-core `P2PCommunicator._communicate` -> `_communicate_shapes`, Megatron-LM
+    @d98e8a64ddf34856e74b24714e3bedb2f5a39553 megatron/core/pipeline_parallel/p2p_communication.py)."""
     seconds = p2p_time_s(message_bytes, same_node, hw)
+    if exchanges_shapes:
+        seconds += p2p_time_s(SHAPE_MESSAGE_BYTES, same_node, hw)
     if gather:
         seconds += collective_time_s(CollectiveKind.ALL_GATHER, message_bytes * tp.num_ranks, tp, hw)
     return seconds

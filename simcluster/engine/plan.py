@@ -58,14 +58,24 @@ class TaskWork:
 @dataclass(frozen=True, slots=True, init=False)
 class Transfer:
     """A message or collective occupying `link` for `seconds` (FIFO on the link). `link`
-    may be given in the earlier string spelling (`"nvlink:3"`): it is parsed into a `Link`."""
+    may be given in the earlier string spelling (`"nvlink:3"`): it is parsed into a `Link`.
+    A pipeline send whose chunks send messages of different sizes (standalone MTP) gives
+    each chunk's seconds (`chunk_seconds`; `seconds` is then the least of them)."""
 
     link: Link
     seconds: float
+    chunk_seconds: tuple[float, ...] | None
 
-    def __init__(self, link: Link | str, seconds: float) -> None:
+    def __init__(
+        self, link: Link | str, seconds: float, chunk_seconds: tuple[float, ...] | None = None
+    ) -> None:
         object.__setattr__(self, "link", as_link(link))
         object.__setattr__(self, "seconds", seconds)
+        object.__setattr__(self, "chunk_seconds", chunk_seconds)
+
+    def seconds_by_chunk(self, num_chunks: int) -> tuple[float, ...]:
+        """The seconds of the send each chunk makes."""
+        return self.chunk_seconds or (self.seconds,) * num_chunks
 
 
 @dataclass(frozen=True, slots=True, init=False)

@@ -269,7 +269,9 @@ class _Run:
         forwards, backwards = tally.works(stage)
         unseen = {(phase, c) for phase in (True, False) for c in range(len(forwards))}
         pp_seen = False
-        routes = [(route.link.name, route.seconds) if route is not None else ("", 0.0)
+        # each route's link and the seconds of the send each chunk makes on it
+        chunks = len(stage.forward)
+        routes = [(route.link.name, route.seconds_by_chunk(chunks)) if route is not None else ("", ())
                   for route in (stage.send_forward, stage.send_backward)]  # fmt: skip
         route_links: list[LinkQueue | None] = [None, None]  # made on first use, as `link` does
         static, stored, transient = memory.static_bytes, memory.stored_bytes, memory.transient_bytes
@@ -358,7 +360,7 @@ class _Run:
                 if link is None:
                     name = routes[route][0]
                     link = route_links[route] = links.get(name) or self.link(name)
-                seconds = routes[route][1]
+                seconds = routes[route][1][producer.chunk]
                 free_s = link.free_at_s
                 end = (free_s if free_s > now else now) + seconds
                 link.free_at_s = end

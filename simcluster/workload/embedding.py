@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 
 from simcluster.config.choices import PositionEmbedding
-from simcluster.workload.layer import MASK_BYTES, LayerOps
+from simcluster.workload.layer import MASK_BYTES, LayerOps, norm_kernel
 from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.ops import CollectiveKind, GemmShape, Module, Op, Pass, collective, elementwise, gemm
 
@@ -78,7 +78,11 @@ def output_ops(cfg: LayerConfig, vocab_size: int) -> LayerOps:
     full = e * tokens * h
     loss_reduce = FP32_BYTES * tokens
     norm, head, ce = Module.LAYERNORM, Module.LOGITS, Module.CROSS_ENTROPY
-    forward: list[Op] = [elementwise("output.ln", 2 * e * region, e * region, module=norm, pass_=F)]
+    # the final norm is the model's `--normalization` (gpt_model.py `final_layernorm`: TENorm)
+    kernel = norm_kernel(cfg)
+    forward: list[Op] = [
+        elementwise("output.ln", 2 * e * region, e * region, module=norm, pass_=F, kernel=kernel)
+    ]
     if cfg.sequence_parallel:
         forward.append(collective("output.allgather", CollectiveKind.ALL_GATHER, full, module=head, pass_=F))
     forward.append(
@@ -106,5 +110,5 @@ def output_ops(cfg: LayerConfig, vocab_size: int) -> LayerOps:
         backward.append(collective("output.conj.bwd", kind, full, True, module=head, pass_=B))
     wgrad = GemmShape(m=vocab_rank, n=h, k=tokens, accumulate_fp32=True)
     backward.append(gemm("output.logits.wgrad", wgrad, module=head, pass_=W))
-    backward.append(elementwise("output.ln.bwd", 3 * e * region, module=norm, pass_=B))
+    backward.append(elementwise("output.ln.bwd", 3 * e * region, module=norm, pass_=B, kernel=kernel))
     return LayerOps(tuple(forward), tuple(backward), recompute=())

@@ -45,7 +45,7 @@ import functools
 from dataclasses import dataclass, replace
 
 from simcluster.config.choices import Recompute
-from simcluster.workload.layer import LayerOps
+from simcluster.workload.layer import LayerOps, norm_kernel
 from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.mla import FLASH_LSE_BYTES, MLAShape, mla_rank_gemms
 from simcluster.workload.moe_config import MLAConfig
@@ -135,9 +135,14 @@ def _gather(cfg: LayerConfig, name: str, width: int, module: Module, pass_: Pass
     return (collective(name, CollectiveKind.ALL_GATHER, full, module=module, pass_=pass_),)
 
 
-def _latent_norm(name: str, elements: float, e: int, saved: float) -> Op:
-    """A latent RMSNorm on the rank's shard: reads x, writes y."""
-    return elementwise(name, 2 * e * elements, saved, module=Module.LAYERNORM, pass_=Pass.FORWARD)
+def _latent_norm(cfg: LayerConfig, name: str, elements: float, saved: float) -> Op:
+    """A latent norm on the rank's shard: reads x, writes y. Megatron-core builds q_layernorm /
+    kv_layernorm with the model's `--normalization` (DeepSeek-V3: RMSNorm), so it runs the
+    model's norm kernel (`layer.norm_kernel`)."""
+    e = cfg.element_bytes
+    return elementwise(
+        name, 2 * e * elements, saved, module=Module.LAYERNORM, pass_=Pass.FORWARD, kernel=norm_kernel(cfg)
+    )
 
 
 def _up_proj_forward(cfg: LayerConfig, spec: MLALayerSpec, keep: bool) -> tuple[Op, ...]:
@@ -150,7 +155,7 @@ def _up_proj_forward(cfg: LayerConfig, spec: MLALayerSpec, keep: bool) -> tuple[
     ops: list[Op] = []
     if m.q_lora_rank:
         ops += [
-            _latent_norm("attn.q_up.ln", s.local * q_lora, s.e, s.local * q_lora * s.e),
+            _latent_norm(cfg, "attn.q_up.ln", s.local * q_lora, s.local * q_lora * s.e),
             *_gather(cfg, "attn.q_up.allgather", q_lora, Module.MLA_UP, Pass.FORWARD),
             gemm(
                 "attn.q_up",
@@ -166,7 +171,7 @@ def _up_proj_forward(cfg: LayerConfig, spec: MLALayerSpec, keep: bool) -> tuple[
             gemm("attn.q_proj", gemms["attn.q_proj"], module=Module.MLA_Q_PROJ, pass_=Pass.FORWARD),
         ]
     ops += [
-        _latent_norm("attn.kv_up.ln", s.local * m.kv_lora_rank, s.e, kv_combined),
+        _latent_norm(cfg, "attn.kv_up.ln", s.local * m.kv_lora_rank, kv_combined),
         *_gather(cfg, "attn.kv_up.allgather", m.kv_lora_rank, Module.MLA_UP, Pass.FORWARD),
         gemm(
             "attn.kv_up",
@@ -340,7 +345,11 @@ def _attention_backward(cfg: LayerConfig, spec: MLALayerSpec) -> tuple[Op, ...]:
         elementwise("attn.rope.bwd", _rope_bytes(cfg, spec), module=Module.ROPE, pass_=B),
         *_column_backward(cfg, "attn.kv_up", gemms["attn.kv_up"], m.kv_lora_rank, Module.MLA_UP),
         elementwise(
-            "attn.kv_up.ln.bwd", 3 * s.e * s.local * m.kv_lora_rank, module=Module.LAYERNORM, pass_=B
+            "attn.kv_up.ln.bwd",
+            3 * s.e * s.local * m.kv_lora_rank,
+            module=Module.LAYERNORM,
+            pass_=B,
+            kernel=norm_kernel(cfg),
         ),
     ]
     if cfg.sequence_parallel:
@@ -359,7 +368,11 @@ def _attention_backward(cfg: LayerConfig, spec: MLALayerSpec) -> tuple[Op, ...]:
         ops += [
             *_column_backward(cfg, "attn.q_up", gemms["attn.q_up"], m.q_lora_rank, Module.MLA_UP),
             elementwise(
-                "attn.q_up.ln.bwd", 3 * s.e * s.local * m.q_lora_rank, module=Module.LAYERNORM, pass_=B
+                "attn.q_up.ln.bwd",
+                3 * s.e * s.local * m.q_lora_rank,
+                module=Module.LAYERNORM,
+                pass_=B,
+                kernel=norm_kernel(cfg),
             ),
             *_down_backward("attn.q_down", gemms["attn.q_down"]),
         ]

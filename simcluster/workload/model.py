@@ -154,6 +154,30 @@ class Workload:
     def num_stages(self) -> int:
         return len(self.stages)
 
+    def message_bytes(self, earlier: int) -> float:
+        """Per rank, the pipeline message between virtual stage `earlier` and the next one:
+        the activation it sends forward and that activation's gradient coming back.
+        `p2p_bytes` on every hop but those after a standalone MTP stage (a layout's `m` not
+        on the loss stage): `MultiTokenPredictionBlock.forward` returns
+        `torch.cat(hidden_states_list, dim=0)`, the decoder's hidden states and each MTP
+        depth's, so each hop from the MTP stage to the loss stage carries
+        (1 + mtp_num_layers) · p2p_bytes (Megatron-LM @d98e8a64ddf34856e74b24714e3bedb2f5a39553,
+        megatron/core/transformer/multi_token_prediction.py; the loss stage splits it again,
+        `process_mtp_loss`: `torch.chunk(hidden_states, 1 + mtp_num_layers)`)."""
+        scenario = self.scenario
+        last = scenario.parallel.pp * scenario.parallel.vpp - 1
+        if self.mtp_standalone and scenario.mtp_virtual_stage <= earlier < last:
+            return (1 + scenario.model.mtp_num_layers) * self.p2p_bytes
+        return self.p2p_bytes
+
+    @property
+    def mtp_standalone(self) -> bool:
+        """MTP layers on a virtual stage before the loss stage (Megatron-core's
+        `mtp_standalone`, `PipelineParallelLayerLayout.validate_layer_layout`)."""
+        scenario = self.scenario
+        last = scenario.parallel.pp * scenario.parallel.vpp - 1
+        return bool(scenario.model.mtp_num_layers) and scenario.mtp_virtual_stage != last
+
 
 def layer_config(scenario: Scenario) -> LayerConfig:
     """The layer one rank runs. With context parallelism every rank holds s/c tokens of the

@@ -32,7 +32,7 @@ import functools
 from dataclasses import replace
 
 from simcluster.workload.embedding import embedding_ops, output_ops
-from simcluster.workload.layer import LayerOps
+from simcluster.workload.layer import LayerOps, norm_kernel
 from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.ops import CollectiveKind, GemmShape, Module, Op, Pass, collective, elementwise, gemm
 
@@ -44,13 +44,15 @@ def _prefixed(ops: tuple[Op, ...], prefix: str) -> tuple[Op, ...]:
 
 
 def _eh_proj(cfg: LayerConfig) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
-    """enorm, hnorm, eh_proj and its gathers (forward, backward)."""
+    """enorm, hnorm, eh_proj and its gathers (forward, backward). enorm and hnorm are built
+    with the model's `--normalization` (`MultiTokenPredictionLayer.__init__`: TENorm), so they
+    run the model's norm kernel (`layer.norm_kernel`)."""
     e, tokens, h, t = cfg.element_bytes, cfg.tokens, cfg.hidden_size, cfg.tp
     region = cfg.region_tokens * h
-    norm, proj = Module.LAYERNORM, Module.MTP_EH_PROJ
+    norm, proj, kernel = Module.LAYERNORM, Module.MTP_EH_PROJ, norm_kernel(cfg)
     forward: list[Op] = [
-        elementwise("mtp.enorm.ln", 2 * e * region, e * region, module=norm, pass_=F),
-        elementwise("mtp.hnorm.ln", 2 * e * region, e * region, module=norm, pass_=F),
+        elementwise("mtp.enorm.ln", 2 * e * region, e * region, module=norm, pass_=F, kernel=kernel),
+        elementwise("mtp.hnorm.ln", 2 * e * region, e * region, module=norm, pass_=F, kernel=kernel),
     ]
     if cfg.sequence_parallel:
         forward.append(
@@ -101,8 +103,8 @@ def _eh_proj(cfg: LayerConfig) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
             module=proj,
             pass_=W,
         ),
-        elementwise("mtp.enorm.ln.bwd", 3 * e * region, module=norm, pass_=B),
-        elementwise("mtp.hnorm.ln.bwd", 3 * e * region, module=norm, pass_=B),
+        elementwise("mtp.enorm.ln.bwd", 3 * e * region, module=norm, pass_=B, kernel=kernel),
+        elementwise("mtp.hnorm.ln.bwd", 3 * e * region, module=norm, pass_=B, kernel=kernel),
     ]
     return tuple(forward), tuple(backward)
 

@@ -132,7 +132,10 @@ class _Run:
             forward = task.phase is Phase.FORWARD
             work = stage.forward[task.chunk] if forward else stage.backward[task.chunk]
             freed = 0.0 if forward else stage.forward[task.chunk].stored_bytes
-            out = [(str(route.link), route.seconds, key, label) for route, key, label in sends[position]]
+            out = [
+                (str(route.link), route.seconds_by_chunk(len(stage.forward))[label.chunk], key, label)
+                for route, key, label in sends[position]
+            ]
             reduce_chunk = position in last_backward_of_chunk
             gate = position in first_forward_of_chunk
             steps.append((task, waits[position], forward, work, freed, out, reduce_chunk, gate))
