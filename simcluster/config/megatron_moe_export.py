@@ -30,6 +30,20 @@ def _moe_flags(model: ModelSpec) -> list[str]:
     if moe.capacity_factor is not None:
         flags += ["--moe-expert-capacity-factor", repr(moe.capacity_factor)]
     flags += ["--moe-router-score-function", moe.router_score.value]
+    # Megatron's add_bias_linear (default True) gives both the router and the experts biases
+    if moe.router_bias != moe.expert_bias:
+        raise ConfigError(
+            SOURCE,
+            [
+                f"model.moe.router_bias: value {str(moe.router_bias).lower()} with expert_bias "
+                f"{str(moe.expert_bias).lower()} has no Megatron flags: --disable-bias-linear drops "
+                "both (add_bias_linear); allowed: both true or both false"
+            ],
+        )
+    if not moe.expert_bias:
+        flags.append("--disable-bias-linear")
+    if moe.activation_func_clamp_value is not None:
+        flags += ["--activation-func-clamp-value", repr(moe.activation_func_clamp_value)]
     return flags
 
 

@@ -81,6 +81,22 @@ class MoESpec(StrictModel):
         default=1.0, ge=1.0, description="the busiest expert rank's routed tokens over the mean"
     )
     router_score: RouterScore = RouterScore.SOFTMAX
+    router_bias: bool = Field(
+        default=False,
+        description="the router's bias (Megatron add_bias_linear on router.py TopKRouter; gpt-oss)",
+    )
+    expert_bias: bool = Field(
+        default=False,
+        description="the routed experts' fc1 / fc2 biases (Megatron add_bias_linear on "
+        "TEGroupedMLP; gpt-oss): fc2's bias is added per local expert in eager PyTorch "
+        "(docs/moe.md, 'gpt-oss layer')",
+    )
+    activation_func_clamp_value: float | None = Field(
+        default=None,
+        gt=0,
+        description="Megatron-core TransformerConfig.activation_func_clamp_value on the experts' GLU "
+        "(gpt-oss 7.0): eager clamp and concatenation kernels before the fused GLU; null = none",
+    )
 
 
 class MLASpec(StrictModel):

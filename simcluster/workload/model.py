@@ -379,7 +379,9 @@ def _stage_params(
     )
     # without an MLP: fc1 and its bias vanish, fc2's replicated bias (h) too
     attention_only = layer_params_per_rank(h, 0, par.tp, query_width=q, kv_width=kv, normalization=norm) - h
-    experts = expert_static_memory(m.hidden_size, spec.moe, spec.layout, True, distributed, False, grad_bytes)
+    experts = expert_static_memory(
+        m.hidden_size, spec.moe, spec.layout, True, distributed, spec.moe.expert_bias, grad_bytes
+    )
     dense = params - moe_layers * (full - attention_only - experts.dense_params_per_rank)
     routed = moe_layers * experts.expert_params_per_rank
     a = memory.static_memory(dense, par.dp * par.cp, distributed, grad_bytes)

@@ -59,6 +59,8 @@ class Module(enum.Enum):
     MOE_SORT_CHUNKS = "sort_chunks"  # received rows sorted by local expert, and back
     EXPERT_FC1 = "expert_fc1"  # the routed experts' grouped fc1 (TE GroupedLinear); their
     EXPERT_FC2 = "expert_fc2"  # weighted SwiGLU is a SWIGLU kernel; the grouped fc2
+    GLU_CLAMP = "glu_clamp"  # gpt-oss: the eager clamps of the experts' GLU input (and their cat)
+    EXPERT_BIAS = "expert_bias"  # gpt-oss: the experts' fc2 bias, added per local expert in eager PyTorch
     MOE_UNPERMUTE = "unpermute"  # the combine's all-to-all and the scatter-add back to [T, h]
     SHARED_FC1 = "shared_fc1"  # the shared experts' fc1 (tensor-parallel like the dense MLP)
     SHARED_FC2 = "shared_fc2"  # the shared experts' fc2
