@@ -77,6 +77,7 @@ KEY_FLAGS: dict[str, tuple[str, ...]] = {
     "model.mtp_num_layers": ("mtp-num-layers",),
     "model.window_size": ("window-size",),
     "model.window_attn_skip_freq": ("window-attn-skip-freq",),
+    "model.softmax_type": ("softmax-type",),
     "parallel.ep": ("expert-model-parallel-size",),
     "parallel.etp": ("expert-tensor-parallel-size",),
     "training.moe_token_dispatcher": ("moe-token-dispatcher-type", "moe-enable-deepep"),

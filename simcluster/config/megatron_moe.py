@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from simcluster.config.choices import SoftmaxType
 from simcluster.config.megatron_cmdline import FlagReader
 from simcluster.config.megatron_pattern import (
     PatternError,
@@ -216,6 +217,10 @@ def read_moe_and_attention(
     if mtp := read.integer("mtp-num-layers"):
         model["mtp_num_layers"] = mtp
     _window(read, model, notes)
+    # TransformerConfig.softmax_type (Megatron-LM @d98e8a64 ArgumentGroupFactory: --softmax-type)
+    softmax = read.choice("softmax-type", {choice.value: choice.value for choice in SoftmaxType})
+    if softmax not in (None, SoftmaxType.VANILLA.value):
+        model["softmax_type"] = softmax
 
 
 def read_moe_parallel(read: FlagReader, parallel: dict[str, Any]) -> None:

@@ -9,6 +9,7 @@ has no flag (the router decides it in a real run): it is not exported and import
 
 from __future__ import annotations
 
+from simcluster.config.choices import SoftmaxType
 from simcluster.config.errors import ConfigError
 from simcluster.config.megatron_flags import SOURCE
 from simcluster.config.moe_choices import TokenDispatcher
@@ -66,6 +67,8 @@ def moe_and_attention_flags(model: ModelSpec) -> list[str]:
         flags += ["--window-size", f"{model.window_size},0"]  # TE's (left, right): causal
     if model.window_attn_skip_freq is not None:
         flags += ["--window-attn-skip-freq", str(model.window_attn_skip_freq)]
+    if model.softmax_type is not SoftmaxType.VANILLA:
+        flags += ["--softmax-type", model.softmax_type.value]
     return flags
 
 

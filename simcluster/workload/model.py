@@ -185,6 +185,7 @@ def layer_config(scenario: Scenario) -> LayerConfig:
         attention_kernel=tr.attention_kernel,
         recompute_modules=None if tr.recompute_modules is None else frozenset(tr.recompute_modules),
         kv_channels=m.kv_channels,
+        softmax_type=m.softmax_type,
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from simcluster.config.choices import AttentionKernel
+from simcluster.config.choices import AttentionKernel, SoftmaxType
 
 
 class OpKind(enum.Enum):
@@ -170,6 +170,9 @@ class AttentionShape:
     # out of the repr so that a shape without a window reads (and digests,
     # tests/workload/room_ops_golden.py) as it did before windows existed.
     window_size: int | None = field(default=None, repr=False)
+    # Megatron --softmax-type: a non-vanilla softmax (gpt-oss's learned sinks) runs in TE's cuDNN
+    # fused attention, priced at the head dim's rates (`costs.compute`); out of the repr as above.
+    softmax_type: SoftmaxType = field(default=SoftmaxType.VANILLA, repr=False)
 
     def __post_init__(self) -> None:
         if self.window_size is not None and (not self.causal or self.seq_q != self.seq_k):
