@@ -79,6 +79,18 @@ class AttentionBackend(str, enum.Enum):
     FLASH = "flash"
 
 
+class SoftmaxType(str, enum.Enum):
+    """Megatron-core `TransformerConfig.softmax_type` (`--softmax-type`): vanilla, off-by-one
+    (a fixed 0 logit in the denominator) or learnable (a learned logit per head: gpt-oss's
+    attention sinks). Transformer Engine runs a non-vanilla softmax only in its cuDNN fused
+    attention (FlashAttention takes no softmax offset), priced at the layer's head dim where
+    the profile has cuDNN's head-dim rates (`costs.compute.flash_attention_flop_per_s`)."""
+
+    VANILLA = "vanilla"
+    OFF_BY_ONE = "off-by-one"
+    LEARNABLE = "learnable"
+
+
 class AttentionKernel(str, enum.Enum):
     """Which fused-attention kernels run `attention_backend: flash` (docs/cost_model.md): auto is
     the kernel Transformer Engine's DotProductAttention picks by default (cuDNN fused

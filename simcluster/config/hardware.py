@@ -327,6 +327,13 @@ class ComputeModel(HostIssueModel):
         description="(sequence length, causal TFLOP/s over non-causal TFLOP/s) at the same "
         "length: a causal kernel does half the FLOPs but not at the same rate",
     )
+    flash_attention_head_dim_ratio: dict[int, list[tuple[float, float, float, float]]] | None = Field(
+        default=None,
+        description="per head dim, (sequence length, forward, causal forward, backward) rate of "
+        "cuDNN's fused attention at that head dim over its rate at head dim 128, applied to the "
+        "flash_attention_* rates of a layer with a non-vanilla model.softmax_type (TE's cuDNN-only "
+        "path); absent = the head-dim-128 rates at every head dim",
+    )
     flash_attn_2: AttentionRates | None = Field(
         default=None,
         description="Dao's FlashAttention-2 kernels' rates (scenario `training.attention_kernel: "

@@ -69,6 +69,7 @@ KEY_FLAGS: dict[str, tuple[str, ...]] = {
     "model.moe": (
         "num-experts", "moe-router-topk", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size",
         "moe-layer-freq", "moe-expert-capacity-factor", "moe-router-score-function",
+        "disable-bias-linear", "activation-func-clamp-value",
     ),
     "model.kv_channels": ("kv-channels",),
     "model.mla": ("multi-latent-attention", "q-lora-rank", "kv-lora-rank", "qk-head-dim",
@@ -76,6 +77,7 @@ KEY_FLAGS: dict[str, tuple[str, ...]] = {
     "model.mtp_num_layers": ("mtp-num-layers",),
     "model.window_size": ("window-size",),
     "model.window_attn_skip_freq": ("window-attn-skip-freq",),
+    "model.softmax_type": ("softmax-type",),
     "parallel.ep": ("expert-model-parallel-size",),
     "parallel.etp": ("expert-tensor-parallel-size",),
     "training.moe_token_dispatcher": ("moe-token-dispatcher-type", "moe-enable-deepep"),
@@ -131,7 +133,6 @@ IGNORED_PREFIXES = (
 
 # Known flags with no model in the simulator (always), and why.
 NOT_MODELLED = {
-    "disable-bias-linear": "bias-free linears (biases are modelled)",
     "overlap-p2p-comm": "overlapped pipeline p2p",
     "distribute-saved-activations": "distributed saved activations",
     "num-microbatches-with-partial-activation-checkpoints": "partial recompute (paper Appendix C)",

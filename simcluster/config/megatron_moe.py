@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from simcluster.config.choices import SoftmaxType
 from simcluster.config.megatron_cmdline import FlagReader
 from simcluster.config.megatron_pattern import (
     PatternError,
@@ -94,6 +95,10 @@ def _mixture_of_experts(
     if experts is None:
         if given := [f"--{flag}" for flag in MOE_MODEL_FLAGS if read.has(flag)]:
             notes.append(f"{' '.join(given)} without --num-experts: no effect (a dense model)")
+        if read.has("disable-bias-linear"):  # it sets the MoE biases only (`_gpt_oss_experts`)
+            demoted["disable-bias-linear"] = "bias-free dense linears (the dense layer's biases are modelled)"
+        if read.has("activation-func-clamp-value"):  # priced on the routed experts' GLU only
+            demoted["activation-func-clamp-value"] = "the dense MLP's GLU clamp"
         return
     topk = read.integer("moe-router-topk")
     if topk is None:
@@ -117,7 +122,24 @@ def _mixture_of_experts(
         demoted["moe-router-score-function"] = "the sqrtsoftplus router score (simulated as softmax)"
     elif (router := read.choice("moe-router-score-function", _ROUTER_SCORES)) not in (None, "softmax"):
         moe["router_score"] = router
+    _gpt_oss_experts(read, moe, notes)
     model["moe"] = moe
+
+
+def _gpt_oss_experts(read: FlagReader, moe: dict[str, Any], notes: list[str]) -> None:
+    """Megatron builds the router's and the experts' biases unless `--disable-bias-linear`
+    (`add_bias_linear`, default True: router.py `Router.__init__`, experts.py
+    `TEGroupedMLP`), and clamps the experts' GLU with `--activation-func-clamp-value`
+    (TransformerConfig `activation_func_clamp_value`, a flag of Megatron-LM's
+    `ArgumentGroupFactory(TransformerConfig)` @d98e8a64)."""
+    if not read.switch("disable-bias-linear"):
+        moe["router_bias"] = moe["expert_bias"] = True
+        notes.append(
+            "model.moe.router_bias, expert_bias = true: no --disable-bias-linear (Megatron's default "
+            "add_bias_linear builds the router's and the experts' biases)"
+        )
+    if (clamp := read.number("activation-func-clamp-value")) is not None:
+        moe["activation_func_clamp_value"] = clamp
 
 
 def _multi_latent_attention(read: FlagReader, model: dict[str, Any], notes: list[str]) -> None:
@@ -196,6 +218,10 @@ def read_moe_and_attention(
     if mtp := read.integer("mtp-num-layers"):
         model["mtp_num_layers"] = mtp
     _window(read, model, notes)
+    # TransformerConfig.softmax_type (Megatron-LM @d98e8a64 ArgumentGroupFactory: --softmax-type)
+    softmax = read.choice("softmax-type", {choice.value: choice.value for choice in SoftmaxType})
+    if softmax not in (None, SoftmaxType.VANILLA.value):
+        model["softmax_type"] = softmax
 
 
 def read_moe_parallel(read: FlagReader, parallel: dict[str, Any]) -> None:

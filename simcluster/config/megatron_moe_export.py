@@ -9,6 +9,7 @@ has no flag (the router decides it in a real run): it is not exported and import
 
 from __future__ import annotations
 
+from simcluster.config.choices import SoftmaxType
 from simcluster.config.errors import ConfigError
 from simcluster.config.megatron_flags import SOURCE
 from simcluster.config.moe_choices import FlexBackend, TokenDispatcher
@@ -30,6 +31,20 @@ def _moe_flags(model: ModelSpec) -> list[str]:
     if moe.capacity_factor is not None:
         flags += ["--moe-expert-capacity-factor", repr(moe.capacity_factor)]
     flags += ["--moe-router-score-function", moe.router_score.value]
+    # Megatron's add_bias_linear (default True) gives both the router and the experts biases
+    if moe.router_bias != moe.expert_bias:
+        raise ConfigError(
+            SOURCE,
+            [
+                f"model.moe.router_bias: value {str(moe.router_bias).lower()} with expert_bias "
+                f"{str(moe.expert_bias).lower()} has no Megatron flags: --disable-bias-linear drops "
+                "both (add_bias_linear); allowed: both true or both false"
+            ],
+        )
+    if not moe.expert_bias:
+        flags.append("--disable-bias-linear")
+    if moe.activation_func_clamp_value is not None:
+        flags += ["--activation-func-clamp-value", repr(moe.activation_func_clamp_value)]
     return flags
 
 
@@ -52,6 +67,8 @@ def moe_and_attention_flags(model: ModelSpec) -> list[str]:
         flags += ["--window-size", f"{model.window_size},0"]  # TE's (left, right): causal
     if model.window_attn_skip_freq is not None:
         flags += ["--window-attn-skip-freq", str(model.window_attn_skip_freq)]
+    if model.softmax_type is not SoftmaxType.VANILLA:
+        flags += ["--softmax-type", model.softmax_type.value]
     return flags
 
 

@@ -38,7 +38,11 @@ class MoEConfig:
     router, router.py `Router.__init__`) and `router_expert_bias` (DeepSeek-V3's
     auxiliary-loss-free balancing, `--moe-router-enable-expert-bias`: a per-expert bias added
     to sigmoid scores for the choice only, moe_utils.py `topk_routing_with_score_function`;
-    the softmax path does not read it)."""
+    the softmax path does not read it). `expert_bias` (gpt-oss: `add_bias_linear` on the
+    experts' TE GroupedLinears, experts.py `TEGroupedMLP`) and `activation_func_clamp_value`
+    (gpt-oss 7.0: Megatron-core `TransformerConfig.activation_func_clamp_value`, the clamp of
+    the GLU's two halves in fused_bias_geglu.py `weighted_bias_quick_geglu_impl`) are priced
+    by `workload.gptoss_experts`."""
 
     num_experts: int
     router_topk: int
@@ -53,6 +57,8 @@ class MoEConfig:
     router_group_topk: int | None = None
     router_bias: bool = False
     router_expert_bias: bool = False
+    expert_bias: bool = False
+    activation_func_clamp_value: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "router_score", RouterScore(self.router_score))
@@ -78,6 +84,12 @@ class MoEConfig:
             raise ValueError(
                 f"{owner}.pad_to_capacity=true is not allowed with capacity_factor=null: padding to "
                 "capacity needs a capacity factor"
+            )
+        if self.activation_func_clamp_value is not None and not self.activation_func_clamp_value > 0:
+            raise ValueError(
+                f"{owner}.activation_func_clamp_value={self.activation_func_clamp_value} is not "
+                "allowed: it must be > 0 (the GLU clamps its gate to <= v and its linear half to "
+                "[-v, v]), or null for no clamp"
             )
         if not self.load_imbalance >= 1.0:
             raise ValueError(

@@ -26,6 +26,7 @@ from simcluster.config.choices import (
     PositionEmbedding,
     Recompute,
     ScheduleKind,
+    SoftmaxType,
 )
 from simcluster.config.errors import ConfigError, describe_validation_error
 from simcluster.config.files import read_yaml
@@ -81,6 +82,22 @@ class MoESpec(StrictModel):
         default=1.0, ge=1.0, description="the busiest expert rank's routed tokens over the mean"
     )
     router_score: RouterScore = RouterScore.SOFTMAX
+    router_bias: bool = Field(
+        default=False,
+        description="the router's bias (Megatron add_bias_linear on router.py TopKRouter; gpt-oss)",
+    )
+    expert_bias: bool = Field(
+        default=False,
+        description="the routed experts' fc1 / fc2 biases (Megatron add_bias_linear on "
+        "TEGroupedMLP; gpt-oss): fc2's bias is added per local expert in eager PyTorch "
+        "(docs/moe.md, 'gpt-oss layer')",
+    )
+    activation_func_clamp_value: float | None = Field(
+        default=None,
+        gt=0,
+        description="Megatron-core TransformerConfig.activation_func_clamp_value on the experts' GLU "
+        "(gpt-oss 7.0): eager clamp and concatenation kernels before the fused GLU; null = none",
+    )
 
 
 class MLASpec(StrictModel):
@@ -150,6 +167,12 @@ class ModelSpec(StrictModel):
         default=None,
         gt=0,
         description="Megatron --window-attn-skip-freq N: every N-th layer (1-based) keeps full attention",
+    )
+    softmax_type: SoftmaxType = Field(
+        default=SoftmaxType.VANILLA,
+        description="Megatron --softmax-type: vanilla (default) | off-by-one | learnable (gpt-oss's "
+        "attention sinks): TE's cuDNN fused attention, priced at the layer's head dim where the "
+        "profile has cuDNN's head-dim rates (docs/moe.md, 'gpt-oss layer')",
     )
 
     @property
@@ -477,6 +500,16 @@ def attention_variant_problems(scenario: Scenario) -> list[str]:
             check_mla_attention(MLAConfig(**m.mla.model_dump()), m.num_attention_heads, m.num_query_groups)
         except ValueError as error:
             problems.append(str(error).replace("MLAConfig.", "model.mla."))
+    if m.softmax_type is not SoftmaxType.VANILLA and (
+        tr.attention_backend is not AttentionBackend.FLASH or tr.attention_kernel is not AttentionKernel.AUTO
+    ):
+        # TE dot_product_attention/utils.py get_attention_backend: FlashAttention and the unfused
+        # core take no softmax offset; only the cuDNN fused attention (TE's auto on Hopper+) runs it
+        problems.append(
+            f"model.softmax_type: value {m.softmax_type.value}: needs training.attention_backend flash "
+            f"with attention_kernel auto (TE's cuDNN fused attention; got {tr.attention_backend.value}, "
+            f"{tr.attention_kernel.value})"
+        )
     if m.window_attn_skip_freq is not None and m.window_size is None:
         problems.append(
             f"model.window_attn_skip_freq: value {m.window_attn_skip_freq}: needs model.window_size "

@@ -42,7 +42,9 @@ with FLOPs counted as flash-attention's benchmarks count them (`ops.AttentionSha
 causal half for a causal mask, backward 2.5 × forward) and the rates interpolated in
 log(s_k), the key length each query block walks (clamped to the measured range). The
 measured shapes (batch × s = 16k tokens, 16 heads) fill the GPU, so no wave term is
-applied; head dims other than 128 use the head-dim-128 rates. A sliding-window layer
+applied; head dims other than 128 use the head-dim-128 rates, except under a non-vanilla
+softmax (`model.softmax_type`, gpt-oss's sinks: TE's cuDNN path only), which takes cuDNN's
+head-dim ratio from the profile where it has one (`_cudnn_head_dim_ratio`). A sliding-window layer
 (`AttentionShape.window_size`) is priced on its band's FLOPs at the rates of w + 1 keys, the
 length each query block walks (not measured with a window: docs/moe.md, "kv_channels and
 sliding windows").
@@ -55,7 +57,7 @@ import math
 import numpy as np
 
 from simcluster import units
-from simcluster.config.choices import AttentionKernel, Dtype, Fp8Recipe
+from simcluster.config.choices import AttentionKernel, Dtype, Fp8Recipe, SoftmaxType
 from simcluster.config.hardware import GemmPoint, HardwareProfile
 from simcluster.workload.fp8 import fp8_bytes_per_element, quantized_bytes_per_element
 from simcluster.workload.ops import AttentionShape, GemmShape, Module, Op, Pass
@@ -299,7 +301,21 @@ def flash_attention_flop_per_s(shape: AttentionShape, hw: HardwareProfile) -> fl
     tflop_per_s = _interp_log(keys, bwd if shape.backward else fwd)
     if shape.causal:
         tflop_per_s *= _interp_log(keys, causal)
+    tflop_per_s *= _cudnn_head_dim_ratio(shape, hw)
     return units.tflop_per_s_to_flop_per_s(tflop_per_s)
+
+
+def _cudnn_head_dim_ratio(shape: AttentionShape, hw: HardwareProfile) -> float:
+    """cuDNN's rate at `shape.head_dim` over its head-dim-128 rate, for a non-vanilla softmax
+    (`model.softmax_type`: TE runs it in cuDNN's fused attention only) where the profile has the
+    head dim's row (`compute.flash_attention_head_dim_ratio`, interpolated in log keys like the
+    rates); 1 otherwise: the vanilla softmax keeps the head-dim-128 rates at every head dim."""
+    table = hw.compute.flash_attention_head_dim_ratio
+    if shape.softmax_type is SoftmaxType.VANILLA or table is None or shape.head_dim not in table:
+        return 1.0
+    rows = table[shape.head_dim]
+    column = 3 if shape.backward else (2 if shape.causal else 1)
+    return _interp_log(shape.keys_walked, [(row[0], row[column]) for row in rows])
 
 
 def attention_time_s(shape: AttentionShape, hw: HardwareProfile) -> float:

@@ -207,6 +207,9 @@ def _hybridep_collective(op: Op, backward: bool) -> int:
     return HYBRIDEP_DISPATCH if dispatch else HYBRIDEP_COMBINE
 
 
+_BEFORE_EXPERT_GLU = (Module.EXPERT_FC1, Module.EXPERT_FC2, Module.GLU_CLAMP)  # gpt-oss's clamp sits between
+
+
 def moe_op_kernels(ops: tuple[Op, ...], spec: MoELayerSpec, quantized: bool) -> tuple[int | None, ...]:
     """Launches per op of one pass of a MoE layer (module docstring), in order; None for an
     op outside the MoE block (the attention's, the shared experts', quantization's), which
@@ -228,7 +231,7 @@ def moe_op_kernels(ops: tuple[Op, ...], spec: MoELayerSpec, quantized: bool) -> 
         elif op.module in (Module.EXPERT_FC1, Module.EXPERT_FC2):
             experts_seen = True
             count = _expert_gemm(op, quantized) if op.kind is OpKind.GEMM else None
-        elif op.module is Module.SWIGLU and previous in (Module.EXPERT_FC1, Module.EXPERT_FC2):
+        elif op.module is Module.SWIGLU and previous in _BEFORE_EXPERT_GLU:
             count = WEIGHTED_GLU_BACKWARD if backward else WEIGHTED_GLU
         elif op.module is Module.MOE_SORT_CHUNKS:
             dispatch_side = experts_seen == backward

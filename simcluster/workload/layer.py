@@ -278,6 +278,7 @@ def flash_attention_shape(cfg: LayerConfig, backward: bool = False) -> Attention
         backward=backward,
         kernel=cfg.attention_kernel,
         window_size=cfg.window_size,
+        softmax_type=cfg.softmax_type,
     )
 
 

@@ -21,6 +21,7 @@ from simcluster.config.choices import (
     Normalization,
     PositionEmbedding,
     Recompute,
+    SoftmaxType,
 )
 from simcluster.config.layer_rules import (
     attention_kernel_allowed,
@@ -76,6 +77,7 @@ class LayerConfig:
 
     kv_channels: int | None = 0
     window_size: int | None = None
+    softmax_type: SoftmaxType = SoftmaxType.VANILLA  # Megatron --softmax-type (gpt-oss: learnable sinks)
 
     def __post_init__(self) -> None:
         object.__setattr__(

@@ -209,6 +209,7 @@ def layer_config(scenario: Scenario) -> LayerConfig:
         attention_kernel=tr.attention_kernel,
         recompute_modules=None if tr.recompute_modules is None else frozenset(tr.recompute_modules),
         kv_channels=m.kv_channels,
+        softmax_type=m.softmax_type,
     )
 
 
@@ -409,7 +410,9 @@ def _stage_params(
     )
     # without an MLP: fc1 and its bias vanish, fc2's replicated bias (h) too
     attention_only = layer_params_per_rank(h, 0, par.tp, query_width=q, kv_width=kv, normalization=norm) - h
-    experts = expert_static_memory(m.hidden_size, spec.moe, spec.layout, True, distributed, False, grad_bytes)
+    experts = expert_static_memory(
+        m.hidden_size, spec.moe, spec.layout, True, distributed, spec.moe.expert_bias, grad_bytes
+    )
     dense = params - moe_layers * (full - attention_only - experts.dense_params_per_rank)
     routed = moe_layers * experts.expert_params_per_rank
     a = memory.static_memory(dense, par.dp * par.cp, distributed, grad_bytes)

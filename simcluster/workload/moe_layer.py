@@ -44,6 +44,12 @@ from dataclasses import dataclass, replace
 from simcluster.config.choices import Recompute
 from simcluster.config.moe_choices import FlexBackend, RecomputeModule, TokenDispatcher
 from simcluster.workload.fp8 import amax_pass_ops, moe_fp8_saved_forward
+from simcluster.workload.gptoss_experts import (
+    expert_bias_backward_ops,
+    expert_bias_forward_ops,
+    glu_clamp_backward_ops,
+    glu_clamp_forward_ops,
+)
 from simcluster.workload.layer import LayerOps
 from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.moe import (
@@ -443,11 +449,14 @@ def moe_mlp_ops(cfg: LayerConfig, spec: MoELayerSpec) -> tuple[tuple[Op, ...], t
     dispatch = _dispatch_ops(cfg, spec, rows, saved.permute)
     topk_bytes = T * E * e + T * k * (e + INDEX_BYTES) + T * E * (e + 1)  # logits in; probs, indices, map out
     shared_forward, shared_backward = _shared_ops(cfg, spec)
+    clamp = moe.activation_func_clamp_value is not None  # gpt-oss (`workload.gptoss_experts`)
+    m_local = fc1.batch
     forward = (
         gemm("moe.router", GemmShape(m=T, n=E, k=h), region_in, module=Module.ROUTER, pass_=F),
         elementwise("moe.router_topk", topk_bytes, saved.router, module=Module.ROUTER_TOPK, pass_=F),
         *dispatch.forward_before,
         *_expert_gemm_ops("moe.experts.fc1", fc1, grouped, Module.EXPERT_FC1, F, re * e * h),
+        *(glu_clamp_forward_ops(e, re, f) if clamp else ()),
         elementwise(
             "moe.experts.swiglu",
             3 * e * re * f + re * e,
@@ -456,6 +465,7 @@ def moe_mlp_ops(cfg: LayerConfig, spec: MoELayerSpec) -> tuple[tuple[Op, ...], t
             pass_=F,
         ),  # fmt: skip
         *_expert_gemm_ops("moe.experts.fc2", fc2, grouped, Module.EXPERT_FC2, F, re * e * f),
+        *(expert_bias_forward_ops(e, re, h, fc1.batch) if moe.expert_bias else ()),
         *dispatch.forward_after,
         *shared_forward,
     )
@@ -463,6 +473,7 @@ def moe_mlp_ops(cfg: LayerConfig, spec: MoELayerSpec) -> tuple[tuple[Op, ...], t
     backward = (
         *shared_backward,
         *dispatch.backward_before,
+        *(expert_bias_backward_ops(e, re, h, m_local) if moe.expert_bias else ()),
         *_expert_gemm_ops(
             "moe.experts.fc2.dgrad", GemmShape(m=m, n=f, k=h, batch=local), grouped, Module.EXPERT_FC2, B
         ),
@@ -474,6 +485,7 @@ def moe_mlp_ops(cfg: LayerConfig, spec: MoELayerSpec) -> tuple[tuple[Op, ...], t
             W,
         ),  # fmt: skip
         elementwise("moe.experts.swiglu.bwd", 5 * e * re * f + 2 * re * e, module=Module.SWIGLU, pass_=B),
+        *(glu_clamp_backward_ops(e, re, f) if clamp else ()),
         *_expert_gemm_ops(
             "moe.experts.fc1.dgrad", GemmShape(m=m, n=h, k=fc1.n, batch=local), grouped, Module.EXPERT_FC1, B
         ),
@@ -548,7 +560,7 @@ def _pre_mlp_norm(dense_forward: tuple[Op, ...]) -> Op:
     return next(op for op in reversed(dense_forward[:first]) if op.module is Module.LAYERNORM)
 
 
-_ACTIVATIONS = frozenset({Module.SWIGLU, Module.BIAS_GELU, Module.SQUARED_RELU})
+_ACTIVATIONS = frozenset({Module.SWIGLU, Module.BIAS_GELU, Module.SQUARED_RELU, Module.GLU_CLAMP})
 
 
 def _zero(op: Op) -> Op:
@@ -591,7 +603,8 @@ def moe_recompute_ops(
     rerun: list[Op] = []
     ops = list(forward)
     if cfg.recomputes(RecomputeModule.MOE_ACT):
-        ops = [_zero(op) if op.module is Module.EXPERT_FC2 else op for op in ops]
+        # the clamp runs inside the checkpointed bias_act_func: its saved cat goes too
+        ops = [_zero(op) if op.module in (Module.EXPERT_FC2, Module.GLU_CLAMP) else op for op in ops]
     if cfg.recomputes(RecomputeModule.SHARED_EXPERTS) and shared:
         ops[shared[0] : shared[-1] + 1] = [_zero(op) for op in shared_ops]
     if cfg.recomputes(RecomputeModule.MOE):

@@ -124,7 +124,10 @@ def moe_saved_bytes(
     fc2_in = 0.0 if RecomputeModule.MOE_ACT in recompute else f
     if RecomputeModule.MOE_ACT in recompute:
         act_out = 0
-    experts = re * e * (h + fc1 + act_out + fc2_in) + re * probs_bytes
+    # gpt-oss's clamped GLU saves the clamps' cat, [re, fc1], for the fused GLU's backward
+    # (`workload.gptoss_experts`), inside moe_act's checkpoint
+    clamped = fc1 if moe.activation_func_clamp_value is not None and not fc2_in == 0.0 else 0.0
+    experts = re * e * (h + fc1 + act_out + fc2_in + clamped) + re * probs_bytes
     shared = 0.0
     if moe.shared_expert_ffn_hidden_size and RecomputeModule.SHARED_EXPERTS not in recompute:
         s_shape = shared_expert_shape(h, moe, gated)

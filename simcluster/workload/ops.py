@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from simcluster.config.choices import AttentionKernel
+from simcluster.config.choices import AttentionKernel, SoftmaxType
 from simcluster.config.moe_choices import FlexBackend
 
 
@@ -60,6 +60,8 @@ class Module(enum.Enum):
     MOE_SORT_CHUNKS = "sort_chunks"  # received rows sorted by local expert, and back
     EXPERT_FC1 = "expert_fc1"  # the routed experts' grouped fc1 (TE GroupedLinear); their
     EXPERT_FC2 = "expert_fc2"  # weighted SwiGLU is a SWIGLU kernel; the grouped fc2
+    GLU_CLAMP = "glu_clamp"  # gpt-oss: the eager clamps of the experts' GLU input (and their cat)
+    EXPERT_BIAS = "expert_bias"  # gpt-oss: the experts' fc2 bias, added per local expert in eager PyTorch
     MOE_UNPERMUTE = "unpermute"  # the combine's all-to-all and the scatter-add back to [T, h]
     SHARED_FC1 = "shared_fc1"  # the shared experts' fc1 (tensor-parallel like the dense MLP)
     SHARED_FC2 = "shared_fc2"  # the shared experts' fc2
@@ -169,6 +171,9 @@ class AttentionShape:
     # out of the repr so that a shape without a window reads (and digests,
     # tests/workload/room_ops_golden.py) as it did before windows existed.
     window_size: int | None = field(default=None, repr=False)
+    # Megatron --softmax-type: a non-vanilla softmax (gpt-oss's learned sinks) runs in TE's cuDNN
+    # fused attention, priced at the head dim's rates (`costs.compute`); out of the repr as above.
+    softmax_type: SoftmaxType = field(default=SoftmaxType.VANILLA, repr=False)
 
     def __post_init__(self) -> None:
         if self.window_size is not None and (not self.causal or self.seq_q != self.seq_k):

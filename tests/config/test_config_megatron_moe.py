@@ -176,7 +176,9 @@ def test_megatron_defaults_fill_what_the_line_leaves_out():
     )
     imported = parse_megatron_args(line, "h100-sxm5-80gb")
     m, tr = imported.requested["model"], imported.requested["training"]
-    assert m["moe"] == {"num_experts": 4, "router_topk": 2, "ffn_hidden_size": 1024}
+    # no --disable-bias-linear: Megatron's add_bias_linear gives the router and experts biases
+    assert m["moe"] == {"num_experts": 4, "router_topk": 2, "ffn_hidden_size": 1024,
+                        "router_bias": True, "expert_bias": True}  # fmt: skip
     assert m["mla"] == {"q_lora_rank": None, "kv_lora_rank": 32, "qk_head_dim": 128,
                         "qk_pos_emb_head_dim": 64, "v_head_dim": 128}  # fmt: skip
     assert (tr["moe_token_dispatcher"], tr["moe_grouped_gemm"]) == ("allgather", False)
