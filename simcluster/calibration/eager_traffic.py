@@ -18,13 +18,11 @@ bound on the time: the forwards measured on the same H100
 
 from __future__ import annotations
 
-EAGER_TRAFFIC = {
-    "rmsnorm": 11.5,
-    "rmsnorm.bwd": 15.67,
-    "rope": 5.05,
-    "rope.bwd": 5.05,
-    "swiglu": 1.67,
-    "swiglu.bwd": 14.2,
+# (kind, forward ratio, backward ratio); the backward's curve is the kind's ".bwd" curve, as
+# the profile's elementwise kinds name it (config.hardware)
+_RATIOS = (("rmsnorm", 11.5, 15.67), ("rope", 5.05, 5.05), ("swiglu", 1.67, 14.2))
+EAGER_TRAFFIC = {kind: forward for kind, forward, _ in _RATIOS} | {
+    f"{kind}.bwd": backward for kind, _, backward in _RATIOS
 }
 """Kind -> bytes the eager region's kernels read and write / the op graph's bytes for it."""
 
