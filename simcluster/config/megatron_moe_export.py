@@ -36,7 +36,8 @@ def _moe_flags(model: ModelSpec) -> list[str]:
 def moe_and_attention_flags(model: ModelSpec) -> list[str]:
     """`--num-experts` and the MoE sizes, `--kv-channels`, `--multi-latent-attention` with
     every MLA size (`--q-lora-rank` left out when null: Megatron's default is no query
-    bottleneck), `--mtp-num-layers`, `--window-size w,0` and `--window-attn-skip-freq N`."""
+    bottleneck), `--mtp-num-layers`, `--window-size w,0`, `--window-attn-skip-freq N` and
+    `--qk-layernorm`."""
     flags = _moe_flags(model)
     if model.kv_channels is not None:
         flags += ["--kv-channels", str(model.kv_channels)]
@@ -52,6 +53,8 @@ def moe_and_attention_flags(model: ModelSpec) -> list[str]:
         flags += ["--window-size", f"{model.window_size},0"]  # TE's (left, right): causal
     if model.window_attn_skip_freq is not None:
         flags += ["--window-attn-skip-freq", str(model.window_attn_skip_freq)]
+    if model.qk_layernorm:
+        flags.append("--qk-layernorm")
     return flags
 
 

@@ -151,6 +151,11 @@ class ModelSpec(StrictModel):
         gt=0,
         description="Megatron --window-attn-skip-freq N: every N-th layer (1-based) keeps full attention",
     )
+    qk_layernorm: bool = Field(
+        default=False,
+        description="Megatron --qk-layernorm: a norm (the model's kind) over each query and key head "
+        "before RoPE (Qwen3); with MLA the latent norms are the MLA layer's own",
+    )
 
     @property
     def query_groups(self) -> int:
