@@ -253,9 +253,6 @@ def _rope(cfg: LayerConfig, name: str, pass_: Pass) -> tuple[Op, ...]:
     )
 
 
-QK_NORM_COPY_KERNEL = "copy"  # the key's `.contiguous()`: a plain copy, priced by the generic curve
-
-
 def _qk_norm(cfg: LayerConfig, pass_: Pass) -> tuple[Op, ...]:
     """`--qk-layernorm` (Qwen3): Megatron-core's `SelfAttention.get_query_key_value_tensors`
     (megatron/core/transformer/attention.py, Megatron-LM @d7288711ba278d160d2a5a22c099915c9fe1395c,
@@ -279,14 +276,15 @@ def _qk_norm(cfg: LayerConfig, pass_: Pass) -> tuple[Op, ...]:
     q, k = _slice_bytes(cfg, cfg.query_width), _slice_bytes(cfg, cfg.kv_width)
     kernel, norm = norm_kernel(cfg), Module.QK_NORM
     if pass_ is Pass.FORWARD:
+        # the copy is priced by the generic memory-bound curve (no profile kind of its own)
         return (
-            elementwise("attn.k_norm.copy", 2 * k, module=norm, pass_=pass_, kernel=QK_NORM_COPY_KERNEL),
-            elementwise("attn.q_norm", 2 * q, q, module=norm, pass_=pass_, kernel=kernel),
-            elementwise("attn.k_norm", 2 * k, k, module=norm, pass_=pass_, kernel=kernel),
+            elementwise("attn.key_copy", 2 * k, module=Module.KEY_COPY, pass_=pass_),
+            elementwise("attn.q.ln", 2 * q, q, module=norm, pass_=pass_, kernel=kernel),
+            elementwise("attn.k.ln", 2 * k, k, module=norm, pass_=pass_, kernel=kernel),
         )
     return (
-        elementwise("attn.q_norm.bwd", 3 * q, module=norm, pass_=pass_, kernel=kernel),
-        elementwise("attn.k_norm.bwd", 3 * k, module=norm, pass_=pass_, kernel=kernel),
+        elementwise("attn.q.ln.bwd", 3 * q, module=norm, pass_=pass_, kernel=kernel),
+        elementwise("attn.k.ln.bwd", 3 * k, module=norm, pass_=pass_, kernel=kernel),
     )
 
 

@@ -42,7 +42,7 @@ def test_off_by_default_and_the_qwen3_files_turn_it_on():
     Qwen3 scenarios set it, as Megatron-Bridge's Qwen3 MoE bridge does (`qk_layernorm = True`)."""
     plain = replace(QWEN, qk_layernorm=False)
     ops = layer_ops(plain)
-    assert not [op for op in ops.forward + ops.backward if op.module is Module.QK_NORM]
+    assert not [op for op in ops.forward + ops.backward if op.module in (Module.QK_NORM, Module.KEY_COPY)]
     assert layer_config(load_scenario(QWEN3_30B_FILE)).qk_layernorm
 
 
@@ -50,9 +50,9 @@ def test_norms_sit_between_qkv_and_rope_each_way():
     ops = layer_ops(QWEN)
     forward, backward = _names(ops.forward), _names(ops.backward)
     at = forward.index("attn.qkv")
-    assert forward[at + 1 : at + 5] == ["attn.k_norm.copy", "attn.q_norm", "attn.k_norm", "attn.rope"]
+    assert forward[at + 1 : at + 5] == ["attn.key_copy", "attn.q.ln", "attn.k.ln", "attn.rope"]
     at = backward.index("attn.rope.bwd")
-    assert backward[at + 1 : at + 3] == ["attn.q_norm.bwd", "attn.k_norm.bwd"]
+    assert backward[at + 1 : at + 3] == ["attn.q.ln.bwd", "attn.k.ln.bwd"]
     assert ops.backward[at + 3].module is Module.QKV  # then the QKV backward (SP: its all-gather)
 
 
@@ -61,10 +61,10 @@ def test_bytes_and_saved_inputs_follow_the_head_widths():
     keeps x; backward: x, dy in, dx out (3 per element). The saved bytes grow by q + k."""
     on, off = layer_ops(QWEN), layer_ops(replace(QWEN, qk_layernorm=False))
     ops = {op.name: op for op in on.forward + on.backward}
-    assert ops["attn.k_norm.copy"].bytes_moved == 2 * K and ops["attn.k_norm.copy"].saved_bytes == 0
-    assert (ops["attn.q_norm"].bytes_moved, ops["attn.q_norm"].saved_bytes) == (2 * Q, Q)
-    assert (ops["attn.k_norm"].bytes_moved, ops["attn.k_norm"].saved_bytes) == (2 * K, K)
-    assert ops["attn.q_norm.bwd"].bytes_moved == 3 * Q and ops["attn.k_norm.bwd"].bytes_moved == 3 * K
+    assert ops["attn.key_copy"].bytes_moved == 2 * K and ops["attn.key_copy"].saved_bytes == 0
+    assert (ops["attn.q.ln"].bytes_moved, ops["attn.q.ln"].saved_bytes) == (2 * Q, Q)
+    assert (ops["attn.k.ln"].bytes_moved, ops["attn.k.ln"].saved_bytes) == (2 * K, K)
+    assert ops["attn.q.ln.bwd"].bytes_moved == 3 * Q and ops["attn.k.ln.bwd"].bytes_moved == 3 * K
     assert on.saved_bytes - off.saved_bytes == pytest.approx(Q + K, rel=1e-12)
 
 
@@ -72,20 +72,21 @@ def test_norms_run_the_models_norm_kernel():
     """An RMSNorm model's QK-norm is priced by the "rmsnorm" curve, a LayerNorm model's by
     "layernorm"; the copy by the generic curve."""
     ops = {op.name: op for op in layer_ops(QWEN).forward + layer_ops(QWEN).backward}
-    assert elementwise_kind(ops["attn.q_norm"]) == "rmsnorm"
-    assert elementwise_kind(ops["attn.k_norm.bwd"]) == "rmsnorm.bwd"
-    assert elementwise_kind(ops["attn.k_norm.copy"]) == "copy"
+    assert elementwise_kind(ops["attn.q.ln"]) == "rmsnorm"
+    assert elementwise_kind(ops["attn.k.ln.bwd"]) == "rmsnorm.bwd"
+    assert elementwise_kind(ops["attn.key_copy"]) == "key_copy"
     layernorm = {
         op.name: op for op in layer_ops(replace(QWEN, normalization=Normalization.LAYERNORM)).forward
     }
-    assert elementwise_kind(layernorm["attn.q_norm"]) == "layernorm"
+    assert elementwise_kind(layernorm["attn.q.ln"]) == "layernorm"
 
 
 def test_full_recompute_keeps_nothing_of_them_and_reruns_them():
     ops = layer_ops(replace(QWEN, recompute=Recompute.FULL))
-    norms = [op for op in ops.forward if op.module is Module.QK_NORM]
+    norms = [op for op in ops.forward if op.module in (Module.QK_NORM, Module.KEY_COPY)]
     assert norms and all(op.saved_bytes == 0 for op in norms)
-    assert [op.name for op in ops.recompute if op.module is Module.QK_NORM] == [op.name for op in norms]
+    rerun = [op.name for op in ops.recompute if op.module in (Module.QK_NORM, Module.KEY_COPY)]
+    assert rerun == [op.name for op in norms]
 
 
 def test_host_issues_three_kernels_forward_and_two_backward():
