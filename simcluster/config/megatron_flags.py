@@ -78,6 +78,7 @@ KEY_FLAGS: dict[str, tuple[str, ...]] = {
     "model.window_size": ("window-size",),
     "model.window_attn_skip_freq": ("window-attn-skip-freq",),
     "model.softmax_type": ("softmax-type",),
+    "model.qk_layernorm": ("qk-layernorm",),
     "parallel.ep": ("expert-model-parallel-size",),
     "parallel.etp": ("expert-tensor-parallel-size",),
     "training.moe_token_dispatcher": ("moe-token-dispatcher-type", "moe-enable-deepep"),
@@ -170,7 +171,6 @@ NOT_MODELLED = {
     "moe-use-legacy-grouped-gemm": "the legacy grouped-GEMM kernels (priced as TE's)",
     "moe-router-force-load-balancing": "forced balanced routing (model.moe.load_imbalance 1.0 is the same)",
     "mla-down-proj-fusion": "the fused MLA down-projection",
-    "qk-layernorm": "the query / key layer norms",
     "cross-entropy-fusion-impl": (
         "the loss kernel (te saves the 16-bit logits, 2·s·b·V/t, instead of the fp32 softmax, "
         "4·s·b·V/t; priced as native)"
@@ -198,6 +198,7 @@ KEY_REASONS = {
     "model.mtp_num_layers": "multi-token prediction layers",
     "model.window_size": "sliding-window attention (full causal attention is priced)",
     "model.window_attn_skip_freq": "sliding-window attention (full causal attention is priced)",
+    "model.qk_layernorm": "the query / key norms",
     "training.recompute_modules": "recompute of modules other than core_attn (simulated as core_attn)",
     "training.moe_token_dispatcher": "the token dispatcher (simulated as alltoall)",
     "training.moe_flex_dispatcher_backend": "the flex dispatcher's backend",

@@ -209,8 +209,8 @@ def _window(read: FlagReader, model: dict[str, Any], notes: list[str]) -> None:
 def read_moe_and_attention(
     read: FlagReader, model: dict[str, Any], notes: list[str], demoted: dict[str, str]
 ) -> None:
-    """Add `moe`, `kv_channels`, `mla`, `mtp_num_layers`, `window_size` and
-    `window_attn_skip_freq` to `model` where the line sets them."""
+    """Add `moe`, `kv_channels`, `mla`, `mtp_num_layers`, `window_size`,
+    `window_attn_skip_freq` and `qk_layernorm` to `model` where the line sets them."""
     _mixture_of_experts(read, model, notes, demoted)
     if (kv_channels := read.integer("kv-channels")) is not None:
         model["kv_channels"] = kv_channels
@@ -222,6 +222,8 @@ def read_moe_and_attention(
     softmax = read.choice("softmax-type", {choice.value: choice.value for choice in SoftmaxType})
     if softmax not in (None, SoftmaxType.VANILLA.value):
         model["softmax_type"] = softmax
+    if read.switch("qk-layernorm"):
+        model["qk_layernorm"] = True
 
 
 def read_moe_parallel(read: FlagReader, parallel: dict[str, Any]) -> None:

@@ -51,7 +51,8 @@ def _moe_flags(model: ModelSpec) -> list[str]:
 def moe_and_attention_flags(model: ModelSpec) -> list[str]:
     """`--num-experts` and the MoE sizes, `--kv-channels`, `--multi-latent-attention` with
     every MLA size (`--q-lora-rank` left out when null: Megatron's default is no query
-    bottleneck), `--mtp-num-layers`, `--window-size w,0` and `--window-attn-skip-freq N`."""
+    bottleneck), `--mtp-num-layers`, `--window-size w,0`, `--window-attn-skip-freq N` and
+    `--qk-layernorm`."""
     flags = _moe_flags(model)
     if model.kv_channels is not None:
         flags += ["--kv-channels", str(model.kv_channels)]
@@ -69,6 +70,8 @@ def moe_and_attention_flags(model: ModelSpec) -> list[str]:
         flags += ["--window-attn-skip-freq", str(model.window_attn_skip_freq)]
     if model.softmax_type is not SoftmaxType.VANILLA:
         flags += ["--softmax-type", model.softmax_type.value]
+    if model.qk_layernorm:
+        flags.append("--qk-layernorm")
     return flags
 
 

@@ -174,6 +174,11 @@ class ModelSpec(StrictModel):
         "attention sinks): TE's cuDNN fused attention, priced at the layer's head dim where the "
         "profile has cuDNN's head-dim rates (docs/moe.md, 'gpt-oss layer')",
     )
+    qk_layernorm: bool = Field(
+        default=False,
+        description="Megatron --qk-layernorm: a norm (the model's kind) over each query and key head "
+        "before RoPE (Qwen3); with MLA the latent norms are the MLA layer's own",
+    )
 
     @property
     def query_groups(self) -> int:

@@ -50,6 +50,7 @@ from simcluster.costs.placement import ExpertGroups
 from simcluster.units import us_to_s
 from simcluster.workload.fp8 import (
     fp8_copies,
+    grouped_split_quantize_extra_kernels,
     is_te_linear_gemm,
     quantized_bytes_per_element,
     quantized_input_elements,
@@ -191,7 +192,10 @@ def _op_seconds(
     recipe: Fp8Recipe = Fp8Recipe.DELAYED, experts: ExpertGroups | None = None,
 ) -> float:  # fmt: skip
     """`op_time_s` with FP8's changes: an all-gather feeding a TE GEMM moves 1-byte
-    elements, and a TE fprop / dgrad GEMM includes its input's cast."""
+    elements, and a TE fprop / dgrad GEMM includes its input's cast; a grouped expert GEMM
+    also the launches of TE's per-expert split quantization the graph does not hold
+    (`workload.fp8.grouped_split_quantize_extra_kernels`), at the profile's kernel launch each
+    (the splits' bytes are the whole tensor's, already in the cast and amax ops)."""
     op = ops[index]
     if not dtype.quantized:
         return op_time_s(op, hw, tp, dtype, experts=experts)
@@ -202,6 +206,7 @@ def _op_seconds(
     seconds = op_time_s(op, hw, tp, dtype, recipe, experts)
     if is_te_linear_gemm(op):
         seconds += fp8_cast_s(ops, index, hw, tp, recipe, dtype)
+        seconds += grouped_split_quantize_extra_kernels(op, dtype, recipe) * hw.kernel_launch_s
     return seconds
 
 

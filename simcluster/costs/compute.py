@@ -108,6 +108,7 @@ KERNEL_KINDS = {
     Module.EMBEDDING: "lookup",
     Module.EMBEDDING_DROPOUT: "dropout",
     Module.ATTENTION_DROPOUT: "dropout",
+    Module.QK_NORM: "layernorm",  # a LayerNorm over the heads (an RMSNorm names "rmsnorm")
 }
 """Modules whose element-wise kernel is not named by the module's value: both dropouts are
 one kernel kind, the embedding's forward is its row lookup."""

@@ -282,3 +282,52 @@ def current_scaling_ops(
             out += quantize + moved
         out.append(op)
     return tuple(out)
+
+
+# --- TE GroupedLinear's per-expert quantization (MoE experts with --moe-grouped-gemm) --------
+CURRENT_SCALING_SPLIT_KERNELS = 4
+"""Kernels `Float8CurrentScalingQuantizer::quantize_impl` launches per tensor
+(pytorch/csrc/quantizer.cpp, TransformerEngine @71bbefbf153418f943640df0f7373625dc93fa46):
+`nvte_compute_amax_with_config` (a one-thread `zero_amax_kernel`, then the amax reduction:
+common/recipe/current_scaling.cu `launch_amax_kernel`), `nvte_compute_scale_from_amax` (one
+thread) and `nvte_quantize_v2` (the cast, with its transpose where one is written)."""
+BLOCK_SCALED_SPLIT_KERNELS = 1
+"""`MXFP8Quantizer::quantize` and `Float8BlockQuantizer::quantize`: one `nvte_quantize_v2` per
+tensor, scales computed inside the cast."""
+CURRENT_SCALING_PRICED_KERNELS = 3
+"""What `current_scaling_ops` and the GEMM's cast price for one quantized GEMM input: the amax
+op, the scale op and the cast (`costs.chunk.fp8_cast_s`), one launch each."""
+
+
+def grouped_split_quantize_kernels(dtype: Dtype, recipe: Fp8Recipe, local_experts: int) -> int:
+    """Kernels TE's `GroupedLinear` launches to quantize one grouped GEMM input (its fprop
+    input or its dgrad grad-output) over `local_experts` splits: `tex.split_quantize`
+    (pytorch/csrc/extensions/cast.cpp @71bbefbf) quantizes each split with its own quantizer
+    (`multi_tensor_quantize_impl`'s loop: `quantizer_cpp_list[i]->quantize`) for current
+    scaling, MXFP8 and block scaling; delayed scaling takes the fused
+    `nvte_multi_cast_transpose` (one launch for every split) and NVFP4 its grouped kernels
+    (`split_quantize_nvfp4_impl`): one launch counted for either, as today. Called for the
+    fprop and dgrad GEMMs (`_GroupedLinear.forward` / `backward`); wgrad reuses both."""
+    if dtype is Dtype.FP4 or recipe is Fp8Recipe.DELAYED:
+        return 1
+    if recipe is Fp8Recipe.TENSORWISE:
+        return CURRENT_SCALING_SPLIT_KERNELS * local_experts
+    return BLOCK_SCALED_SPLIT_KERNELS * local_experts
+
+
+def grouped_split_quantize_extra_kernels(op: Op, dtype: Dtype, recipe: Fp8Recipe) -> int:
+    """The launches of `grouped_split_quantize_kernels` the op graph does not price already
+    for the grouped expert GEMM `op` (0 for any other op, a wgrad, a 16-bit run or a single
+    local expert's GEMM): the GEMM's cast (one launch) and, under current scaling, its amax
+    and scale ops (`CURRENT_SCALING_PRICED_KERNELS`)."""
+    shape = op.gemm
+    if (
+        shape is None
+        or not dtype.quantized
+        or op.module not in EXPERT_LINEARS
+        or op.pass_ is Pass.WEIGHT_GRAD
+        or shape.batch <= 1
+    ):
+        return 0
+    priced = CURRENT_SCALING_PRICED_KERNELS if recipe is Fp8Recipe.TENSORWISE and dtype is Dtype.FP8 else 1
+    return max(0, grouped_split_quantize_kernels(dtype, recipe, shape.batch) - priced)

@@ -253,6 +253,41 @@ def _rope(cfg: LayerConfig, name: str, pass_: Pass) -> tuple[Op, ...]:
     )
 
 
+def _qk_norm(cfg: LayerConfig, pass_: Pass) -> tuple[Op, ...]:
+    """`--qk-layernorm` (Qwen3): Megatron-core's `SelfAttention.get_query_key_value_tensors`
+    (megatron/core/transformer/attention.py, Megatron-LM @d7288711ba278d160d2a5a22c099915c9fe1395c,
+    the commit Megatron-Bridge v0.4.0 pins) applies `q_layernorm` to the query heads
+    [s, b, a/t, d] and `k_layernorm` to the key heads [s, b, g/t, d] after the QKV split,
+    before RoPE; in the TE spec both are `TENorm` (`te.pytorch.RMSNorm` or `LayerNorm`, the
+    model's kind; gpt_layer_specs.py `backend.layer_norm(for_qk=True)`). TE's norm op
+    (transformer_engine/pytorch/ops/basic/rmsnorm.py `op_forward`, TransformerEngine
+    @71bbefbf153418f943640df0f7373625dc93fa46) runs on `input_.contiguous()` and saves it:
+    the key is a strided view of the QKV output, so it is copied first (read and write
+    k/t); the query arrives contiguous (its `reshape` to heads already copies where a rank
+    holds several groups of several heads, and is otherwise a view of the whole head row
+    that `.contiguous()` copies: the same bytes, not priced here, as without QK-norm).
+    Forward: the key copy, then each norm reads x and writes y (2 bytes each per element)
+    and keeps its input, e·s·b·(q + k)/t in all. Backward (`op_backward`): each norm reads x
+    and dy and writes dx (3 per element), as `_norm_and_residual_backward`'s norm; the
+    h/a-sized weight gradients' reduction inside the kernel is not counted (as ln1 / ln2's).
+    The fp32 rsigma per row is not counted either (docs/memory.md: the norms' statistics)."""
+    if not cfg.qk_layernorm:
+        return ()
+    q, k = _slice_bytes(cfg, cfg.query_width), _slice_bytes(cfg, cfg.kv_width)
+    kernel, norm = norm_kernel(cfg), Module.QK_NORM
+    if pass_ is Pass.FORWARD:
+        # the copy is priced by the generic memory-bound curve (no profile kind of its own)
+        return (
+            elementwise("attn.key_copy", 2 * k, module=Module.KEY_COPY, pass_=pass_),
+            elementwise("attn.q.ln", 2 * q, q, module=norm, pass_=pass_, kernel=kernel),
+            elementwise("attn.k.ln", 2 * k, k, module=norm, pass_=pass_, kernel=kernel),
+        )
+    return (
+        elementwise("attn.q.ln.bwd", 3 * q, module=norm, pass_=pass_, kernel=kernel),
+        elementwise("attn.k.ln.bwd", 3 * k, module=norm, pass_=pass_, kernel=kernel),
+    )
+
+
 def _kv_repeat(cfg: LayerConfig, name: str, pass_: Pass) -> tuple[Op, ...]:
     """Megatron-core's unfused core with GQA repeats each of the g/t K and V heads to the
     a/t query heads (`repeat_interleave` in `DotProductAttention.forward`): reads 2k/t,
@@ -357,6 +392,7 @@ def _attention_block_forward(cfg: LayerConfig, core: tuple[Op, ...]) -> tuple[Op
             module=Module.QKV,
             pass_=Pass.FORWARD,
         ),  # fmt: skip
+        *_qk_norm(cfg, Pass.FORWARD),
         *_rope(cfg, "attn.rope", Pass.FORWARD),
         *core,
         *context_copy,
@@ -587,6 +623,7 @@ def _attention_block_backward(cfg: LayerConfig) -> tuple[Op, ...]:
         *_row_parallel_backward(cfg, "attn.proj", Module.PROJ, n_in=cfg.query_width // t, n_out=h),
         *_attention_core_backward(cfg),
         *_rope(cfg, "attn.rope.bwd", Pass.INPUT_GRAD),
+        *_qk_norm(cfg, Pass.INPUT_GRAD),
         *_column_parallel_backward(cfg, "attn.qkv", Module.QKV, n_out=cfg.qkv_width // t),
         *_norm_and_residual_backward(cfg, "ln1"),
     )

@@ -45,6 +45,8 @@ class LayerConfig:
     layer's sliding window (Megatron `--window-size (w, 0)` on a layer that
     `is_layer_window_attention` picks; None = full causal attention): the flash kernel
     computes the band only, the unfused core computes all s² scores and masks them.
+    `qk_layernorm` (Megatron `--qk-layernorm`, Qwen3) adds a norm of the layer's kind over
+    each query and key head between the QKV projection and RoPE (`workload.layer`).
 
     The modern options (docs/scenario.md) default to the paper's GPT layer: MHA, GeLU,
     LayerNorm, learned absolute positions, the unfused attention core, and Megatron's
@@ -78,6 +80,7 @@ class LayerConfig:
     kv_channels: int | None = 0
     window_size: int | None = None
     softmax_type: SoftmaxType = SoftmaxType.VANILLA  # Megatron --softmax-type (gpt-oss: learnable sinks)
+    qk_layernorm: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(

@@ -87,6 +87,7 @@ def layer_activation_bytes(
     recompute_modules: frozenset[RecomputeModule] | None = None,
 
     kv_channels: int = 0,
+    qk_layernorm: bool = False,
 ) -> float:
     """Activation bytes per layer per rank for every layer option (docs/memory.md, "Activation
     memory of the modern layer"): Table 2 generalised, with q = a·d, k = g·d (d = `kv_channels`,
@@ -109,7 +110,10 @@ def layer_activation_bytes(
     attention terms above are the checkpoint's only with `core_attn`; `mlp` keeps of the
     MLP only its input (norm 2's, already in the regions), so the MLP term and fc1's input
     sb·e·h·r go; `layernorm` changes nothing in a dense TE layer (both norms are fused
-    into the linears: docs/moe.md, "recompute_modules (simulator)")."""
+    into the linears: docs/moe.md, "recompute_modules (simulator)").
+
+    `qk_layernorm` (Megatron `--qk-layernorm`): the query and key norms keep their
+    (contiguous) inputs, sb·e·(q + k)/t, unless full recompute (`layer._qk_norm`)."""
     e = element_bytes
     f = ffn or 4 * h
     g = query_groups_or_default(a, query_groups)
@@ -123,6 +127,7 @@ def layer_activation_bytes(
     core_attn = selective and (recompute_modules is None or RecomputeModule.CORE_ATTN in recompute_modules)
     mlp_checkpoint = selective and recompute_modules is not None and RecomputeModule.MLP in recompute_modules
     regions = sb * h * r * (4 * e + (2 * MASK_BYTES if hidden_dropout else 0))
+    qk_norm = sb * e * (q + k) / t if qk_layernorm else 0.0
     mlp = sb * e * f * (2 if activation is Activation.SWIGLU else 1) / t + sb * e * f / t
     if mlp_checkpoint:
         regions, mlp = regions - sb * e * h * r, 0.0
@@ -139,7 +144,7 @@ def layer_activation_bytes(
     else:
         probs = e + (e + MASK_BYTES if attention_dropout else 0)
         attention = sb * 4 * e * q / t + float(a) * s * s * b * probs / t
-    return regions + attention + mlp
+    return regions + attention + mlp + qk_norm
 
 
 def interleave_factor(pp: int, vpp: int) -> float:

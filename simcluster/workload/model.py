@@ -210,6 +210,8 @@ def layer_config(scenario: Scenario) -> LayerConfig:
         recompute_modules=None if tr.recompute_modules is None else frozenset(tr.recompute_modules),
         kv_channels=m.kv_channels,
         softmax_type=m.softmax_type,
+        # MLA replaces the attention block; its latent norms are its own (`workload.mla_layer`)
+        qk_layernorm=m.qk_layernorm and m.mla is None,
     )
 
 
@@ -262,6 +264,8 @@ def stage_params_per_rank(
         gated=cfg.activation.gated,
         normalization=cfg.normalization,
     )
+    if cfg.qk_layernorm:  # the query and key norms' weights (h/a each; replicated over tp)
+        params += layers * 2 * norm_params(cfg.head_dim, cfg.normalization)
     word_embedding = padded_vocab_size(m.vocab_size, par.tp) * m.hidden_size / par.tp
     if stage == 0:
         params += word_embedding

@@ -36,6 +36,8 @@ class Module(enum.Enum):
     RESIDUAL_GRAD_ADD = "residual_grad_add"  # a block's backward adds its grad to the residual's
     QKV = "qkv"  # the fused QKV projection (a TE linear)
     ROPE = "rope"
+    QK_NORM = "qk_norm"  # --qk-layernorm: the query and key heads' norms ...
+    KEY_COPY = "key_copy"  # ... and the key's contiguous copy before its norm
     KV_REPEAT = "kv_repeat"  # GQA's K/V head repeat in the unfused core
     FLASH = "flash"  # the fused attention core (one kernel each way, or the CP ring)
     QK = "qk"  # the unfused core: QKᵀ (batched GEMM) ...

@@ -290,7 +290,7 @@ def test_moe_flags_without_num_experts_have_no_effect_and_say_so():
     [("moe-router-load-balancing-type", "not_modelled"), ("moe-aux-loss-coeff", "not_modelled"),
      ("moe-permute-fusion", "not_modelled"), ("moe-router-dtype", "not_modelled"),
      ("moe-z-loss-coeff", "not_modelled"), ("moe-shared-expert-overlap", "not_modelled"),
-     ("qk-layernorm", "not_modelled"), ("moe-router-bias-update-rate", "ignored"),
+     ("qk-layernorm", "used"), ("moe-router-bias-update-rate", "ignored"),
      ("mtp-loss-scaling-factor", "ignored"), ("num-experts", "used"), ("expert-tensor-parallel-size", "used"),
      ("moe-layer-freq", "used"), ("window-size", "used"), ("kv-channels", "used")],
 )  # fmt: skip
@@ -354,6 +354,7 @@ def moe_scenarios(draw):
     else:
         model["num_query_groups"] = draw(st.sampled_from([None, 4]))
         model["kv_channels"] = draw(st.sampled_from([None, 32, 128]))
+    model["qk_layernorm"] = draw(st.booleans())  # Qwen3's --qk-layernorm (its latent norms with MLA)
     if attention == "window":
         model["window_size"] = draw(st.sampled_from([64, 128]))
         model["window_attn_skip_freq"] = draw(st.sampled_from([None, 2, 4]))

@@ -76,13 +76,14 @@ def test_unfused_core_contracts_over_the_head_width():
 def test_qwen3_30b_parameters_are_megatrons_count():
     """All 48 layers on one rank: the workload's parameters are the published model's 30.53B
     (tests/workload/test_moe_public_models.py, from the HF config) plus what the scenario
-    contract cannot switch off or does not price: Megatron's default linear biases (QKV q + 2k,
-    proj h per layer) less the QK-norm weights (2·128 per layer)."""
+    contract cannot switch off: Megatron's default linear biases (QKV q + 2k, proj h per
+    layer). The QK-norm weights (2·128 per layer, `model.qk_layernorm`) are in both."""
     scenario = _qwen(dp=1, ep=1)
+    assert scenario.model.qk_layernorm
     workload = build_workload(scenario)
     (stage,) = workload.stages
-    q, k, h, d, layers = 4096, 512, 2048, 128, 48
-    expected = param_counts(QWEN3_30B).total + layers * (q + 2 * k + h) - layers * 2 * d
+    q, k, h, layers = 4096, 512, 2048, 48
+    expected = param_counts(QWEN3_30B).total + layers * (q + 2 * k + h)
     assert stage.num_params == expected
     assert abs(stage.num_params / 1e9 - 30.53) < 0.005
 

@@ -203,6 +203,7 @@ def modern_configs(draw):
         attention_dropout=draw(st.sampled_from([0.0, 0.1])),
         # Megatron --kv-channels: h / a (0) or a head width of its own (Qwen3, gpt-oss)
         kv_channels=draw(st.sampled_from([0, draw(st.integers(1, 48))])),
+        qk_layernorm=draw(st.booleans()),
     )
 
 
@@ -225,6 +226,7 @@ def test_closed_forms_equal_the_op_graph_for_any_shape(cfg):
         hidden_dropout=cfg.hidden_dropout > 0,
         attention_dropout=cfg.attention_dropout > 0,
         rope=cfg.position_embedding is PositionEmbedding.ROPE, kv_channels=cfg.kv_channels or 0,
+        qk_layernorm=cfg.qk_layernorm,
     )
     assert layer_ops(cfg).saved_bytes == pytest.approx(expected, rel=1e-12)
 
