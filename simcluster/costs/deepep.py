@@ -45,11 +45,12 @@ def deepep_nvlink_bytes_per_s(hw: HardwareProfile) -> float:
     return DEEPEP_NVLINK_EFFICIENCY * hw.nvlink_bytes_per_s
 
 
-def deepep_rdma_bytes_per_s(hw: HardwareProfile) -> float:
-    """The GPU's share of its node's NICs at DeepEP's achieved share of the line rate."""
+def rdma_bytes_per_s(hw: HardwareProfile, efficiency: float) -> float:
+    """The GPU's share of its node's NICs at an EP kernel's achieved share (`efficiency`) of
+    the line rate: DeepEP's here, Hybrid-EP's in `costs.hybridep`."""
     net = hw.network
     line = units.gbit_per_s_to_bytes_per_s(net.nic_bandwidth_gbit_per_s)
-    return DEEPEP_RDMA_EFFICIENCY * line * net.nics_per_node / net.gpus_per_node
+    return efficiency * line * net.nics_per_node / net.gpus_per_node
 
 
 def deepep_time_s(message: DeepEPMessage, group: GroupPlacement, hw: HardwareProfile) -> float:
@@ -62,6 +63,6 @@ def deepep_time_s(message: DeepEPMessage, group: GroupPlacement, hw: HardwarePro
     if not group.crosses_nodes:
         return units.us_to_s(net.collective_base_latency_us + net.nvlink_latency_us) + nvlink_s
     domains = -(-ep // group.ranks_per_node)
-    rdma_s = message.bytes_across(domains) / deepep_rdma_bytes_per_s(hw)
+    rdma_s = message.bytes_across(domains) / rdma_bytes_per_s(hw, DEEPEP_RDMA_EFFICIENCY)
     latency_s = units.us_to_s(net.collective_base_latency_us + net.ib_latency_per_step_us)
     return latency_s + max(nvlink_s, rdma_s)

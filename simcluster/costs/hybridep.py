@@ -56,7 +56,7 @@ from simcluster import units
 from simcluster.config.hardware import HardwareProfile
 from simcluster.config.moe_choices import FlexBackend
 from simcluster.costs.compute import elementwise_time_s
-from simcluster.costs.deepep import deepep_time_s
+from simcluster.costs.deepep import deepep_time_s, rdma_bytes_per_s
 from simcluster.costs.network import GroupPlacement
 from simcluster.workload.ops import DeepEPMessage
 
@@ -75,13 +75,6 @@ def hybridep_nvlink_share(ranks_in_domain: int) -> float:
     return float(np.interp(ranks_in_domain, ranks, shares))
 
 
-def hybridep_rdma_bytes_per_s(hw: HardwareProfile) -> float:
-    """The GPU's share of its node's NICs at Hybrid-EP's achieved share of the line rate."""
-    net = hw.network
-    line = units.gbit_per_s_to_bytes_per_s(net.nic_bandwidth_gbit_per_s)
-    return HYBRIDEP_RDMA_EFFICIENCY * line * net.nics_per_node / net.gpus_per_node
-
-
 def hybridep_time_s(message: DeepEPMessage, group: GroupPlacement, hw: HardwareProfile) -> float:
     """One Hybrid-EP kernel of `message` over the EP group `group` (module docstring)."""
     ep = group.num_ranks
@@ -94,7 +87,7 @@ def hybridep_time_s(message: DeepEPMessage, group: GroupPlacement, hw: HardwareP
     if not group.crosses_nodes:
         return units.us_to_s(net.collective_base_latency_us + net.nvlink_latency_us) + nvlink_s + scan_s
     domains = -(-ep // group.ranks_per_node)
-    rdma_s = message.bytes_across(domains) / hybridep_rdma_bytes_per_s(hw)
+    rdma_s = message.bytes_across(domains) / rdma_bytes_per_s(hw, HYBRIDEP_RDMA_EFFICIENCY)
     latency_s = units.us_to_s(net.collective_base_latency_us + net.ib_latency_per_step_us)
     return latency_s + max(nvlink_s, rdma_s) + scan_s + elementwise_time_s(message.staging_bytes, hw)
 
