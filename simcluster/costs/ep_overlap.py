@@ -35,8 +35,14 @@ gradients it also delays run on the compute stream at the layer's end, where the
 the same time per layer (only the chunk's last one moves under the pipeline send, not
 priced).
 
-Approximations, declared: the two streams share the SMs without slowing each other; the
-recompute (which Megatron restricts here) is not paired; a pair whose forward and backward
+The two streams share the SMs: while a dispatcher kernel runs it holds its CTAs' SMs (NCCL's
+all-to-all one per p2p channel, DeepEP and Hybrid-EP the SMs Megatron gives them), so the
+GEMMs and attention beside it run on the rest (`sm_shared_phase_s`, `comm_kernel_sms`;
+`StagePricing` passes the hardware). Memory-bound kernels keep their pace.
+
+Approximations, declared: the communication kernels run at their own pace beside the
+compute (the HBM traffic the two share is not priced); the work of a phase is spread evenly
+over it; the recompute (which Megatron restricts here) is not paired; a pair whose forward and backward
 chunks hold different layers is priced as if both held the same (Megatron runs the extra
 layers alone, `TransformerModelChunkSchedulePlan.run`).
 """
@@ -46,9 +52,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from simcluster.config.hardware import HardwareProfile
+from simcluster.config.moe_choices import FlexBackend
 from simcluster.costs.chunk import ChunkCost, OpsCost, is_expert_collective
 from simcluster.workload.layer import LayerOps
-from simcluster.workload.ops import Module, Op, Pass
+from simcluster.workload.ops import Module, Op, OpKind, Pass
 
 PriceOps = Callable[[tuple[Op, ...]], OpsCost]
 
@@ -105,16 +113,23 @@ def pass_phases(ops: tuple[Op, ...]) -> PassPhases | None:
     )
 
 
-def paired_saving_s(layer: LayerOps, price: PriceOps, delay_wgrad: bool = False) -> float:
+def paired_saving_s(
+    layer: LayerOps, price: PriceOps, delay_wgrad: bool = False, hw: HardwareProfile | None = None
+) -> float:
     """S = T_f + T_b − T_pair (module docstring) for one layer, ≥ 0; 0 where a pass has no
     dispatch and combine. With `delay_wgrad` the experts' weight gradients run after their
-    input gradients, under the backward's dispatch (`delayed_mlp_phase_s`)."""
+    input gradients, under the backward's dispatch (`delayed_mlp_phase_s`). With `hw` the
+    compute stream's SM-bound kernels run on the SMs the communication kernels leave while
+    both run (`sm_shared_phase_s`); without it, on all of them."""
     forward, backward = pass_phases(layer.forward), pass_phases(layer.backward)
     if forward is None or backward is None:
         return 0.0
 
     def s(ops: tuple[Op, ...]) -> float:
         return price(ops).total_s if ops else 0.0
+
+    if hw is not None:
+        return _paired_saving_shared_sms_s(forward, backward, price, delay_wgrad, hw)
 
     a_f, d_f, m_f, k_f, post_f = (
         s(forward.before), s(forward.first_comm), s(forward.between), s(forward.last_comm), s(forward.after)
@@ -163,3 +178,117 @@ def overlapped_cost(cost: ChunkCost, saving_s: float) -> ChunkCost:
     forward = OpsCost(cost.forward.compute_s, cost.forward.comm_s, ep_f - hidden * ep_f / total)
     backward = OpsCost(cost.backward.compute_s, cost.backward.comm_s, ep_b - hidden * ep_b / total)
     return ChunkCost(forward=forward, backward=backward, recompute=cost.recompute)
+
+
+# SMs a communication kernel holds for as long as it runs (one CTA per channel or per SM it
+# is given, resident until the transfer ends), taken from the compute stream beside it:
+NCCL_P2P_CHANNELS = 32
+"""NCCL's all-to-all (grouped ncclSend / ncclRecv) runs one CTA per p2p channel:
+p2pnChannels = pow2Up(min(nChannels, NCCL_MAX_P2P_NCHANNELS)) (src/graph/paths.cc
+`ncclTopoComputeP2pChannels`, NVIDIA/nccl @04cdb808), the peers of a round spread over all of
+them; 32 on 8-GPU nodes with 8 NICs ("32 p2p channels" in NCCL's init log, NVIDIA/nccl#1235).
+RCCL caps the same count on multi-node MI350 "so there are more CUs available for computation
+for the E2E workload" (ROCm/rocm-systems#2977)."""
+DEEPEP_SMS = 20
+"""Megatron-core `moe_deepep_num_sms` (--moe-deepep-num-sms), default 20 (transformer_config.py):
+the SMs DeepEP's normal dispatch / combine kernels are given (`Buffer.set_num_sms`)."""
+HYBRIDEP_SMS = 32
+"""Megatron-Bridge's performance scripts set `moe_hybridep_num_sms = 32` for every hybridep recipe
+(NVIDIA-NeMo/Megatron-Bridge @0fbfe7d3, scripts/performance/utils/overrides.py; costs.hybridep)."""
+
+SM_BOUND_KINDS = frozenset({OpKind.GEMM, OpKind.ATTENTION})
+"""Kernels whose time scales with the SMs they get (tensor-core GEMMs, flash attention); the
+memory-bound kernels keep their time on fewer SMs (HBM, not SMs, sets their pace), declared."""
+
+
+def comm_kernel_sms(ops: tuple[Op, ...]) -> int:
+    """The SMs `ops` (one run of dispatcher collectives on the communication stream) hold:
+    the most any of them holds, as they run one after another. NCCL collectives (the
+    alltoall and allgather dispatchers): `NCCL_P2P_CHANNELS`; DeepEP: `DEEPEP_SMS`; Hybrid-EP:
+    `HYBRIDEP_SMS`."""
+    sms = 0
+    for op in ops:
+        if op.deepep is not None:
+            held = HYBRIDEP_SMS if op.deepep.backend is FlexBackend.HYBRIDEP else DEEPEP_SMS
+        elif op.kind is OpKind.COLLECTIVE:
+            held = NCCL_P2P_CHANNELS
+        else:
+            continue
+        sms = max(sms, held)
+    return sms
+
+
+def sm_shared_phase_s(comm_s: float, bound_s: float, other_s: float, sm_fraction: float) -> float:
+    """One phase of the pair: a communication kernel of `comm_s` beside compute of
+    `bound_s` SM-bound seconds and `other_s` memory-bound seconds (each on all the SMs).
+    While the communication runs the SM-bound work runs on `sm_fraction` of the SMs, so the
+    compute stream takes W' = bound_s / sm_fraction + other_s; past the communication's end
+    the rest runs at full speed:
+
+        t = comm_s                                  if W' <= comm_s
+        t = comm_s + (1 − comm_s / W') · W          otherwise (W = bound_s + other_s)
+
+    (the work spread evenly over the phase). sm_fraction = 1 gives max(comm_s, W)."""
+    if not 0.0 < sm_fraction <= 1.0:
+        raise ValueError(f"sm_fraction must be in (0, 1], got {sm_fraction}")
+    slowed = bound_s / sm_fraction + other_s
+    if slowed <= comm_s:
+        return comm_s
+    return comm_s + (1.0 - comm_s / slowed) * (bound_s + other_s)
+
+
+def _paired_saving_shared_sms_s(
+    forward: PassPhases, backward: PassPhases, price: PriceOps, delay_wgrad: bool, hw: HardwareProfile
+) -> float:
+    """`paired_saving_s` with each overlapped phase priced by `sm_shared_phase_s`, the SMs
+    taken by that phase's communication kernels (`comm_kernel_sms`) out of the GPU's."""
+    sms = hw.gpu.num_sms
+
+    def s(ops: tuple[Op, ...]) -> float:
+        return price(ops).total_s if ops else 0.0
+
+    def split(ops: tuple[Op, ...]) -> tuple[float, float]:
+        """(SM-bound seconds, the rest) of a compute phase."""
+        bound = s(tuple(op for op in ops if op.kind in SM_BOUND_KINDS))
+        return bound, max(0.0, s(ops) - bound)
+
+    def fraction(comm: tuple[Op, ...]) -> float:
+        taken = comm_kernel_sms(comm)
+        if taken >= sms:
+            raise ValueError(f"hardware {hw.name!r}: {taken} communication SMs leave no SM of {sms}")
+        return (sms - taken) / sms
+
+    def phase(comm: tuple[Op, ...], compute: tuple[Op, ...]) -> float:
+        bound, other = split(compute)
+        return sm_shared_phase_s(s(comm), bound, other, fraction(comm))
+
+    separate = sum(
+        s(part)
+        for phases in (forward, backward)
+        for part in (phases.before, phases.first_comm, phases.between, phases.last_comm, phases.after)
+    )
+    d_f, d_b = s(forward.first_comm), s(backward.last_comm)
+    if delay_wgrad:
+        # The middle chains four kernels on two streams (`delayed_mlp_phase_s`): priced with
+        # every compute kernel slowed, capped by the plain chain plus what the compute loses
+        # while the two dispatches run (what `sm_shared_phase_s` adds when compute leads).
+        dgrad = tuple(op for op in backward.between if op.pass_ is not Pass.WEIGHT_GRAD)
+        wgrad = tuple(op for op in backward.between if op.pass_ is Pass.WEIGHT_GRAD)
+        r = min(fraction(forward.first_comm), fraction(backward.last_comm))
+        parts = [split(dgrad), split(wgrad), split(forward.between)]
+        plain = [b + o for b, o in parts]
+        slowed = [b / r + o for b, o in parts]
+        middle_plain = delayed_mlp_phase_s(d_f, plain[0], plain[1], d_b, plain[2])
+        middle_slowed = delayed_mlp_phase_s(d_f, slowed[0], slowed[1], d_b, slowed[2])
+        lost = (d_f + d_b) * (1.0 - sum(plain) / sum(slowed)) if sum(slowed) > 0 else 0.0
+        middle = min(middle_slowed, middle_plain + lost)
+    else:
+        middle = phase(forward.first_comm, backward.between) + phase(backward.last_comm, forward.between)
+    paired = (
+        s(backward.before)
+        + phase(backward.first_comm, forward.before)
+        + middle
+        + phase(forward.last_comm, backward.after)
+        + s(forward.after)
+    )
+    return max(0.0, separate - paired)

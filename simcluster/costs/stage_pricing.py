@@ -237,7 +237,7 @@ class StagePricing:
             cost = price_layer_ops(ops, self.hw, tp, dtype, cp, tp_comm_overlap, experts)
             if ep_overlap:
                 price = _slice_price(self.hw, ops, tp, dtype, cp, tp_comm_overlap, experts)
-                cost = overlapped_cost(cost, paired_saving_s(ops, price, delay_wgrad))
+                cost = overlapped_cost(cost, paired_saving_s(ops, price, delay_wgrad, self.hw))
             self._layers[cache_key] = cost
         return cost
 
