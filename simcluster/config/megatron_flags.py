@@ -84,6 +84,8 @@ KEY_FLAGS: dict[str, tuple[str, ...]] = {
     "training.moe_token_dispatcher": ("moe-token-dispatcher-type", "moe-enable-deepep"),
     "training.moe_flex_dispatcher_backend": ("moe-flex-dispatcher-backend",),
     "training.moe_grouped_gemm": ("moe-grouped-gemm",),
+    "training.moe_router_fusion": ("moe-router-fusion",),
+    "training.moe_permute_fusion": ("moe-permute-fusion",),
     "training.overlap_moe_expert_parallel_comm": ("overlap-moe-expert-parallel-comm",),
     "training.delay_wgrad_compute": ("delay-wgrad-compute",),
     "training.recompute_modules": ("recompute-modules", "moe-layer-recompute"),
@@ -158,8 +160,6 @@ NOT_MODELLED = {
     "moe-z-loss-coeff": "the router z-loss kernels",
     "moe-input-jitter-eps": "the router's input jitter",
     "moe-router-dtype": "the router's fp32 / fp64 logits (simulated in the training dtype)",
-    "moe-router-fusion": "the fused router kernels",
-    "moe-permute-fusion": "the fused permute / unpermute kernels",
     "moe-router-num-groups": "group-limited routing (no scenario key yet)",
     "moe-router-group-topk": "group-limited routing (no scenario key yet)",
     "moe-router-enable-expert-bias": "the per-expert routing bias (auxiliary-loss-free balancing)",
@@ -202,6 +202,7 @@ KEY_REASONS = {
     "training.recompute_modules": "recompute of modules other than core_attn (simulated as core_attn)",
     "training.moe_token_dispatcher": "the token dispatcher (simulated as alltoall)",
     "training.moe_flex_dispatcher_backend": "the flex dispatcher's backend",
+    "training.moe_permute_fusion": "the fused permute / unpermute kernels",
 }
 
 

@@ -234,6 +234,11 @@ def read_moe_parallel(read: FlagReader, parallel: dict[str, Any]) -> None:
         parallel["etp"] = etp
 
 
+# `--moe-router-fusion`, `--moe-permute-fusion` (store_true; transformer_config.py, Megatron-LM
+# @d7288711ba278d160d2a5a22c099915c9fe1395c)
+_FUSION_FLAGS = {"moe_router_fusion": "moe-router-fusion", "moe_permute_fusion": "moe-permute-fusion"}
+
+
 def read_moe_training(read: FlagReader, training: dict[str, Any], is_moe: bool, notes: list[str]) -> None:
     """The dispatcher and grouped GEMM of a MoE line, Megatron's defaults when absent:
     `--moe-enable-deepep` (deprecated) needs `--moe-token-dispatcher-type flex`
@@ -243,17 +248,20 @@ def read_moe_training(read: FlagReader, training: dict[str, Any], is_moe: bool, 
     grouped = read.switch("moe-grouped-gemm")
     ep_overlap = read.switch("overlap-moe-expert-parallel-comm")
     delay_wgrad = read.switch("delay-wgrad-compute")
+    fusions = {key: read.switch(flag) for key, flag in _FUSION_FLAGS.items()}
     if deepep and dispatcher not in (None, "flex"):
         read.problems.append(
             f"--moe-enable-deepep with --moe-token-dispatcher-type {dispatcher}: DeepEP runs under the flex "
             "dispatcher only (Megatron raises); allowed: --moe-token-dispatcher-type flex"
         )
     if not is_moe:
-        if dispatcher or deepep or grouped or ep_overlap or delay_wgrad:
+        if dispatcher or deepep or grouped or ep_overlap or delay_wgrad or any(fusions.values()):
             notes.append(
-                "MoE dispatcher / grouped-GEMM flags without --num-experts: no effect (a dense model)"
+                "MoE dispatcher / grouped-GEMM / fusion flags without --num-experts: no effect "
+                "(a dense model)"
             )
         return
+    training.update({key: True for key, fused in fusions.items() if fused})  # Megatron's default: off
     if dispatcher is None and deepep:
         dispatcher = "flex"
     elif dispatcher is None:

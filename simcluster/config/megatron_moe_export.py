@@ -86,7 +86,8 @@ def moe_parallel_flags(parallel: ParallelSpec) -> list[str]:
 
 def moe_training_flags(scenario: Scenario) -> list[str]:
     """A MoE model's `--moe-token-dispatcher-type` (always: Megatron's default is allgather)
-    and `--moe-grouped-gemm`; `--recompute-modules` when the list is set."""
+    and `--moe-grouped-gemm`, `--moe-router-fusion` / `--moe-permute-fusion` when set;
+    `--recompute-modules` when the list is set."""
     tr = scenario.training
     flags: list[str] = []
     if scenario.model.moe is not None:
@@ -96,6 +97,10 @@ def moe_training_flags(scenario: Scenario) -> list[str]:
             flags += ["--moe-flex-dispatcher-backend", tr.moe_flex_dispatcher_backend.value]
         if tr.moe_grouped_gemm:
             flags.append("--moe-grouped-gemm")
+        if tr.moe_router_fusion:
+            flags.append("--moe-router-fusion")
+        if tr.moe_permute_fusion:
+            flags.append("--moe-permute-fusion")
         if tr.overlap_moe_expert_parallel_comm:
             flags.append("--overlap-moe-expert-parallel-comm")
         if tr.delay_wgrad_compute:

@@ -311,6 +311,19 @@ class TrainingSpec(StrictModel):
         "(default: DeepEP's kernels, costs.deepep) | hybridep (NVIDIA's Hybrid-EP kernels, costs.hybridep; "
         "the only backend for an EP group across compute trays of a multi-node NVLink domain)",
     )
+    moe_router_fusion: bool = Field(
+        default=False,
+        description="Megatron-core --moe-router-fusion: the router's score function and top-k as Transformer "
+        "Engine's one fused kernel each way (`fused_topk_with_score_function`); needs model.moe "
+        "(docs/moe.md, section Router and permute fusion)",
+    )
+    moe_permute_fusion: bool = Field(
+        default=False,
+        description="Megatron-core --moe-permute-fusion: permute, unpermute and the chunk sorts as "
+        "Transformer Engine's fused permutation kernels; needs model.moe; priced with alltoall, no effect "
+        "under flex with hybridep, not priced yet with allgather or deepep (docs/moe.md, section Router "
+        "and permute fusion)",
+    )
     overlap_moe_expert_parallel_comm: bool = Field(
         default=False,
         description="Megatron-core --overlap-moe-expert-parallel-comm: the combined 1F1B schedule runs "
@@ -491,6 +504,7 @@ def cross_field_problems(scenario: Scenario, refuse_unpriced: bool = True) -> li
     problems += modern_layout_problems(scenario, refuse_unpriced)
     problems += moe_problems(scenario)
     problems += flex_backend_problems(scenario)
+    problems += moe_fusion_problems(scenario)
     problems += attention_variant_problems(scenario)
     return problems
 
@@ -712,6 +726,41 @@ def flex_backend_problems(scenario: Scenario) -> list[str]:
             f"training.moe_flex_dispatcher_backend: value {tr.moe_flex_dispatcher_backend.value}: "
             "the backend of the flex dispatcher; it needs model.moe and training.moe_token_dispatcher flex "
             f"(here {tr.moe_token_dispatcher.value}); allowed otherwise: deepep (the default)"
+        ]
+    return []
+
+
+def moe_fusion_problems(scenario: Scenario) -> list[str]:
+    """`training.moe_router_fusion` / `moe_permute_fusion` (Megatron-core `TransformerConfig`,
+    Megatron-LM @d7288711ba278d160d2a5a22c099915c9fe1395c): they act on the MoE router and token
+    dispatcher only, so either one on a dense model would silently do nothing. Permute fusion
+    is priced with alltoall (and changes nothing under flex with hybridep); the allgather
+    dispatcher's and DeepEP's fused paths (`_DeepepManager.get_permuted_hidden_states_by_experts`:
+    TE's `moe_permute_and_pad_with_probs` with its padding bookkeeping) are not priced yet."""
+    tr = scenario.training
+    keys = (
+        ("training.moe_router_fusion", tr.moe_router_fusion),
+        ("training.moe_permute_fusion", tr.moe_permute_fusion),
+    )
+    if scenario.model.moe is None:
+        return [
+            f"{key}: value true: fuses the MoE router / token permutation, so it needs model.moe; "
+            "allowed for a dense model: false (the default)"
+            for key, value in keys
+            if value
+        ]
+    dispatcher = tr.moe_token_dispatcher
+    if dispatcher is TokenDispatcher.FLEX:
+        if tr.moe_flex_dispatcher_backend is FlexBackend.HYBRIDEP:
+            return []
+        unpriced = "flex (deepep): DeepEP's fused permute-and-pad"
+    else:
+        unpriced = f"{dispatcher.value}: the fused permute of the gathered tokens"
+    if tr.moe_permute_fusion and dispatcher is not TokenDispatcher.ALLTOALL:
+        return [
+            f"training.moe_permute_fusion: value true with moe_token_dispatcher {unpriced} is "
+            f"{NOT_MODELLED_YET_MESSAGE}; allowed: alltoall, or flex with moe_flex_dispatcher_backend "
+            "hybridep (which permutes in its own kernel either way)"
         ]
     return []
 

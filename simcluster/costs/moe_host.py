@@ -5,7 +5,9 @@ Source: Megatron-LM @d98e8a64ddf34856e74b24714e3bedb2f5a39553, megatron/core/tra
 (router.py, moe_utils.py, token_dispatcher.py, experts.py, fused_a2a.py, moe_layer.py), and
 TransformerEngine @d0067d0da6cb01811b8072a7d304f0e00344ce2b (pytorch/module/grouped_linear.py,
 common/gemm/cublaslt_gemm.cu), at Megatron's defaults where the scenario has no key:
-`moe_permute_fusion` False, `moe_router_fusion` False, `bias_activation_fusion` False,
+`moe_permute_fusion` and `moe_router_fusion` as the scenario sets them (default False; the
+fused counts, `FUSED_*`, are read from Megatron-LM @d7288711 and TE @71bbefbf),
+`bias_activation_fusion` False,
 `moe_aux_loss_coeff` 0 (no aux-loss kernels: `TopKRouter.is_aux_loss_enabled`),
 `moe_z_loss_coeff` None, `moe_router_dtype` None (the router runs in the input's dtype),
 no `moe_router_topk_scaling_factor`, deterministic algorithms off.
@@ -29,7 +31,9 @@ host (all-to-all split sizes, `GroupedLinear`'s `m_splits`):
   `cuda_dtoh_point` ("before_permutation_1": the side stream waits for the GPU's work up
   to the preprocess) and the host blocks on that copy's event at `cuda_sync_point`
   ("before_ep_alltoall" when ep·tp > 1; "before_permutation_1" with a capacity factor;
-  "before_permutation_2" / "before_finish" when ep·tp = 1), after issuing the permute;
+  "before_permutation_2" / "before_finish" when ep·tp = 1; with `moe_permute_fusion` the
+  chunk sort reads its split sizes on the GPU, so "before_permutation_2" is never chosen and
+  ep·tp = 1 syncs "before_finish"), after issuing the permute;
   no sync with `moe_pad_expert_input_to_capacity` (`drop_and_pad`).
 * allgather (`MoEAllGatherTokenDispatcher.dispatch_postprocess`): `local_map.sum(...).cpu()`
   after the all-gathers, before the permute.
@@ -69,6 +73,13 @@ GROUP_TOPK = 6  # `group_limited_topk`: topk, sum, topk, zeros_like, scatter_, m
 SOFTMAX_TOPK_BACKWARD = 5  # scatter's (gather), type_as's, softmax's, topk's (zeros + scatter)
 SIGMOID_TOPK_BACKWARD = 9  # gather; type_as; divide (2 + sum's expand-add 1); topk (2); sigmoid; float
 
+# --- fused router (`--moe-router-fusion`): moe_utils.py @d7288711ba278d160d2a5a22c099915c9fe1395c
+# `topk_routing_with_score_function(fused=True)` -> TE @71bbefbf153418f943640df0f7373625dc93fa46
+# pytorch/router.py `FusedTopkScoreFunction` (outputs `at::empty`: no fill kernels); the score
+# function, group-limited top-k and expert bias run inside; `_apply_expert_bias` stays unfused
+FUSED_TOPK = 1  # `fused_topk_with_score_function_fwd`: probs, routing map, fp32 scores
+FUSED_TOPK_BACKWARD = 1  # `fused_topk_with_score_function_bwd` (grad_probs already contiguous)
+
 # --- alltoall dispatcher (token_dispatcher.py `MoEAlltoAllTokenDispatcher`) ---------------
 A2A_PREPROCESS = 8  # routing_map.sum, .long(), input_splits sum, the all-gather, local slice
 #                     .contiguous(), per-rank sum, output_splits_tp sum, per-local-expert sum
@@ -84,6 +95,17 @@ SORT_CHUNKS_COMBINE = 1  # the tokens' only
 UNPERMUTE = 2  # `unpermute` without probs: torch.zeros, scatter_add_
 UNPERMUTE_BACKWARD = 1  # scatter_add_'s: a gather
 COLLECTIVE = 1  # an all-to-all / all-gather / reduce-scatter: one NCCL launch
+
+# --- fused permutation (`--moe-permute-fusion`, alltoall): moe_utils.py `permute` /
+# `unpermute` / `sort_chunks_by_idxs(fused=True)` -> TE pytorch/permutation.py, Triton kernels
+# in common/triton/permutation.py (outputs `torch.empty`); the split sizes and chunk indices
+# stay on the GPU (`permute_idx_device` cuda), so the per-local-expert count copy goes
+FUSED_PERMUTE = 3 + 1  # make_row_id_map's three passes, _permute_kernel (tokens and probs)
+FUSED_PERMUTE_BACKWARD = 1  # _unpermute_kernel with the probs' gradient
+FUSED_UNPERMUTE = 1  # _unpermute_kernel (no merging probs)
+FUSED_UNPERMUTE_BACKWARD = 1  # _permute_kernel
+FUSED_SORT_CHUNKS = 2  # make_chunk_sort_map, sort_chunks_by_map (probs in the same kernel)
+FUSED_SORT_CHUNKS_BACKWARD = 1  # sort_chunks_by_map with the saved map
 
 # --- experts (experts.py `TEGroupedMLP.forward`, unfused weighted GLU) --------------------
 WEIGHTED_GLU = 4  # `bias_act_func` gated: silu, x_linear + glu_linear_offset, product, × probs
@@ -137,13 +159,17 @@ def _expert_gemm(op: Op, quantized: bool) -> int:
 
 def _router_topk(spec: MoELayerSpec, backward: bool) -> int:
     moe = spec.moe
-    if moe.router_score is RouterScore.SIGMOID:
+    if spec.router_fusion:
+        count = FUSED_TOPK_BACKWARD if backward else FUSED_TOPK
+        if moe.router_expert_bias and moe.router_score is RouterScore.SIGMOID and not backward:
+            count += EXPERT_BIAS_UPDATE
+    elif moe.router_score is RouterScore.SIGMOID:
         count = SIGMOID_TOPK_BACKWARD if backward else SIGMOID_TOPK
         if moe.router_expert_bias and not backward:
             count += EXPERT_BIAS_TOPK + EXPERT_BIAS_UPDATE
     else:
         count = SOFTMAX_TOPK_BACKWARD if backward else SOFTMAX_TOPK
-    if moe.router_group_topk and not backward:
+    if moe.router_group_topk and not backward and not spec.router_fusion:
         count += GROUP_TOPK - 1  # replaces the plain topk
     if spec.dispatcher is TokenDispatcher.FLEX and not _hybridep(spec):
         count += FLEX_METADATA_BACKWARD if backward else FLEX_METADATA
@@ -171,14 +197,32 @@ def _permute(spec: MoELayerSpec, backward: bool) -> int:
         return HYBRIDEP_PERMUTE
     if spec.dispatcher is TokenDispatcher.FLEX:
         return (FLEX_MULTIHOT_BACKWARD + PERMUTE_BACKWARD) if backward else FLEX_MULTIHOT + PERMUTE
+    fused = spec.permute_fusion
     if backward:
-        return PERMUTE_BACKWARD
-    count = PERMUTE
+        return FUSED_PERMUTE_BACKWARD if fused else PERMUTE_BACKWARD
+    count = FUSED_PERMUTE if fused else PERMUTE
     if not spec.moe.pad_to_capacity:
-        count += DTOH_COPIES + (DTOH_PER_EXPERT_COPY if _local_experts(spec) > 1 else 0)
+        per_expert = _local_experts(spec) > 1 and not fused
+        count += DTOH_COPIES + (DTOH_PER_EXPERT_COPY if per_expert else 0)
     if not _has_counts_gather(spec):
         count += A2A_PREPROCESS_LOCAL
     return count
+
+
+def _unpermute(spec: MoELayerSpec, backward: bool) -> int:
+    if _hybridep(spec):
+        return HYBRIDEP_PERMUTE
+    if spec.permute_fusion:
+        return FUSED_UNPERMUTE_BACKWARD if backward else FUSED_UNPERMUTE
+    return UNPERMUTE_BACKWARD if backward else UNPERMUTE
+
+
+def _sort_chunks(spec: MoELayerSpec, dispatch_side: bool, backward: bool) -> int:
+    """A chunk sort by local expert; the probs travel on the dispatch side. Padded to
+    capacity the chunks move by view and transpose, fused or not (`dispatch_postprocess`)."""
+    if spec.permute_fusion and not spec.moe.pad_to_capacity:
+        return FUSED_SORT_CHUNKS_BACKWARD if backward else FUSED_SORT_CHUNKS
+    return SORT_CHUNKS_DISPATCH if dispatch_side else SORT_CHUNKS_COMBINE
 
 
 def _collective(op: Op, spec: MoELayerSpec, backward: bool) -> int:
@@ -234,14 +278,13 @@ def moe_op_kernels(ops: tuple[Op, ...], spec: MoELayerSpec, quantized: bool) -> 
         elif op.module is Module.SWIGLU and previous in _BEFORE_EXPERT_GLU:
             count = WEIGHTED_GLU_BACKWARD if backward else WEIGHTED_GLU
         elif op.module is Module.MOE_SORT_CHUNKS:
-            dispatch_side = experts_seen == backward
-            count = SORT_CHUNKS_DISPATCH if dispatch_side else SORT_CHUNKS_COMBINE
+            count = _sort_chunks(spec, dispatch_side=experts_seen == backward, backward=backward)
         elif op.module in (Module.MOE_PERMUTE, Module.MOE_UNPERMUTE) and op.kind is OpKind.COLLECTIVE:
             count = _collective(op, spec, backward)
         elif op.module is Module.MOE_PERMUTE:
             count = _permute(spec, backward)
         elif op.module is Module.MOE_UNPERMUTE:
-            count = HYBRIDEP_PERMUTE if _hybridep(spec) else UNPERMUTE_BACKWARD if backward else UNPERMUTE
+            count = _unpermute(spec, backward)
         counts.append(count)
     return tuple(counts)
 
@@ -280,7 +323,7 @@ def sync_points(
         host = _first(ops, after, lambda op: op.collective is CollectiveKind.ALL_TO_ALL)
         if dtoh_at_dispatch and host is not None:
             return (SyncPoint(host, host),)
-    elif _local_experts(spec) > 1:  # "before_permutation_2"
+    elif _local_experts(spec) > 1 and not spec.permute_fusion:  # "before_permutation_2"
         host = _first(ops, after, lambda op: op.module is Module.MOE_SORT_CHUNKS)
     else:  # "before_finish"
         host = _first(ops, after, lambda op: op.module is Module.EXPERT_FC1)

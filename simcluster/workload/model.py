@@ -289,6 +289,8 @@ def moe_spec(scenario: Scenario) -> MoELayerSpec | None:
         tr.moe_token_dispatcher,
         tr.moe_grouped_gemm,
         tr.moe_flex_dispatcher_backend,
+        router_fusion=tr.moe_router_fusion,
+        permute_fusion=tr.moe_permute_fusion,
     )
 
 

@@ -16,6 +16,11 @@ Megatron-core `MoELayer.forward` (megatron/core/transformer/moe/moe_layer.py, Me
     unpermute                     (scatter-add into [T, h])
     shared experts (if any)       (shared_experts.py, tensor-parallel like the dense MLP)
 
+With `--moe-router-fusion` the top-k op is Transformer Engine's fused kernel, and with
+`--moe-permute-fusion` (alltoall) the permute, chunk sorts and unpermute are TE's fused
+permutation kernels: their bytes and saved bytes from `moe_fusion` (Megatron-LM @d7288711,
+TE @71bbefbf); the op list is the same.
+
 Every number comes from the building blocks, not re-derived here: rows from
 `moe.routed_rows` (the busiest expert rank sets the pace: `load_imbalance`), GEMM shapes from
 `moe.expert_gemms`, messages from `moe.dispatch_messages`, permute bytes from
@@ -55,6 +60,7 @@ from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.moe import (
     INDEX_BYTES,
     MessageKind,
+    PermuteBytes,
     RoutedRows,
     dispatch_messages,
     expert_gemms,
@@ -69,6 +75,7 @@ from simcluster.workload.moe_flex import (
     hybridep_handle_bytes,
     hybridep_messages,
 )
+from simcluster.workload.moe_fusion import fused_permute_bytes, fused_router_saved_bytes, fused_topk_bytes
 from simcluster.workload.moe_memory import moe_saved_bytes
 from simcluster.workload.ops import (
     CollectiveKind,
@@ -112,6 +119,16 @@ class MoELayerSpec:
     dispatcher: TokenDispatcher = TokenDispatcher.ALLTOALL
     grouped_gemm: bool = True
     flex_backend: FlexBackend = FlexBackend.DEEPEP  # the flex dispatcher's kernels
+    router_fusion: bool = False  # `--moe-router-fusion` (`workload.moe_fusion`)
+    permute_fusion: bool = False  # `--moe-permute-fusion` (alltoall; hybridep permutes in its own kernel)
+
+    def __post_init__(self) -> None:
+        hybridep = self.dispatcher is TokenDispatcher.FLEX and self.flex_backend is FlexBackend.HYBRIDEP
+        if self.permute_fusion and not (self.dispatcher is TokenDispatcher.ALLTOALL or hybridep):
+            raise ValueError(
+                f"MoELayerSpec.permute_fusion=True is not priced with the {self.dispatcher.value} dispatcher "
+                f"({self.flex_backend.value} backend); allowed: alltoall, or flex with hybridep"
+            )
 
 
 def layer_rows(cfg: LayerConfig, spec: MoELayerSpec) -> RoutedRows:
@@ -245,6 +262,11 @@ def _alltoall_dispatch_ops(
     back, [etp reduce-scatter], combine all-to-all, unpermute (module docstring)."""
     e, F, B = cfg.element_bytes, Pass.FORWARD, Pass.INPUT_GRAD
     moved = permute_bytes(rows, cfg.hidden_size, spec.moe, spec.layout, e, e)
+    permute_backward = moved.permute
+    if spec.permute_fusion:  # TE's fused permutation kernels (`workload.moe_fusion`)
+        fused = fused_permute_bytes(rows, cfg.hidden_size, spec.moe, spec.layout, e, e)
+        moved = PermuteBytes(fused.permute, fused.sort_chunks, fused.unpermute)
+        permute_backward = fused.permute_backward
     messages = _messages(cfg, spec, rows)
     sort: tuple[Op, ...] = ()
     if moved.sort_chunks:
@@ -270,7 +292,7 @@ def _alltoall_dispatch_ops(
         backward_after=(
             *(replace(op, name=f"{op.name}.bwd", pass_=B) for op in sort),
             *_collective_ops(tuple(reversed(dispatch)), messages, Module.MOE_PERMUTE, True),
-            elementwise("moe.permute.bwd", moved.permute, module=Module.MOE_PERMUTE, pass_=B),
+            elementwise("moe.permute.bwd", permute_backward, module=Module.MOE_PERMUTE, pass_=B),
         ),
     )
 
@@ -314,6 +336,13 @@ def _allgather_dispatch_ops(
             *_collective_ops(with_grad, messages, Module.MOE_PERMUTE, True),
         ),
     )
+
+
+def _fused_permute(spec: MoELayerSpec) -> bool:
+    """Whether the permutation runs TE's fused kernels: `--moe-permute-fusion` under the alltoall
+    dispatcher (`MoELayerSpec` refuses it with allgather and DeepEP; HybridEP permutes in its
+    own kernel, `_HybridEPManager` never reads the flag)."""
+    return spec.permute_fusion and spec.dispatcher is TokenDispatcher.ALLTOALL
 
 
 def _saved_as(dispatcher: TokenDispatcher) -> TokenDispatcher:
@@ -438,8 +467,11 @@ def moe_mlp_ops(cfg: LayerConfig, spec: MoELayerSpec) -> tuple[tuple[Op, ...], t
         gated=True,
         element_bytes=e,
         probs_bytes=e,
+        permute_fusion=_fused_permute(spec),
         dispatcher=_saved_as(spec.dispatcher),
     )
+    if spec.router_fusion:  # TE's fused top-k keeps its map and fp32 scores (`workload.moe_fusion`)
+        saved = replace(saved, router=fused_router_saved_bytes(rows.tokens, moe))
     fc1, fc2 = expert_gemms(rows, h, moe, layout, gated=True)
     re = rows.busiest_expert
     f = fc2.k  # f/etp
@@ -447,7 +479,11 @@ def moe_mlp_ops(cfg: LayerConfig, spec: MoELayerSpec) -> tuple[tuple[Op, ...], t
     region_in = e * cfg.region_tokens * h
     grouped = spec.grouped_gemm
     dispatch = _dispatch_ops(cfg, spec, rows, saved.permute)
-    topk_bytes = T * E * e + T * k * (e + INDEX_BYTES) + T * E * (e + 1)  # logits in; probs, indices, map out
+    # logits in; probs, indices, map out
+    topk_bytes: float = T * E * e + T * k * (e + INDEX_BYTES) + T * E * (e + 1)
+    topk_backward_bytes: float = 3 * T * E * e
+    if spec.router_fusion:
+        topk_bytes, topk_backward_bytes = fused_topk_bytes(T, E, e)
     shared_forward, shared_backward = _shared_ops(cfg, spec)
     clamp = moe.activation_func_clamp_value is not None  # gpt-oss (`workload.gptoss_experts`)
     m_local = fc1.batch
@@ -497,7 +533,7 @@ def moe_mlp_ops(cfg: LayerConfig, spec: MoELayerSpec) -> tuple[tuple[Op, ...], t
             W,
         ),  # fmt: skip
         *dispatch.backward_after,
-        elementwise("moe.router_topk.bwd", 3 * T * E * e, module=Module.ROUTER_TOPK, pass_=B),
+        elementwise("moe.router_topk.bwd", topk_backward_bytes, module=Module.ROUTER_TOPK, pass_=B),
         gemm("moe.router.dgrad", GemmShape(m=T, n=h, k=E), module=Module.ROUTER, pass_=B),
         gemm(
             "moe.router.wgrad", GemmShape(m=h, n=E, k=T, accumulate_fp32=True), module=Module.ROUTER, pass_=W

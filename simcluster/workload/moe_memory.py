@@ -169,7 +169,9 @@ def permute_saved_bytes(
         gathered = rows.tokens * layout.expert_tp * layout.ep * (moe.num_experts // layout.ep)
         return expert_rows * INDEX_BYTES + gathered * (probs_bytes + MASK_BYTES)
     if fused:
-        sorts = 2 * expert_rows * 4 if moe.num_experts // layout.ep > 1 else 0.0
+        # padded to capacity, the chunks move by view and transpose (no sort map)
+        several = moe.num_experts // layout.ep > 1 and not moe.pad_to_capacity
+        sorts = 2 * expert_rows * 4 if several else 0.0
         return rows.tokens * (2 * moe.num_experts + 1) * 4 + sorts
     if moe.pad_to_capacity:
         return 2.0 * rows.sent * INDEX_BYTES

@@ -288,7 +288,7 @@ def test_moe_flags_without_num_experts_have_no_effect_and_say_so():
 @pytest.mark.parametrize(
     ("flag", "kind"),
     [("moe-router-load-balancing-type", "not_modelled"), ("moe-aux-loss-coeff", "not_modelled"),
-     ("moe-permute-fusion", "not_modelled"), ("moe-router-dtype", "not_modelled"),
+     ("moe-permute-fusion", "used"), ("moe-router-fusion", "used"), ("moe-router-dtype", "not_modelled"),
      ("moe-z-loss-coeff", "not_modelled"), ("moe-shared-expert-overlap", "not_modelled"),
      ("qk-layernorm", "used"), ("moe-router-bias-update-rate", "ignored"),
      ("mtp-loss-scaling-factor", "ignored"), ("num-experts", "used"), ("expert-tensor-parallel-size", "used"),
@@ -302,7 +302,7 @@ def test_flags_without_keys_are_listed_with_their_reason():
     line = f"{MOE_LINE} --moe-aux-loss-coeff 1e-2 --moe-permute-fusion --moe-router-bias-update-rate 1e-3"
     imported = parse_megatron_args(line)
     assert any(f.startswith("--moe-aux-loss-coeff 1e-2: the auxiliary") for f in imported.not_modelled)
-    assert any(f.startswith("--moe-permute-fusion: the fused permute") for f in imported.not_modelled)
+    assert imported.requested["training"]["moe_permute_fusion"] is True  # a key since issue 18's fusion work
     assert "--moe-router-bias-update-rate 1e-3" in imported.ignored and imported.unknown == ()
 
 
@@ -370,6 +370,8 @@ def moe_scenarios(draw):
             "moe_flex_dispatcher_backend": draw(st.sampled_from(["deepep", "hybridep"]))
             if dispatcher == "flex" else "deepep",
             "moe_grouped_gemm": draw(st.booleans()),
+            "moe_router_fusion": draw(st.booleans()),
+            "moe_permute_fusion": draw(st.booleans()),
             "recompute_modules": draw(st.sampled_from([None, *modules])) if recompute == "selective"
             else None,
         },
