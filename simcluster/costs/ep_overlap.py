@@ -35,7 +35,22 @@ gradients it also delays run on the compute stream at the layer's end, where the
 the same time per layer (only the chunk's last one moves under the pipeline send, not
 priced).
 
-Approximations, declared: the two streams share the SMs without slowing each other; the
+The flex dispatcher's kernels hold SMs while they run: DeepEP's and Hybrid-EP's dispatch and
+combine are launched on a fixed number of SMs (Megatron-core `moe_deepep_num_sms` = 20, the
+TransformerConfig default; `moe_hybridep_num_sms` = 32, what Megatron-Bridge's performance
+scripts set for every hybridep recipe, scripts/performance/utils/overrides.py @0fbfe7d3, and
+what `costs.hybridep`'s bandwidth table was measured at). Under the overlap the compute stream
+runs on the rest, so a phase whose communication D (of which `stolen_s` = D_kernel · sms / SMs
+in SM-seconds) overlaps compute M lasts
+
+    max(D, M + stolen_s)
+
+(the compute runs at (SMs − sms) / SMs while the kernel holds its SMs, at full rate after;
+`overlap_phase_s`). NCCL's collectives (the alltoall dispatcher, the routing map's all-gather)
+also run on SMs, as many as NCCL's channels: not priced (no figure for Megatron's streams).
+
+Approximations, declared: the compute stream and NCCL's collectives share the SMs without
+slowing each other; the
 recompute (which Megatron restricts here) is not paired; a pair whose forward and backward
 chunks hold different layers is priced as if both held the same (Megatron runs the extra
 layers alone, `TransformerModelChunkSchedulePlan.run`).
@@ -46,11 +61,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from simcluster.config.moe_choices import FlexBackend
 from simcluster.costs.chunk import ChunkCost, OpsCost, is_expert_collective
 from simcluster.workload.layer import LayerOps
 from simcluster.workload.ops import Module, Op, Pass
 
 PriceOps = Callable[[tuple[Op, ...]], OpsCost]
+
+DISPATCHER_NUM_SMS = {FlexBackend.DEEPEP: 20, FlexBackend.HYBRIDEP: 32}
+"""SMs a flex dispatcher kernel holds (module docstring): Megatron-core's `moe_deepep_num_sms`
+default, Megatron-Bridge's `moe_hybridep_num_sms` override."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,16 +125,41 @@ def pass_phases(ops: tuple[Op, ...]) -> PassPhases | None:
     )
 
 
-def paired_saving_s(layer: LayerOps, price: PriceOps, delay_wgrad: bool = False) -> float:
+def stolen_sm_s(ops: tuple[Op, ...], price: PriceOps, num_sms: int | None) -> float:
+    """SM-seconds the flex dispatcher kernels among `ops` take from the compute stream:
+    each kernel's time × its SMs (`DISPATCHER_NUM_SMS`) / the GPU's `num_sms`; 0 without
+    `num_sms` or such kernels."""
+    if num_sms is None:
+        return 0.0
+    return sum(
+        price((op,)).total_s * min(1.0, DISPATCHER_NUM_SMS[op.deepep.backend] / num_sms)
+        for op in ops
+        if op.deepep is not None
+    )
+
+
+def overlap_phase_s(comm_s: float, compute_s: float, stolen_s: float = 0.0) -> float:
+    """A phase whose communication (`comm_s`, holding `stolen_s` SM-seconds) runs beside
+    `compute_s` of full-GPU work: max(D, M + stolen) (module docstring)."""
+    return max(comm_s, compute_s + stolen_s)
+
+
+def paired_saving_s(
+    layer: LayerOps, price: PriceOps, delay_wgrad: bool = False, num_sms: int | None = None
+) -> float:
     """S = T_f + T_b − T_pair (module docstring) for one layer, ≥ 0; 0 where a pass has no
     dispatch and combine. With `delay_wgrad` the experts' weight gradients run after their
-    input gradients, under the backward's dispatch (`delayed_mlp_phase_s`)."""
+    input gradients, under the backward's dispatch (`delayed_mlp_phase_s`). With `num_sms`
+    (the GPU's) the flex dispatcher's kernels slow the compute they overlap (`stolen_sm_s`)."""
     forward, backward = pass_phases(layer.forward), pass_phases(layer.backward)
     if forward is None or backward is None:
         return 0.0
 
     def s(ops: tuple[Op, ...]) -> float:
         return price(ops).total_s if ops else 0.0
+
+    def st(ops: tuple[Op, ...]) -> float:
+        return stolen_sm_s(ops, price, num_sms)
 
     a_f, d_f, m_f, k_f, post_f = (
         s(forward.before), s(forward.first_comm), s(forward.between), s(forward.last_comm), s(forward.after)
@@ -124,17 +169,24 @@ def paired_saving_s(layer: LayerOps, price: PriceOps, delay_wgrad: bool = False)
         s(backward.after),
     )  # fmt: skip
     separate = a_f + d_f + m_f + k_f + post_f + pre_b + k_b + m_b + d_b + a_b
+    st_d_f, st_d_b = st(forward.first_comm), st(backward.last_comm)
     if delay_wgrad:
         dgrad = tuple(op for op in backward.between if op.pass_ is not Pass.WEIGHT_GRAD)
         wgrad = tuple(op for op in backward.between if op.pass_ is Pass.WEIGHT_GRAD)
-        middle = delayed_mlp_phase_s(d_f, s(dgrad), s(wgrad), d_b, m_f)
+        middle = delayed_mlp_phase_s(d_f, s(dgrad), s(wgrad), d_b, m_f, st_d_f, st_d_b)
     else:
-        middle = max(d_f, m_b) + max(d_b, m_f)
-    paired = pre_b + max(k_b, a_f) + middle + max(k_f, a_b) + post_f
+        middle = overlap_phase_s(d_f, m_b, st_d_f) + overlap_phase_s(d_b, m_f, st_d_b)
+    paired = (
+        pre_b + overlap_phase_s(k_b, a_f, st(backward.first_comm)) + middle
+        + overlap_phase_s(k_f, a_b, st(forward.last_comm)) + post_f
+    )  # fmt: skip
     return max(0.0, separate - paired)
 
 
-def delayed_mlp_phase_s(d_f: float, m_dgrad: float, m_wgrad: float, d_b: float, m_f: float) -> float:
+def delayed_mlp_phase_s(
+    d_f: float, m_dgrad: float, m_wgrad: float, d_b: float, m_f: float,
+    stolen_f_s: float = 0.0, stolen_b_s: float = 0.0,
+) -> float:  # fmt: skip
     """The pair's middle under `--delay-wgrad-compute`: the compute stream runs the backward
     experts' input gradients, their weight gradients (`mlp.backward_dw`), then the forward
     experts (once the forward's dispatch has arrived); the communication stream runs the
@@ -146,9 +198,11 @@ def delayed_mlp_phase_s(d_f: float, m_dgrad: float, m_wgrad: float, d_b: float, 
         max(max(M_dgrad + M_wgrad, D_f) + M_f, max(D_f, M_dgrad) + D_b)
 
     Without the delay the backward's dispatch waits for the weight gradients too, which
-    gives max(D_f, M_b) + max(D_b, M_f) (M_b = M_dgrad + M_wgrad); never shorter."""
-    compute = max(m_dgrad + m_wgrad, d_f) + m_f
-    comm = max(d_f, m_dgrad) + d_b
+    gives max(D_f, M_b) + max(D_b, M_f) (M_b = M_dgrad + M_wgrad); never shorter. The SM-seconds
+    the two dispatches' kernels hold (`stolen_f_s`, `stolen_b_s`, `stolen_sm_s`) lengthen the
+    compute they overlap: the backward experts under D_f, the forward experts under D_b."""
+    compute = max(m_dgrad + m_wgrad + stolen_f_s, d_f) + m_f + stolen_b_s
+    comm = max(d_f, m_dgrad + stolen_f_s) + d_b
     return max(compute, comm)
 
 

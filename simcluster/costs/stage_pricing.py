@@ -237,7 +237,8 @@ class StagePricing:
             cost = price_layer_ops(ops, self.hw, tp, dtype, cp, tp_comm_overlap, experts)
             if ep_overlap:
                 price = _slice_price(self.hw, ops, tp, dtype, cp, tp_comm_overlap, experts)
-                cost = overlapped_cost(cost, paired_saving_s(ops, price, delay_wgrad))
+                saving_s = paired_saving_s(ops, price, delay_wgrad, self.hw.gpu.num_sms)
+                cost = overlapped_cost(cost, saving_s)
             self._layers[cache_key] = cost
         return cost
 
