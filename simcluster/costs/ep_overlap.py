@@ -200,7 +200,8 @@ def delayed_mlp_phase_s(
     Without the delay the backward's dispatch waits for the weight gradients too, which
     gives max(D_f, M_b) + max(D_b, M_f) (M_b = M_dgrad + M_wgrad); never shorter. The SM-seconds
     the two dispatches' kernels hold (`stolen_f_s`, `stolen_b_s`, `stolen_sm_s`) lengthen the
-    compute they overlap: the backward experts under D_f, the forward experts under D_b."""
+    compute they overlap: the backward experts under D_f, whatever the compute stream runs
+    under D_b (weight gradients or forward experts)."""
     compute = max(m_dgrad + m_wgrad + stolen_f_s, d_f) + m_f + stolen_b_s
     comm = max(d_f, m_dgrad + stolen_f_s) + d_b
     return max(compute, comm)
