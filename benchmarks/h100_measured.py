@@ -57,6 +57,32 @@ COMPILED_KINDS = {
 }
 
 
+# The eager (unfused) rows of elementwise_host_optimizer.json, each with the bytes its PyTorch
+# kernels really move at the file's Llama 3 8B shapes (measure2.py `elementwise`: T 8192 tokens,
+# H 4096, FF 14336, A 32 heads of D 128, bf16; `eager_s` times the whole kernel sequence):
+#   swiglu  `F.silu(a1) * a2` on the chunk(2, -1) halves of [T, 2FF]: silu reads a1 and writes
+#           [T, FF], the mul reads two [T, FF] and writes one: 5·T·FF·2 bytes
+#   rope    four muls of a chunk(2, -1) half of q [T, A, D] by cos / sin [T, D/2] (half read,
+#           half written, cos read), a sub and an add (two halves read, one written), the cat
+#           (two halves read, q written): 18·(T·A·D) + 4·T·D bytes
+#   bias_dropout_add  `x + bias` (read, write), `F.dropout` (read, write, bool mask),
+#           `residual + ...` (two read, one written): 15·T·H bytes (+ the bias, 2·H)
+EAGER_T, EAGER_H, EAGER_FF, EAGER_A, EAGER_D = 8192, 4096, 14336, 32, 128
+EAGER_KERNEL_BYTES = {
+    "swiglu.fwd": 5 * EAGER_T * EAGER_FF * 2,
+    "rope.fwd(q)": 18 * EAGER_T * EAGER_A * EAGER_D + 4 * EAGER_T * EAGER_D,
+    "bias_dropout_add.fwd": 15 * EAGER_T * EAGER_H + 2 * EAGER_H,
+}
+# gpt-oss's eager kernels (workload.gptoss_experts) -> the eager rows that run like them:
+# the GLU clamps read the chunk(2, -1) halves of fc1's output and end in a cat, as the eager
+# SwiGLU and RoPE do; the fc2 bias's `t + b * p` are broadcast adds on contiguous rows, as the
+# eager bias-dropout-add's are.
+EAGER_KINDS = {
+    "glu_clamp": ("swiglu.fwd", "rope.fwd(q)"),
+    "expert_bias": ("bias_dropout_add.fwd",),
+}
+
+
 def _read(name: str) -> Any:
     return json.loads((DATA / name).read_text())
 
@@ -112,11 +138,20 @@ def kind_efficiencies() -> dict[str, float]:
     logits = entropy["bytes"] / 12  # the file's bytes are 12 per logit (2 + 4 + 4 + 2)
     per_logit = CROSS_ENTROPY_FORWARD_BYTES_PER_LOGIT + CROSS_ENTROPY_BACKWARD_BYTES_PER_LOGIT
     kinds["cross_entropy"] = _sig(per_logit * logits / entropy["eager_s"] / 1e9 / HBM_GB_PER_S, 3)
+    kinds.update(eager_kind_efficiencies())
     fused = next(row for row in data["optimizer"] if row["fused"])
     kinds["optimizer"] = _sig(
         ADAMW_BYTES_PER_PARAM * fused["params"] / fused["step_s"] / 1e9 / HBM_GB_PER_S, 3
     )
     return kinds
+
+
+def eager_kind_efficiencies() -> dict[str, float]:
+    """Fraction of HBM that bare PyTorch kernels reach, per gpt-oss kind (`EAGER_KINDS`): the
+    mean over its eager rows of the kernels' real bytes (`EAGER_KERNEL_BYTES`) over `eager_s`."""
+    rows = {row["op"]: row for row in _read("elementwise_host_optimizer.json")["elementwise"]}
+    rates = {op: size / rows[op]["eager_s"] / 1e9 / HBM_GB_PER_S for op, size in EAGER_KERNEL_BYTES.items()}
+    return {kind: _sig(statistics.mean(rates[op] for op in ops), 3) for kind, ops in EAGER_KINDS.items()}
 
 
 def _sdpa_rates() -> dict[tuple[int, bool], tuple[float, float]]:
