@@ -11,7 +11,12 @@ backward, the host seconds the profile charges for issuing each, the two-stage p
 one repeat (`with_host_s`, what check-profile uses), the steady state of back-to-back repeats
 (`overlapped_s = max(host, device)`: the timer records them without a synchronisation
 between repeats, `profiler.bench.timing.Timer.split_times_s`, so over many repeats the slower
-stage sets the pace), and the measured forward and forward + backward.
+stage sets the pace), and the measured forward and forward + backward; where the run
+recorded them (`profiler.bench.layer_timing`, layers of at most `ISSUE_MAX_S`), the host's
+measured issue time of forward + backward (`m host`) and the GPU time of a repeat started on an
+idle device (`m idle`): a run whose `m host` exceeds its device time is host-bound; one whose
+back-to-back time exceeds both its `m host` and its device time has host work that does not
+overlap the device's.
 
 `recompute_excess` reads the measurements alone: for each (shape, t, SP) timed with full and
 with no recompute, the measured difference minus one measured forward, over that forward. Full
@@ -53,6 +58,10 @@ class Timeline:
     with_host_s: float  # check.host_pipeline_s: one repeat, host and device starting together
     measured_forward_s: float | None
     measured_total_s: float
+    # the host's measured issue time of forward + backward and the GPU time of a repeat
+    # started idle (`records.LayerTiming`, where the run recorded them; None in older files)
+    measured_host_total_s: float | None = None
+    measured_idle_start_s: float | None = None
 
     @property
     def device_total_s(self) -> float:
@@ -100,6 +109,8 @@ def timeline(timing: LayerTiming, hw: HardwareProfile, dropout_prob: float) -> T
         host_pipeline_s(p.op_s, per_op, before) if per_op else 0.0,
         timing.forward_s,
         timing.total_s,
+        timing.host_total_s,
+        timing.idle_start_total_s,
     )
 
 
@@ -158,7 +169,7 @@ def format_timelines(lines: Sequence[Timeline]) -> str:
     head = (
         f"{'h':>6} {'b':>2} {'t':>2} {'SP':>3} {'recompute':9} {'ops f/r/b':>10} "
         f"{'dev f':>6} {'r':>6} {'b':>6} {'dev':>6} | {'host f':>6} {'r':>6} {'b':>6} {'host':>6} | "
-        f"{'pipe':>6} {'overlap':>7} | {'meas f':>6} {'meas':>6} {'err':>6}"
+        f"{'pipe':>6} {'overlap':>7} | {'meas f':>6} {'meas':>6} {'err':>6} | {'m host':>6} {'m idle':>6}"
     )
     rows = [head, "-" * len(head)]
     for t in lines:
@@ -170,7 +181,8 @@ def format_timelines(lines: Sequence[Timeline]) -> str:
             + f" {_ms(t.device_total_s):>6} | "
             + " ".join(f"{_ms(s):>6}" for s in t.host_s)
             + f" {_ms(t.host_total_s):>6} | {_ms(t.with_host_s):>6} {_ms(t.overlapped_s):>7} | "
-            f"{_ms(t.measured_forward_s):>6} {_ms(t.measured_total_s):>6} {t.error:>+6.1%}"
+            f"{_ms(t.measured_forward_s):>6} {_ms(t.measured_total_s):>6} {t.error:>+6.1%} | "
+            f"{_ms(t.measured_host_total_s):>6} {_ms(t.measured_idle_start_s):>6}"
         )
     return "\n".join(rows)
 

@@ -119,3 +119,14 @@ def test_the_command_prints_json(
 def test_a_missing_file_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["h100-sxm5-80gb", "--measurements", "/nonexistent/layer_timing.json"]) == 2
     assert "/nonexistent/layer_timing.json" in capsys.readouterr().err
+
+
+def test_measured_issue_times_are_carried(fitted: HardwareProfile, run: LayerRun) -> None:
+    """A timing with the host's issue time (`records.LayerTiming.host_total_s`) shows it beside
+    the priced timelines; the committed file has none."""
+    import dataclasses
+
+    timing = _timing(run, WORST)
+    assert timing.host_total_s is None and timing.idle_start_total_s is None
+    line = timeline(dataclasses.replace(timing, host_total_s=7e-3, idle_start_total_s=10e-3), fitted, 0.1)
+    assert (line.measured_host_total_s, line.measured_idle_start_s) == (7e-3, 10e-3)
