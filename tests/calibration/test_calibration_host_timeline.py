@@ -130,3 +130,52 @@ def test_measured_issue_times_are_carried(fitted: HardwareProfile, run: LayerRun
     assert timing.host_total_s is None and timing.idle_start_total_s is None
     line = timeline(dataclasses.replace(timing, host_total_s=7e-3, idle_start_total_s=10e-3), fitted, 0.1)
     assert (line.measured_host_total_s, line.measured_idle_start_s) == (7e-3, 10e-3)
+
+
+def test_full_recompute_adds_the_forwards_kernels_and_nothing_else() -> None:
+    """No device-side cost beyond one forward: traced on the CPU (kernel counts do not depend
+    on the shape), the eager layer's backward under full recompute issues the backward's
+    kernels plus the forward's, less the last residual add (torch.utils.checkpoint's early
+    stop: nothing after the last saved tensor is recomputed), with no copy of a saved tensor;
+    SP off at t 8: 37 forward, 36 backward, 72 with the recompute."""
+    from collections import Counter
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from simcluster.calibration.shapes import DROPOUT_PROB
+    from simcluster.config.choices import Recompute
+    from simcluster.profiler.bench.microbench import OVERHEAD_SHAPE
+    from simcluster.profiler.layer.parallel import ShardStandInComm
+    from simcluster.profiler.layer.spec import LayerSpec
+    from simcluster.profiler.layer.transformer import local_layer
+
+    class Kernels(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.count: Counter[str] = Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            out = func(*args, **(kwargs or {}))
+            if not (func.is_view or func.overloadpacket is torch.ops.aten.detach):
+                self.count[str(func.overloadpacket)] += 1
+            return out
+
+    def traced(sp: bool, recompute: Recompute) -> tuple[Counter[str], Counter[str]]:
+        spec = LayerSpec.from_layer_config(OVERHEAD_SHAPE.config(8, sp, recompute), dropout_prob=DROPOUT_PROB)
+        layer = local_layer(spec, ShardStandInComm(8), 0, "cpu")
+        x = torch.randn(spec.local_seq_length, 1, spec.hidden_size, dtype=spec.torch_dtype).requires_grad_()
+        grad = torch.randn_like(x)
+        with Kernels() as forward:
+            out = layer(x)
+        with Kernels() as backward:
+            out.backward(grad)
+        return forward.count, backward.count
+
+    for sp, sizes in ((False, (37, 36, 72)), (True, (41, 42, 82))):
+        fwd, bwd = traced(sp, Recompute.NONE)
+        fwd_full, bwd_full = traced(sp, Recompute.FULL)
+        assert fwd_full == fwd
+        assert (sum(fwd.values()), sum(bwd.values()), sum(bwd_full.values())) == sizes
+        assert bwd_full - bwd == fwd - Counter({"aten.add": 1})
+        assert bwd - bwd_full == Counter()
