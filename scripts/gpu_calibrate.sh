@@ -98,6 +98,9 @@ step() {  # step NAME LIMIT_S COMMAND...: run under a time limit, log everything
 # limit rises by 18 s, taken from the paper layers' steps (fused 90 -> 82 s, --max-s 55 -> 49;
 # eager 55 -> 45 s, --max-s 32 -> 24): a few of the 96 layers fewer, the eager ones also
 # committed in docs/calibration/h100-2026-11-26/.
+# layer_timing also times each layer of at most 30 ms three times from an idle GPU (the host's
+# issue time, `ISSUE_MAX_S` in simcluster/profiler/bench/layer_timing.py): <= 0.1 s per layer
+# against ~1 s each in that run, inside the steps' --max-s (a few layers fewer, no new file).
 B="-m simcluster.profiler.bench"
 step microbench $((213 * SCALE)) "$PY" $B.microbench "${COMMON[@]}" "${MB[@]}" --layer-mode "$FUSED" \
     ${FORCE[@]+"${FORCE[@]}"} --out "$OUT/microbench.json"

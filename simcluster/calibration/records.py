@@ -288,6 +288,13 @@ class LayerTiming:
     # the shape (num_query_groups, ffn_hidden_size, activation, ...); None for the paper grid
     layer: dict[str, Any] | None = None
     layer_mode: str | None = None  # None: the run's layer_mode
+    # a few repeats each started on an idle device (`profiler.bench.timing.Timer.issue_times_s`,
+    # layers short enough for the host to matter): the host's perf_counter seconds to issue the
+    # forward and forward + backward, and the device seconds of such a repeat; None where not
+    # measured (larger layers, older files)
+    host_forward_s: float | None = None
+    host_total_s: float | None = None
+    idle_start_total_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.layer_mode is not None:
@@ -345,6 +352,9 @@ class LayerTiming:
         )
 
 
+ISSUE_FIELDS = ("host_forward_s", "host_total_s", "idle_start_total_s")  # LayerTiming, optional
+
+
 @dataclass(frozen=True)
 class LayerRun:
     """A check run: where, how, and the timings."""
@@ -360,7 +370,12 @@ class LayerRun:
     warmup: dict[str, Any] | None = None
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1)
+        data = asdict(self)
+        for timing in data["timings"]:  # files without the issue times stay as they were
+            for key in ISSUE_FIELDS:
+                if timing[key] is None:
+                    del timing[key]
+        return json.dumps(data, indent=1)
 
     @staticmethod
     def from_json(text: str) -> LayerRun:

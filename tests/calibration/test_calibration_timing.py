@@ -62,3 +62,47 @@ def test_cpu_threads_are_restored() -> None:
     with cpu_threads(CPU, 1):
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
+
+
+def test_issue_times_start_each_repeat_idle_and_mark_the_midpoint() -> None:
+    """A call that sleeps 1 ms, marks, sleeps 1 ms: on a CPU the host's issue time of the
+    first part is ≥ 1 ms, of the whole ≥ 2 ms, and the whole's time is the host's."""
+
+    def call(mark) -> None:
+        time.sleep(0.001)
+        mark()
+        time.sleep(0.001)
+
+    repeats = Timer(CPU, TimingPolicy()).issue_times_s([call], 3)
+    assert len(repeats) == 3
+    for host_first, host_whole, whole in repeats:
+        assert 0.001 <= host_first < host_whole and host_whole >= 0.002
+        assert whole == host_whole
+
+
+def test_a_short_layer_records_its_host_issue_time() -> None:
+    """time_layer on a tiny layer (CPU) records the issue times (`ISSUE_MAX_S`), and the
+    run's JSON keeps them; a run without them writes no such keys (older files unchanged)."""
+    import dataclasses
+    import json
+    import math
+
+    from simcluster.calibration.records import ISSUE_FIELDS, LayerRun
+    from simcluster.calibration.shapes import DROPOUT_PROB, LayerShape
+    from simcluster.config.choices import Recompute
+    from simcluster.profiler.bench.device_info import describe_device
+    from simcluster.profiler.bench.layer_timing import time_layer
+    from simcluster.profiler.layer.spec import LayerSpec
+
+    config = LayerShape(64, 8, 8, 1).config(2, False, Recompute.FULL)
+    spec = LayerSpec.from_layer_config(config, dropout_prob=DROPOUT_PROB)
+    policy = TimingPolicy(warmup=1, min_repeats=3, max_repeats=3, budget_s=0.0, max_buffers=1)
+    assert time_layer(spec, Timer(CPU, policy), issue_max_s=0.0).host_total_s is None  # a "large" layer
+    timing = time_layer(spec, Timer(CPU, policy), issue_max_s=math.inf)  # a shared CPU can be slow
+    assert timing.host_forward_s is not None and timing.host_total_s is not None
+    assert 0 < timing.host_forward_s < timing.host_total_s == timing.idle_start_total_s
+    run = LayerRun(describe_device(CPU), "test", "quick", "bf16", DROPOUT_PROB, [timing])
+    assert LayerRun.from_json(run.to_json()) == run
+    bare = dataclasses.replace(run, timings=[dataclasses.replace(timing, **dict.fromkeys(ISSUE_FIELDS))])
+    assert not set(ISSUE_FIELDS) & set(json.loads(bare.to_json())["timings"][0])
+    assert LayerRun.from_json(bare.to_json()) == bare

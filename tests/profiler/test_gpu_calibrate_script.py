@@ -56,6 +56,9 @@ def test_smoke_run_writes_every_file(tmp_path: Path) -> None:
         run = LayerRun.from_json((tmp_path / name).read_text())
         assert len(run.timings) == 2 and run.load == "sustained"
         assert all(t.total_s > t.forward_s > 0 for t in run.timings)
+        # the host's issue times (a quick CPU run records them for every layer)
+        assert all(t.host_total_s is not None and t.host_forward_s is not None for t in run.timings)
+        assert all(t.host_total_s > t.host_forward_s > 0 for t in run.timings)  # type: ignore[operator]
     modern = LayerRun.from_json((tmp_path / "modern_layers_eager.json").read_text())
     assert modern.layer_mode == "eager" and modern.timings[0].layer is not None
     assert modern.timings[0].layer["activation"] == "swiglu"

@@ -213,3 +213,21 @@ def test_serial_spec_is_the_whole_sequence() -> None:
     serial = spec.serial()
     assert (serial.seq_length, serial.cp, serial.tp, serial.sequence_parallel) == (64, 1, 1, False)
     assert spec.full_seq_length == 64
+
+
+def test_dropout_row_runs_are_found_once_per_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bias-dropout-add masks' row runs depend on the ranks alone: the layer finds them
+    when built, not in every forward (a Python loop over the rows was eager host time the
+    measured layer spent and Megatron does not)."""
+    import simcluster.profiler.layer.transformer as transformer
+
+    spec = LayerSpec(
+        hidden_size=64, num_attention_heads=4, seq_length=16, micro_batch_size=1, tp=1, dropout_prob=0.1
+    )
+    layer = transformer.local_layer(spec, ShardStandInComm(1), 0, "cpu")
+    assert layer._dropout_runs == [(0, 16)]
+    calls: list[object] = []
+    monkeypatch.setattr(transformer, "contiguous_runs", lambda rows: calls.append(rows) or [(0, 16)])
+    x = torch.randn(16, 1, 64, dtype=spec.torch_dtype, requires_grad=True)
+    layer(x).sum().backward()
+    assert calls == []

@@ -11,6 +11,10 @@ inputs and upstream gradients) that it rotates over, so no repeat finds the prev
 weights in cache, as in a model of many layers. Each repeat records three points (CUDA
 events, or perf_counter on a CPU): before the forward, between forward and backward, after
 the backward; the medians of forward and of forward + backward over the repeats are kept.
+Layers short enough for the host to matter (`ISSUE_MAX_S`) are also run a few times from an
+idle device, recording the host's issue time of the forward and of forward + backward and
+the GPU time of such a repeat (`host_forward_s`, `host_total_s`, `idle_start_total_s`):
+what tells a host-bound layer from one whose host work does not overlap the device's.
 Parameter gradients are set to None before each repeat, so backward assigns them (no
 accumulation kernel), as on the first microbatch of an iteration.
 
@@ -24,6 +28,7 @@ where NVML answers.
 
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 import time
@@ -48,6 +53,15 @@ from simcluster.profiler.bench.timing import Timer, TimingPolicy, cpu_threads, d
 from simcluster.profiler.layer.parallel import ShardStandInComm
 from simcluster.profiler.layer.spec import LayerSpec
 from simcluster.profiler.layer.transformer import local_layer
+
+ISSUE_REPEATS = 3
+ISSUE_MAX_S = 0.03
+"""Layers whose fwd + bwd takes at most `ISSUE_MAX_S` also get `ISSUE_REPEATS` repeats each
+started on an idle device (`Timer.issue_times_s`): the host's issue time of the forward and
+of the whole, and the whole's time from an idle start. The host can limit only such layers
+(the host-bound eager paper layers of docs/calibration/h100-2026-11-26/layer_timing.json take
+4-8 ms on an H100 host); a larger one would spend more than a few % of its timing budget on
+them."""
 
 
 def default_layer_mode(device_type: str) -> LayerMode:
@@ -83,9 +97,11 @@ def time_layer(
     seed: int = 0,
     mode: LayerMode = LayerMode.EAGER,
     sensors: GpuSensors | None = None,
+    issue_max_s: float = ISSUE_MAX_S,
 ) -> LayerTiming:
     """Median forward and forward + backward seconds of `spec` on rank 0 (stand-in comm),
-    its memory-bound regions run as `mode`; the SM clock and power after it from `sensors`."""
+    its memory-bound regions run as `mode`; the SM clock and power after it from `sensors`;
+    the host's issue times where a repeat takes at most `issue_max_s`."""
     dev = timer.device
     comm = ShardStandInComm(spec.tp)
     gen = device_generator(dev, seed)
@@ -105,6 +121,8 @@ def time_layer(
     total = statistics.median(totals)
     spread = (totals[(3 * repeats) // 4] - totals[repeats // 4]) / total
     clock_mhz, power_w = sensors.read() if sensors is not None else (None, None)
+    # after the sensors read the load the timed repeats left: these repeats idle the GPU
+    issue = timer.issue_times_s(calls, ISSUE_REPEATS) if estimate <= issue_max_s else None
     return LayerTiming(
         spec.hidden_size,
         spec.num_attention_heads,
@@ -119,6 +137,9 @@ def time_layer(
         repeats=repeats,
         sm_clock_mhz=clock_mhz,
         power_w=power_w,
+        host_forward_s=None if issue is None else statistics.median(f for f, _, _ in issue),
+        host_total_s=None if issue is None else statistics.median(h for _, h, _ in issue),
+        idle_start_total_s=None if issue is None else statistics.median(w for _, _, w in issue),
     )
 
 
@@ -165,6 +186,9 @@ def run_check(
     mode = LayerMode(mode or default_layer_mode(dev.type))
     specs = held_out_specs(dev.type, quick)[:limit]  # limit: a smoke test of the plumbing
     timer = Timer(dev, layer_policy(dev.type, quick, budget_s))
+    # a quick CPU run tests the plumbing: every layer records its issue times, however slow
+    # a shared CPU runs it
+    issue_max_s = math.inf if quick and dev.type != "cuda" else ISSUE_MAX_S
     sensors = GpuSensors(dev)
     if progress is not None:
         progress.start(len(specs))
@@ -180,7 +204,9 @@ def run_check(
                 break
             if load is not None:
                 load.maintain()
-            timings.append(time_layer(spec, timer, seed=i, mode=mode, sensors=sensors))
+            timings.append(
+                time_layer(spec, timer, seed=i, mode=mode, sensors=sensors, issue_max_s=issue_max_s)
+            )
             if progress is not None:
                 progress.step(
                     f"h={spec.hidden_size} t={spec.tp} sp={int(spec.sequence_parallel)} "

@@ -119,6 +119,47 @@ class Timer:
             out.append((marks[-1] - start, end - start))
         return out
 
+    def issue_times_s(
+        self, calls: Sequence[Callable[[Callable[[], None]], object]], repeats: int
+    ) -> list[tuple[float, float, float]]:
+        """(host seconds to issue the first part, host seconds to issue the whole, seconds the
+        whole takes from an idle device) per repeat of calls that mark their midpoint.
+
+        Each repeat starts on an idle device (CUDA: synchronized first), so the host's
+        `perf_counter` from the start to the mark and to the call's return is its issue time,
+        never throttled by a full launch queue, and the events give the repeat's time with
+        the GPU waiting wherever the host falls behind: the one-repeat pipeline
+        `calibration.check.host_pipeline_s` models. The timed repeats (`split_times_s`) run
+        back to back instead, where the host may run ahead into the next repeat. On a CPU the
+        three are the same `perf_counter` readings (kernels run in the calling thread).
+        """
+        return [_issue_once(calls[i % len(calls)], self.is_cuda) for i in range(repeats)]
+
+
+def _issue_once(call: Callable[[Callable[[], None]], object], is_cuda: bool) -> tuple[float, float, float]:
+    """One repeat of `Timer.issue_times_s`."""
+    marks: list[float] = []
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(3)] if is_cuda else []
+
+    def mark() -> None:
+        marks.append(time.perf_counter())
+        if events:
+            events[1].record()
+
+    if events:
+        torch.cuda.synchronize()
+    begin = time.perf_counter()
+    if events:
+        events[0].record()
+    call(mark)
+    issued = time.perf_counter()
+    whole = issued - begin
+    if events:
+        events[2].record()
+        torch.cuda.synchronize()
+        whole = events[0].elapsed_time(events[2]) * 1e-3  # ms -> s
+    return marks[-1] - begin, issued - begin, whole
+
 
 def _cuda_times(calls: Sequence[Call], repeats: int) -> list[float]:
     events = [
