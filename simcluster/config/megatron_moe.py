@@ -136,6 +136,10 @@ def _load_balancing_loss(read: FlagReader, moe: dict[str, Any], demoted: dict[st
     0) and `--moe-z-loss-coeff` (default None), transformer_config.py / router.py `TopKRouter`
     @d7288711ba278d160d2a5a22c099915c9fe1395c. Megatron also takes lists of types with one
     coefficient each and sinkhorn routing: one type is modelled; sinkhorn is not."""
+    if len(read.values("moe-router-load-balancing-type") or ()) > 1:
+        demoted["moe-router-load-balancing-type"] = "several load-balancing losses at once (one is modelled)"
+        read.values("moe-aux-loss-coeff")  # read with it: one coefficient per type
+        return
     kind = read.choice("moe-router-load-balancing-type", _LOAD_BALANCING)
     coeff = read.number("moe-aux-loss-coeff")
     if kind == "sinkhorn":

@@ -86,3 +86,12 @@ def test_import_reads_megatrons_defaults_and_demotes_sinkhorn():
     line = f"{MOE_LINE} --moe-router-load-balancing-type global_aux_loss --moe-aux-loss-coeff 1e-3"
     moe = parse_megatron_args(line).validated().model.moe
     assert (moe.load_balancing_type, moe.aux_loss_coeff) == (LoadBalancingType.GLOBAL_AUX_LOSS, 1e-3)
+
+
+def test_import_of_several_types_is_not_modelled_and_runs_without_a_loss():
+    """Megatron takes a list of types with one coefficient each; one type is modelled."""
+    types = "--moe-router-load-balancing-type seq_aux_loss global_aux_loss"
+    line = f"{MOE_LINE} {types} --moe-aux-loss-coeff 1e-3 1e-4"
+    imported = parse_megatron_args(line)
+    assert any(flag.startswith("--moe-router-load-balancing-type") for flag in imported.not_modelled)
+    assert imported.validated().model.moe.aux_loss_coeff == 0.0
