@@ -69,7 +69,8 @@ KEY_FLAGS: dict[str, tuple[str, ...]] = {
     "model.moe": (
         "num-experts", "moe-router-topk", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size",
         "moe-layer-freq", "moe-expert-capacity-factor", "moe-router-score-function",
-        "disable-bias-linear", "activation-func-clamp-value",
+        "disable-bias-linear", "activation-func-clamp-value", "moe-router-load-balancing-type",
+        "moe-aux-loss-coeff", "moe-z-loss-coeff",
     ),
     "model.kv_channels": ("kv-channels",),
     "model.mla": ("multi-latent-attention", "q-lora-rank", "kv-lora-rank", "qk-head-dim",
@@ -155,9 +156,6 @@ NOT_MODELLED = {
     ),
     # TE cross_entropy.py::CrossEntropyFunction writes the gradient into the logits in place
     # MoE options without a scenario key (transformer_config.py fields, Megatron-LM @d98e8a64)
-    "moe-router-load-balancing-type": "the load-balancing loss kernels (aux_loss, seq_aux_loss, sinkhorn)",
-    "moe-aux-loss-coeff": "the auxiliary load-balancing loss kernels",
-    "moe-z-loss-coeff": "the router z-loss kernels",
     "moe-input-jitter-eps": "the router's input jitter",
     "moe-router-dtype": "the router's fp32 / fp64 logits (simulated in the training dtype)",
     "moe-router-num-groups": "group-limited routing (no scenario key yet)",

@@ -30,7 +30,8 @@ from simcluster.config.moe_choices import RecomputeModule
 
 MOE_MODEL_FLAGS = (
     "moe-router-topk", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size", "moe-layer-freq",
-    "moe-expert-capacity-factor", "moe-router-score-function",
+    "moe-expert-capacity-factor", "moe-router-score-function", "moe-router-load-balancing-type",
+    "moe-aux-loss-coeff", "moe-z-loss-coeff",
 )  # fmt: skip
 MLA_SIZE_FLAGS = ("q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim")
 # _add_mla_args's defaults, for `--multi-latent-attention` without a size flag
@@ -123,7 +124,33 @@ def _mixture_of_experts(
     elif (router := read.choice("moe-router-score-function", _ROUTER_SCORES)) not in (None, "softmax"):
         moe["router_score"] = router
     _gpt_oss_experts(read, moe, notes)
+    _load_balancing_loss(read, moe, demoted)
     model["moe"] = moe
+
+
+_LOAD_BALANCING = {name: name for name in ("aux_loss", "seq_aux_loss", "global_aux_loss", "none", "sinkhorn")}
+
+
+def _load_balancing_loss(read: FlagReader, moe: dict[str, Any], demoted: dict[str, str]) -> None:
+    """`--moe-router-load-balancing-type` (default aux_loss), `--moe-aux-loss-coeff` (default
+    0) and `--moe-z-loss-coeff` (default None), transformer_config.py / router.py `TopKRouter`
+    @d7288711ba278d160d2a5a22c099915c9fe1395c. Megatron also takes lists of types with one
+    coefficient each and sinkhorn routing: one type is modelled; sinkhorn is not."""
+    if len(read.values("moe-router-load-balancing-type") or ()) > 1:
+        demoted["moe-router-load-balancing-type"] = "several load-balancing losses at once (one is modelled)"
+        read.values("moe-aux-loss-coeff")  # read with it: one coefficient per type
+        return
+    kind = read.choice("moe-router-load-balancing-type", _LOAD_BALANCING)
+    coeff = read.number("moe-aux-loss-coeff")
+    if kind == "sinkhorn":
+        demoted["moe-router-load-balancing-type"] = "sinkhorn routing (simulated as top-k without a loss)"
+        kind, coeff = None, None
+    if kind is not None and kind != "aux_loss":
+        moe["load_balancing_type"] = kind
+    if coeff:
+        moe["aux_loss_coeff"] = coeff
+    if (z_loss := read.number("moe-z-loss-coeff")) is not None:
+        moe["z_loss_coeff"] = z_loss
 
 
 def _gpt_oss_experts(read: FlagReader, moe: dict[str, Any], notes: list[str]) -> None:

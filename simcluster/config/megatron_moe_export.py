@@ -12,7 +12,7 @@ from __future__ import annotations
 from simcluster.config.choices import SoftmaxType
 from simcluster.config.errors import ConfigError
 from simcluster.config.megatron_flags import SOURCE
-from simcluster.config.moe_choices import FlexBackend, TokenDispatcher
+from simcluster.config.moe_choices import FlexBackend, LoadBalancingType, TokenDispatcher
 from simcluster.config.moe_config import MoEConfig
 from simcluster.config.scenario import ModelSpec, ParallelSpec, Scenario
 
@@ -45,6 +45,12 @@ def _moe_flags(model: ModelSpec) -> list[str]:
         flags.append("--disable-bias-linear")
     if moe.activation_func_clamp_value is not None:
         flags += ["--activation-func-clamp-value", repr(moe.activation_func_clamp_value)]
+    if moe.load_balancing_type is not LoadBalancingType.AUX_LOSS:  # Megatron's default: aux_loss
+        flags += ["--moe-router-load-balancing-type", moe.load_balancing_type.value]
+    if moe.aux_loss_coeff:
+        flags += ["--moe-aux-loss-coeff", repr(moe.aux_loss_coeff)]
+    if moe.z_loss_coeff is not None:
+        flags += ["--moe-z-loss-coeff", repr(moe.z_loss_coeff)]
     return flags
 
 

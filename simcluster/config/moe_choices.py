@@ -44,6 +44,23 @@ class FlexBackend(str, enum.Enum):
     HYBRIDEP = "hybridep"
 
 
+class LoadBalancingType(str, enum.Enum):
+    """`--moe-router-load-balancing-type` (transformer_config.py
+    `moe_router_load_balancing_type`, default aux_loss; router.py `TopKRouter`, Megatron-LM
+    @d7288711ba278d160d2a5a22c099915c9fe1395c): which load-balancing loss the router adds
+    when `--moe-aux-loss-coeff` > 0 (`TopKRouter.get_aux_loss_coeff`). aux_loss: the Switch
+    loss over the tp·cp group's tokens of one microbatch (`_apply_aux_loss`); seq_aux_loss:
+    the same per sequence (`_apply_seq_aux_loss`, DeepSeek-V3); global_aux_loss: the token
+    counts all-reduced over tp·cp·dp and averaged over the step's microbatches
+    (`_apply_global_aux_loss`); none: no loss. Megatron's sinkhorn routing and lists of
+    several types are not modelled."""
+
+    AUX_LOSS = "aux_loss"
+    SEQ_AUX_LOSS = "seq_aux_loss"
+    GLOBAL_AUX_LOSS = "global_aux_loss"
+    NONE = "none"
+
+
 class RecomputeModule(str, enum.Enum):
     """Megatron-core `--recompute-modules` (transformer_config.py `recompute_modules`, the
     `allowed_modules` of `__post_init__`), under `--recompute-granularity selective`. The

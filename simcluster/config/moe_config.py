@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simcluster.config.moe_choices import RouterScore
+from simcluster.config.moe_choices import LoadBalancingType, RouterScore
 
 
 def _positive(owner: str, name: str, value: int) -> None:
@@ -42,7 +42,10 @@ class MoEConfig:
     experts' TE GroupedLinears, experts.py `TEGroupedMLP`) and `activation_func_clamp_value`
     (gpt-oss 7.0: Megatron-core `TransformerConfig.activation_func_clamp_value`, the clamp of
     the GLU's two halves in fused_bias_geglu.py `weighted_bias_quick_geglu_impl`) are priced
-    by `workload.gptoss_experts`."""
+    by `workload.gptoss_experts`. `aux_loss_coeff` (`--moe-aux-loss-coeff`, default 0),
+    `load_balancing_type` (`--moe-router-load-balancing-type`, default aux_loss) and
+    `z_loss_coeff` (`--moe-z-loss-coeff`, default None) add the router's load-balancing
+    loss and z-loss, priced by `workload.moe_aux_loss`."""
 
     num_experts: int
     router_topk: int
@@ -59,9 +62,13 @@ class MoEConfig:
     router_expert_bias: bool = False
     expert_bias: bool = False
     activation_func_clamp_value: float | None = None
+    aux_loss_coeff: float = 0.0
+    load_balancing_type: LoadBalancingType = LoadBalancingType.AUX_LOSS
+    z_loss_coeff: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "router_score", RouterScore(self.router_score))
+        object.__setattr__(self, "load_balancing_type", LoadBalancingType(self.load_balancing_type))
         owner = type(self).__name__
         for name in ("num_experts", "router_topk", "ffn_hidden_size"):
             _positive(owner, name, getattr(self, name))
@@ -96,7 +103,28 @@ class MoEConfig:
                 f"{owner}.load_imbalance={self.load_imbalance} is not allowed: it is the busiest "
                 "expert rank's tokens over the mean, so >= 1 (1 = perfectly balanced)"
             )
+        self._check_losses(owner)
         self._check_groups(owner)
+
+    def _check_losses(self, owner: str) -> None:
+        """router.py: the loss runs when its coefficient is > 0 (`get_aux_loss_coeff`); a
+        negative coefficient would reward imbalance, so it is refused here."""
+        if not self.aux_loss_coeff >= 0:
+            raise ValueError(
+                f"{owner}.aux_loss_coeff={self.aux_loss_coeff} is not allowed: it must be >= 0 "
+                "(0 = no load-balancing loss, Megatron's default)"
+            )
+        if self.z_loss_coeff is not None and not self.z_loss_coeff >= 0:
+            raise ValueError(
+                f"{owner}.z_loss_coeff={self.z_loss_coeff} is not allowed: it must be >= 0, or null "
+                "for no z-loss (Megatron's default)"
+            )
+
+    @property
+    def aux_loss_enabled(self) -> bool:
+        """router.py `TopKRouter.is_aux_loss_enabled`: a load-balancing type other than none
+        with a coefficient > 0."""
+        return self.aux_loss_coeff > 0 and self.load_balancing_type is not LoadBalancingType.NONE
 
     def _check_groups(self, owner: str) -> None:
         """transformer_config.py `__post_init__`: group-limited routing needs both numbers,

@@ -41,7 +41,13 @@ from simcluster.config.layer_rules import (
     query_groups_or_default,
 )
 from simcluster.config.layer_shape import Indivisible, ffn_hidden_size_or_default, indivisible_sizes
-from simcluster.config.moe_choices import FlexBackend, RecomputeModule, RouterScore, TokenDispatcher
+from simcluster.config.moe_choices import (
+    FlexBackend,
+    LoadBalancingType,
+    RecomputeModule,
+    RouterScore,
+    TokenDispatcher,
+)
 from simcluster.config.moe_config import (
     ExpertLayout,
     MLAConfig,
@@ -97,6 +103,23 @@ class MoESpec(StrictModel):
         gt=0,
         description="Megatron-core TransformerConfig.activation_func_clamp_value on the experts' GLU "
         "(gpt-oss 7.0): eager clamp and concatenation kernels before the fused GLU; null = none",
+    )
+    aux_loss_coeff: float = Field(
+        default=0.0,
+        ge=0.0,
+        description="Megatron --moe-aux-loss-coeff: the load-balancing loss's weight; 0 = no loss "
+        "(Megatron's default; docs/moe.md, 'Load-balancing loss')",
+    )
+    load_balancing_type: LoadBalancingType = Field(
+        default=LoadBalancingType.AUX_LOSS,
+        description="Megatron --moe-router-load-balancing-type: aux_loss (default; counts all-reduced "
+        "over tp·cp) | seq_aux_loss (per sequence) | global_aux_loss (over tp·cp·dp) | none; "
+        "acts only when aux_loss_coeff > 0",
+    )
+    z_loss_coeff: float | None = Field(
+        default=None,
+        ge=0.0,
+        description="Megatron --moe-z-loss-coeff: the router z-loss (ST-MoE); null = none (default)",
     )
 
 

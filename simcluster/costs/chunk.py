@@ -56,7 +56,7 @@ from simcluster.workload.fp8 import (
     quantized_input_elements,
 )
 from simcluster.workload.layer import LayerOps
-from simcluster.workload.ops import CollectiveKind, CommGroup, Op, OpKind, Pass
+from simcluster.workload.ops import CollectiveKind, CommGroup, Module, Op, OpKind, Pass
 
 BF16_READ_BYTES = 2
 RING_EXCHANGE_SPLITS_PER_RANK = 1  # ring_exchange: num_splits = tp_size
@@ -121,7 +121,13 @@ def op_group(op: Op, tp: GroupPlacement, experts: ExpertGroups | None = None) ->
         raise ValueError(
             f"op {op.name!r} runs over the {op.group.value} group, but the layout has no experts"
         )
-    return {CommGroup.EP: experts.ep, CommGroup.ETP: experts.etp, CommGroup.ETP_EP: experts.etp_ep}[op.group]
+    placement = {
+        CommGroup.EP: experts.ep, CommGroup.ETP: experts.etp, CommGroup.ETP_EP: experts.etp_ep,
+        CommGroup.TP_CP: experts.tp_cp, CommGroup.TP_DP_CP: experts.tp_dp_cp,
+    }[op.group]  # fmt: skip
+    if placement is None:
+        raise ValueError(f"op {op.name!r} runs over the {op.group.value} group, which the layout lacks")
+    return placement
 
 
 def op_time_s(
@@ -142,6 +148,8 @@ def op_time_s(
     assert op.collective is not None
     if op.deepep is not None:  # the flex dispatcher: DeepEP's or Hybrid-EP's kernels, not NCCL's
         return flex_kernel_time_s(op.deepep, op_group(op, tp, experts), hw)
+    if op.module is Module.ROUTER_AUX_LOSS:  # the loss's token counts: a few KB, latency only
+        return fp8_amax_reduction_s(op_group(op, tp, experts), hw)
     return collective_time_s(op.collective, op.message_bytes, op_group(op, tp, experts), hw)
 
 
@@ -268,7 +276,12 @@ def price_ops(
 def is_expert_collective(op: Op) -> bool:
     """A MoE token dispatcher's collective: one over an expert group (EP, ETP, ETP·EP),
     reported as `ep_comm` rather than TP comm."""
-    return op.kind is OpKind.COLLECTIVE and op.group is not CommGroup.TP
+    return op.kind is OpKind.COLLECTIVE and op.group in _EXPERT_GROUPS
+
+
+_EXPERT_GROUPS = frozenset({CommGroup.EP, CommGroup.ETP, CommGroup.ETP_EP})
+"""The dispatcher's groups; the router's loss all-reduces its token counts over tp·cp or
+tp·cp·dp (`CommGroup.TP_CP`, `TP_DP_CP`): a plain blocking collective, priced as TP comm."""
 
 
 def _sm_margin(seconds: float, hw: HardwareProfile, comm_sms: int) -> float:
@@ -350,7 +363,7 @@ def _price_ops_userbuffers(
             comm_s += pipelined_s(gemm_s, scatter_s, PIPELINE_SPLITS) - gemm_s
             index += 2
             continue
-        seconds = _op_seconds(ops, index, hw, tp, dtype, recipe)
+        seconds = _op_seconds(ops, index, hw, tp, dtype, recipe, experts)
         if op.kind is OpKind.COLLECTIVE:
             comm_s += seconds
         else:
@@ -360,7 +373,9 @@ def _price_ops_userbuffers(
 
 
 def fp8_amax_reduction_s(group: GroupPlacement, hw: HardwareProfile) -> float:
-    """One synchronous MAX all-reduce of the concatenated amaxes over TP×DP×CP, once per
+    """One synchronous all-reduce of a few hundred bytes to a few KB over `group` (the
+    router loss's token counts price the same way). One synchronous MAX all-reduce of the
+    concatenated amaxes over TP×DP×CP, once per
     forward and once per backward of the FP8 autocast region (TE
     `quantization.py::reduce_and_update_fp8_tensors`; Megatron's delayed scaling wraps the
     whole block in one autocast, `transformer_block.py`). A few hundred bytes, so latency only:

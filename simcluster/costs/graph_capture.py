@@ -32,7 +32,8 @@ from simcluster.workload.ops import Module, Op, OpKind, Pass
 _SHARED = frozenset({Module.SHARED_FC1, Module.SHARED_FC2})
 _MOE_BLOCK = frozenset(
     {
-        Module.ROUTER, Module.ROUTER_TOPK, Module.MOE_PERMUTE, Module.MOE_SORT_CHUNKS, Module.EXPERT_FC1,
+        Module.ROUTER, Module.ROUTER_TOPK, Module.ROUTER_AUX_LOSS, Module.ROUTER_Z_LOSS,
+        Module.MOE_PERMUTE, Module.MOE_SORT_CHUNKS, Module.EXPERT_FC1,
         Module.EXPERT_FC2, Module.MOE_UNPERMUTE, *_SHARED,
     }
 )  # fmt: skip
@@ -74,12 +75,16 @@ def _backward_norm_end(ops: tuple[Op, ...]) -> int | None:
     return end
 
 
+_ROUTING = frozenset({Module.ROUTER_TOPK, Module.ROUTER_AUX_LOSS, Module.ROUTER_Z_LOSS})
+"""The router's `routing` (top-k, its z-loss and load-balancing loss): inside the router's graph."""
+
+
 def _router_region(ops: tuple[Op, ...], backward: bool, norm: int, norm_end: int) -> set[int]:
     if backward:
-        start = next((i for i, op in enumerate(ops) if op.module is Module.ROUTER_TOPK), norm_end)
+        start = next((i for i, op in enumerate(ops) if op.module in _ROUTING), norm_end)
         return set(range(start, norm_end))
-    topk = next((i for i, op in enumerate(ops) if op.module is Module.ROUTER_TOPK), norm)
-    return set(range(norm, topk + 1))
+    last = max((i for i, op in enumerate(ops) if op.module in _ROUTING), default=norm)
+    return set(range(norm, last + 1))
 
 
 def _preprocess_region(ops: tuple[Op, ...], backward: bool, after: int) -> set[int]:

@@ -8,8 +8,10 @@ common/gemm/cublaslt_gemm.cu), at Megatron's defaults where the scenario has no 
 `moe_permute_fusion` and `moe_router_fusion` as the scenario sets them (default False; the
 fused counts, `FUSED_*`, are read from Megatron-LM @d7288711 and TE @71bbefbf),
 `bias_activation_fusion` False,
-`moe_aux_loss_coeff` 0 (no aux-loss kernels: `TopKRouter.is_aux_loss_enabled`),
-`moe_z_loss_coeff` None, `moe_router_dtype` None (the router runs in the input's dtype),
+`moe_aux_loss_coeff`, `moe_router_load_balancing_type` and `moe_z_loss_coeff` as the scenario
+sets them (`model.moe.aux_loss_coeff` default 0: no loss kernels, `TopKRouter.is_aux_loss_enabled`;
+the loss's counts, `AUX_*` / `Z_LOSS*`, read from Megatron-LM @d7288711 and TE @71bbefbf),
+`moe_router_dtype` None (the router runs in the input's dtype),
 no `moe_router_topk_scaling_factor`, deterministic algorithms off.
 
 A count is the number of device launches (CUDA kernels, NCCL collectives, device-to-host
@@ -55,7 +57,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simcluster.config.moe_choices import FlexBackend, RouterScore, TokenDispatcher
+from simcluster.config.moe_choices import FlexBackend, LoadBalancingType, RouterScore, TokenDispatcher
 from simcluster.workload.moe_layer import MoELayerSpec
 from simcluster.workload.ops import CollectiveKind, CommGroup, Module, Op, OpKind, Pass
 
@@ -79,6 +81,31 @@ SIGMOID_TOPK_BACKWARD = 9  # gather; type_as; divide (2 + sum's expand-add 1); t
 # function, group-limited top-k and expert bias run inside; `_apply_expert_bias` stays unfused
 FUSED_TOPK = 1  # `fused_topk_with_score_function_fwd`: probs, routing map, fp32 scores
 FUSED_TOPK_BACKWARD = 1  # `fused_topk_with_score_function_bwd` (grad_probs already contiguous)
+
+# --- the router's losses (`workload.moe_aux_loss`): router.py `TopKRouter.routing` and
+# moe_utils.py @d7288711ba278d160d2a5a22c099915c9fe1395c; torch ops one launch each, as above
+AUX_SCORES_SOFTMAX = 1 + 1 + 4  # softmax(float32), topk, routing map (zeros_like, .int(), scatter, .bool())
+AUX_SCORES_SIGMOID = 5 + 1 + 4  # .to(float32), sigmoid, sum, + 1e-20, divide; topk; routing map
+AUX_SCORES_FUSED = 1  # TE `fused_score_for_moe_aux_loss_fwd` (outputs `at::empty`)
+AUX_COUNTS = 1  # `get_tokens_per_expert_and_token_count`: routing_map.sum(0) (its all-reduce: COLLECTIVE)
+AUX_SWITCH_LOSS = 4  # `switch_load_balancing_loss_func`: probs.sum(0), × counts, sum, × constant
+AUX_SWITCH_LOSS_FUSED = 1  # TE `fused_moe_aux_loss_fwd` (one cluster launch)
+AUX_SEQ = 1  # seq_aux_loss: the loss / bsz (backward: its gradient, 1)
+AUX_GLOBAL = 3  # global_aux_loss: global_tokens_per_expert +=, ga_steps += 1, the average's divide
+AUX_TRACKER = 2  # `save_to_aux_losses_tracker`: loss / coeff, values[layer] +=
+AUX_SCALER_BACKWARD = 2  # `MoEAuxLossAutoScaler.backward`: ones_like, × main_loss_backward_scale
+AUX_LOSS_BACKWARD = 2  # × constant's gradient, × counts' gradient (sum's and sum(0)'s are expands)
+AUX_SOFTMAX_BACKWARD = 3  # the expanded gradient made contiguous, softmax's backward, the add into
+#                           the logits' gradient
+AUX_SIGMOID_BACKWARD = 6  # divide (2 + sum's expand-add 1), sigmoid, the cast, the add into the
+#                           logits' gradient
+AUX_FUSED_BACKWARD = 3  # `fused_moe_aux_loss_bwd`, `fused_score_for_moe_aux_loss_bwd`, the add
+#                         into the logits' gradient
+Z_LOSS = 9 + 3 + AUX_TRACKER  # logsumexp (amax, abs, == inf, masked_fill_, sub, exp_, sum, log_,
+#                               add_), square, mean, × coeff; the tracker
+Z_LOSS_BACKWARD = AUX_SCALER_BACKWARD + 8  # × coeff's, mean's (expand / n), square's (2x · g: 2),
+#                                            logsumexp's (self − result, exp, × g), the add into the
+#                                            logits' gradient
 
 # --- alltoall dispatcher (token_dispatcher.py `MoEAlltoAllTokenDispatcher`) ---------------
 A2A_PREPROCESS = 8  # routing_map.sum, .long(), input_splits sum, the all-gather, local slice
@@ -251,6 +278,32 @@ def _hybridep_collective(op: Op, backward: bool) -> int:
     return HYBRIDEP_DISPATCH if dispatch else HYBRIDEP_COMBINE
 
 
+def _aux_loss(op: Op, spec: MoELayerSpec, scores: bool) -> int:
+    """The load-balancing loss's launches: its scores, map and count (`scores`: the first of
+    its forward ops, before the all-reduce); the loss and its logging after; the whole
+    backward in one op (`workload.moe_aux_loss`)."""
+    moe, fused = spec.moe, spec.router_fusion
+    seq = moe.load_balancing_type is LoadBalancingType.SEQ_AUX_LOSS
+    if op.kind is OpKind.COLLECTIVE:
+        return COLLECTIVE
+    if op.pass_ is not Pass.FORWARD:
+        if fused:
+            score = AUX_FUSED_BACKWARD
+        else:
+            sigmoid = moe.router_score is RouterScore.SIGMOID
+            score = AUX_LOSS_BACKWARD + (AUX_SIGMOID_BACKWARD if sigmoid else AUX_SOFTMAX_BACKWARD)
+        return AUX_SCALER_BACKWARD + score + (AUX_SEQ if seq else 0)
+    if scores:
+        if fused:
+            return AUX_SCORES_FUSED + AUX_COUNTS
+        sigmoid = moe.router_score is RouterScore.SIGMOID
+        return (AUX_SCORES_SIGMOID if sigmoid else AUX_SCORES_SOFTMAX) + AUX_COUNTS
+    count = (AUX_SWITCH_LOSS_FUSED if fused else AUX_SWITCH_LOSS) + AUX_TRACKER + (AUX_SEQ if seq else 0)
+    if moe.load_balancing_type is LoadBalancingType.GLOBAL_AUX_LOSS:
+        count += AUX_GLOBAL
+    return count
+
+
 _BEFORE_EXPERT_GLU = (Module.EXPERT_FC1, Module.EXPERT_FC2, Module.GLU_CLAMP)  # gpt-oss's clamp sits between
 
 
@@ -272,6 +325,10 @@ def moe_op_kernels(ops: tuple[Op, ...], spec: MoELayerSpec, quantized: bool) -> 
                 count += ROUTER_BIAS_GRAD
         elif op.module is Module.ROUTER_TOPK:
             count = _router_topk(spec, backward)
+        elif op.module is Module.ROUTER_AUX_LOSS:
+            count = _aux_loss(op, spec, scores=previous is Module.ROUTER_TOPK)
+        elif op.module is Module.ROUTER_Z_LOSS:
+            count = Z_LOSS_BACKWARD if backward else Z_LOSS
         elif op.module in (Module.EXPERT_FC1, Module.EXPERT_FC2):
             experts_seen = True
             count = _expert_gemm(op, quantized) if op.kind is OpKind.GEMM else None

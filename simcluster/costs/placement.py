@@ -78,12 +78,17 @@ class ExpertGroups:
     """The MoE communicators of one stage under Megatron-core's parallel folding
     (`workload.moe_groups`: the expert grid etp-ep-edp over the stage's tp·cp·dp ranks):
     ep ranks `etp` apart, etp consecutive, etp·ep consecutive, and the expert-data-parallel
-    group of edp ranks etp·ep apart (expert gradients, expert optimizer shards)."""
+    group of edp ranks etp·ep apart (expert gradients, expert optimizer shards); and the
+    router's groups for its load-balancing loss's token counts: tp·cp consecutive ranks
+    (aux_loss) and the stage's tp·cp·dp consecutive ranks (global_aux_loss, which crosses
+    nodes once the stage spans several), router.py `tp_cp_group` / `tp_dp_cp_group`."""
 
     ep: GroupPlacement
     etp: GroupPlacement
     etp_ep: GroupPlacement
     edp: GroupPlacement
+    tp_cp: GroupPlacement | None = None
+    tp_dp_cp: GroupPlacement | None = None
 
 
 def expert_groups(scenario: Scenario, hw: HardwareProfile) -> ExpertGroups | None:
@@ -98,4 +103,6 @@ def expert_groups(scenario: Scenario, hw: HardwareProfile) -> ExpertGroups | Non
         etp=strided_group(etp, 1, hw),
         etp_ep=strided_group(etp * par.ep, 1, hw),
         edp=strided_group(edp, etp * par.ep, hw),
+        tp_cp=strided_group(par.tp * par.cp, 1, hw),
+        tp_dp_cp=strided_group(par.tp * par.cp * par.dp, 1, hw),
     )

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from simcluster.config.moe_choices import LoadBalancingType
 from simcluster.config.scenario import Scenario
 from simcluster.costs.stage_pricing import PricingLayout, StagePricing, pricing_layout
 from simcluster.workload.mla import is_window_layer
@@ -65,7 +66,9 @@ def dp_free_key(kind: LayerKind, layout: PricingLayout) -> tuple[object, ...]:
     etp·ep groups (`costs.chunk.op_group`), never the expert-data-parallel one; a dense
     layer's run over the TP group alone, so its key leaves out the expert groups. Layouts
     that differ only in pp (hence dp), and a dense layer's layouts that differ only in ep
-    and etp, share one price; a test checks the prices are equal."""
+    and etp, share one price; a test checks the prices are equal. The one exception is the
+    router's global_aux_loss, whose token counts are all-reduced over tp·cp·dp
+    (`workload.moe_aux_loss`): then that group joins the key."""
     spec = kind.moe
     moe = None
     if spec is not None:
@@ -73,7 +76,12 @@ def dp_free_key(kind: LayerKind, layout: PricingLayout) -> tuple[object, ...]:
                spec.dispatcher, spec.grouped_gemm)  # fmt: skip
     experts = layout.experts
     # a dense layer's ops all run over the TP group: the expert groups do not price it
-    groups = None if experts is None or spec is None else (experts.ep, experts.etp, experts.etp_ep)
+    groups = None
+    if experts is not None and spec is not None:
+        # global_aux_loss: the counts' all-reduce runs over tp·cp·dp, so dp prices the layer
+        global_loss = spec.moe.load_balancing_type is LoadBalancingType.GLOBAL_AUX_LOSS
+        over_dp = spec.moe.aux_loss_enabled and global_loss
+        groups = (experts.ep, experts.etp, experts.etp_ep, experts.tp_dp_cp if over_dp else None)
     return (kind.config, kind.cp, kind.mla, moe, layout.tp, layout.cp, layout.dtype,
             layout.tp_comm_overlap, groups)  # fmt: skip
 

@@ -68,6 +68,7 @@ from simcluster.workload.moe import (
     routed_rows,
     shared_expert_shape,
 )
+from simcluster.workload.moe_aux_loss import LOSS_MODULES, loss_ops
 from simcluster.workload.moe_config import ExpertLayout, MoEConfig
 from simcluster.workload.moe_flex import (
     deepep_messages,
@@ -485,11 +486,15 @@ def moe_mlp_ops(cfg: LayerConfig, spec: MoELayerSpec) -> tuple[tuple[Op, ...], t
     if spec.router_fusion:
         topk_bytes, topk_backward_bytes = fused_topk_bytes(T, E, e)
     shared_forward, shared_backward = _shared_ops(cfg, spec)
+    # the router's z-loss and load-balancing loss (`workload.moe_aux_loss`); none by default
+    losses = loss_ops(rows.tokens, cfg.micro_batch_size, moe, layout, e, spec.router_fusion)
     clamp = moe.activation_func_clamp_value is not None  # gpt-oss (`workload.gptoss_experts`)
     m_local = fc1.batch
     forward = (
         gemm("moe.router", GemmShape(m=T, n=E, k=h), region_in, module=Module.ROUTER, pass_=F),
+        *losses.z_forward,
         elementwise("moe.router_topk", topk_bytes, saved.router, module=Module.ROUTER_TOPK, pass_=F),
+        *losses.aux_forward,
         *dispatch.forward_before,
         *_expert_gemm_ops("moe.experts.fc1", fc1, grouped, Module.EXPERT_FC1, F, re * e * h),
         *(glu_clamp_forward_ops(e, re, f) if clamp else ()),
@@ -533,7 +538,9 @@ def moe_mlp_ops(cfg: LayerConfig, spec: MoELayerSpec) -> tuple[tuple[Op, ...], t
             W,
         ),  # fmt: skip
         *dispatch.backward_after,
+        *losses.aux_backward,
         elementwise("moe.router_topk.bwd", topk_backward_bytes, module=Module.ROUTER_TOPK, pass_=B),
+        *losses.z_backward,
         gemm("moe.router.dgrad", GemmShape(m=T, n=h, k=E), module=Module.ROUTER, pass_=B),
         gemm(
             "moe.router.wgrad", GemmShape(m=h, n=E, k=T, accumulate_fp32=True), module=Module.ROUTER, pass_=W
@@ -582,12 +589,21 @@ def moe_layer_ops(dense: LayerOps, cfg: LayerConfig, spec: MoELayerSpec) -> Laye
     if cfg.recompute is Recompute.FULL:
         forward = tuple(replace(op, saved_bytes=0.0) for op in forward)
         recompute = _splice(dense.recompute, forward)
+        # the checkpointed first run is under no_grad: the router's losses run in the recompute only
+        forward = _without_losses(forward)
     else:
         forward, rerun = moe_recompute_ops(cfg, forward, _pre_mlp_norm(dense.forward))
         recompute = rerun + dense.recompute
     return LayerOps(
         _splice(dense.forward, forward), _splice(dense.backward, backward), recompute, dense.fp8_recipe
     )
+
+
+def _without_losses(ops: tuple[Op, ...]) -> tuple[Op, ...]:
+    """`ops` without the router's losses: router.py computes them only with gradients on
+    (`self.training and torch.is_grad_enabled()`), so a checkpoint's no_grad first run skips
+    them and its recompute runs them (`workload.moe_aux_loss`)."""
+    return tuple(op for op in ops if op.module not in LOSS_MODULES)
 
 
 def _pre_mlp_norm(dense_forward: tuple[Op, ...]) -> Op:
@@ -644,8 +660,9 @@ def moe_recompute_ops(
     if cfg.recomputes(RecomputeModule.SHARED_EXPERTS) and shared:
         ops[shared[0] : shared[-1] + 1] = [_zero(op) for op in shared_ops]
     if cfg.recomputes(RecomputeModule.MOE):
-        # the checkpoint keeps its input, the router GEMM's saved block input
-        ops = [op if op.module is Module.ROUTER else _zero(op) for op in ops]
+        # the checkpoint keeps its input, the router GEMM's saved block input; its first run
+        # is under no_grad, so the router's losses run in the recompute only
+        ops = [op if op.module is Module.ROUTER else _zero(op) for op in _without_losses(tuple(ops))]
         rerun += [_zero(op) for op in forward]
     if cfg.recomputes(RecomputeModule.LAYERNORM):
         ops = [_zero(op) if op.module is Module.ROUTER else op for op in ops]

@@ -58,6 +58,8 @@ class Module(enum.Enum):
     FP8_SCALE = "fp8_scale"  # ... and its scale computation
     ROUTER = "router"  # MoE: the router's gating GEMM (weight replicated on every rank)
     ROUTER_TOPK = "router_topk"  # ... and its top-k with the score function (softmax / sigmoid)
+    ROUTER_AUX_LOSS = "aux_loss"  # ... its load-balancing loss (and the counts' all-reduce)
+    ROUTER_Z_LOSS = "z_loss"  # ... and its z-loss on the logits
     MOE_PERMUTE = "permute"  # the dispatcher's permute of the routed rows (and its all-to-all)
     MOE_SORT_CHUNKS = "sort_chunks"  # received rows sorted by local expert, and back
     EXPERT_FC1 = "expert_fc1"  # the routed experts' grouped fc1 (TE GroupedLinear); their
@@ -106,12 +108,17 @@ class CommGroup(enum.Enum):
     groups): the tensor-parallel group (every dense collective), or under MoE parallel
     folding the expert-parallel group (ep ranks, stride etp), the expert-tensor-parallel
     group (etp consecutive ranks) or both together (etp·ep consecutive). The pricing maps
-    each to a `GroupPlacement` (`costs.placement.expert_groups`)."""
+    each to a `GroupPlacement` (`costs.placement.expert_groups`). The router's
+    load-balancing loss all-reduces its token counts over tp·cp (`TP_CP`: aux_loss,
+    seq_aux_loss) or tp·cp·dp (`TP_DP_CP`: global_aux_loss), router.py `tp_cp_group` /
+    `tp_dp_cp_group`."""
 
     TP = "tp"
     EP = "ep"
     ETP = "etp"
     ETP_EP = "etp_ep"
+    TP_CP = "tp_cp"
+    TP_DP_CP = "tp_dp_cp"
 
 
 @dataclass(frozen=True, slots=True)

@@ -287,9 +287,9 @@ def test_moe_flags_without_num_experts_have_no_effect_and_say_so():
 
 @pytest.mark.parametrize(
     ("flag", "kind"),
-    [("moe-router-load-balancing-type", "not_modelled"), ("moe-aux-loss-coeff", "not_modelled"),
+    [("moe-router-load-balancing-type", "used"), ("moe-aux-loss-coeff", "used"),
      ("moe-permute-fusion", "used"), ("moe-router-fusion", "used"), ("moe-router-dtype", "not_modelled"),
-     ("moe-z-loss-coeff", "not_modelled"), ("moe-shared-expert-overlap", "not_modelled"),
+     ("moe-z-loss-coeff", "used"), ("moe-shared-expert-overlap", "not_modelled"),
      ("qk-layernorm", "used"), ("moe-router-bias-update-rate", "ignored"),
      ("mtp-loss-scaling-factor", "ignored"), ("num-experts", "used"), ("expert-tensor-parallel-size", "used"),
      ("moe-layer-freq", "used"), ("window-size", "used"), ("kv-channels", "used")],
@@ -299,9 +299,9 @@ def test_moe_flags_without_a_key_are_sorted_not_dropped(flag, kind):
 
 
 def test_flags_without_keys_are_listed_with_their_reason():
-    line = f"{MOE_LINE} --moe-aux-loss-coeff 1e-2 --moe-permute-fusion --moe-router-bias-update-rate 1e-3"
+    line = f"{MOE_LINE} --moe-input-jitter-eps 1e-2 --moe-permute-fusion --moe-router-bias-update-rate 1e-3"
     imported = parse_megatron_args(line)
-    assert any(f.startswith("--moe-aux-loss-coeff 1e-2: the auxiliary") for f in imported.not_modelled)
+    assert any(f.startswith("--moe-input-jitter-eps 1e-2: the router's input") for f in imported.not_modelled)
     assert imported.requested["training"]["moe_permute_fusion"] is True  # a key since issue 18's fusion work
     assert "--moe-router-bias-update-rate 1e-3" in imported.ignored and imported.unknown == ()
 

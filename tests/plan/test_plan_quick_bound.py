@@ -219,3 +219,22 @@ def test_random_bounds_order_like_a_sort():
     assert [order.pop().index for _ in range(len(full))] == sorted(
         range(len(full)), key=lambda i: (full[i], i)
     )
+
+
+def test_global_aux_loss_puts_dp_in_the_key():
+    """global_aux_loss all-reduces the router's counts over tp·cp·dp: layouts differing in dp
+    must not share a price (aux_loss over tp·cp still does)."""
+    from tests.workload.test_moe_aux_loss import _scenario
+
+    def keys(dp, **moe):
+        scenario = _scenario(aux_loss_coeff=1e-3, **moe)
+        data = scenario.model_dump(mode="json")
+        data["parallel"]["dp"] = dp
+        data["training"]["global_batch_size"] = dp * 16
+        scenario = parse_scenario(data, "s.yaml")
+        layout = pricing_layout(scenario, H100)
+        return {dp_free_key(kind, layout) for kind in layer_kinds(scenario) if kind.moe is not None}
+
+    assert keys(16) == keys(32)
+    global_loss = "global_aux_loss"
+    assert keys(16, load_balancing_type=global_loss).isdisjoint(keys(32, load_balancing_type=global_loss))
