@@ -124,29 +124,7 @@ def paired_saving_s(
     forward, backward = pass_phases(layer.forward), pass_phases(layer.backward)
     if forward is None or backward is None:
         return 0.0
-
-    def s(ops: tuple[Op, ...]) -> float:
-        return price(ops).total_s if ops else 0.0
-
-    if hw is not None:
-        return _paired_saving_shared_sms_s(forward, backward, price, delay_wgrad, hw)
-
-    a_f, d_f, m_f, k_f, post_f = (
-        s(forward.before), s(forward.first_comm), s(forward.between), s(forward.last_comm), s(forward.after)
-    )  # fmt: skip
-    pre_b, k_b, m_b, d_b, a_b = (
-        s(backward.before), s(backward.first_comm), s(backward.between), s(backward.last_comm),
-        s(backward.after),
-    )  # fmt: skip
-    separate = a_f + d_f + m_f + k_f + post_f + pre_b + k_b + m_b + d_b + a_b
-    if delay_wgrad:
-        dgrad = tuple(op for op in backward.between if op.pass_ is not Pass.WEIGHT_GRAD)
-        wgrad = tuple(op for op in backward.between if op.pass_ is Pass.WEIGHT_GRAD)
-        middle = delayed_mlp_phase_s(d_f, s(dgrad), s(wgrad), d_b, m_f)
-    else:
-        middle = max(d_f, m_b) + max(d_b, m_f)
-    paired = pre_b + max(k_b, a_f) + middle + max(k_f, a_b) + post_f
-    return max(0.0, separate - paired)
+    return _paired_saving_shared_sms_s(forward, backward, price, delay_wgrad, hw)
 
 
 def delayed_mlp_phase_s(d_f: float, m_dgrad: float, m_wgrad: float, d_b: float, m_f: float) -> float:
@@ -234,15 +212,16 @@ def sm_shared_phase_s(comm_s: float, bound_s: float, other_s: float, sm_fraction
     slowed = bound_s / sm_fraction + other_s
     if slowed <= comm_s:
         return comm_s
-    return comm_s + (1.0 - comm_s / slowed) * (bound_s + other_s)
+    work = bound_s + other_s
+    return work + comm_s * (1.0 - work / slowed)  # = comm_s + (1 − comm_s / W') · W, exact at 1
 
 
 def _paired_saving_shared_sms_s(
-    forward: PassPhases, backward: PassPhases, price: PriceOps, delay_wgrad: bool, hw: HardwareProfile
+    forward: PassPhases, backward: PassPhases, price: PriceOps, delay_wgrad: bool, hw: HardwareProfile | None
 ) -> float:
     """`paired_saving_s` with each overlapped phase priced by `sm_shared_phase_s`, the SMs
-    taken by that phase's communication kernels (`comm_kernel_sms`) out of the GPU's."""
-    sms = hw.gpu.num_sms
+    taken by that phase's communication kernels (`comm_kernel_sms`) out of the GPU's (none
+    taken without `hw`: every phase is then max(communication, compute))."""
 
     def s(ops: tuple[Op, ...]) -> float:
         return price(ops).total_s if ops else 0.0
@@ -253,6 +232,9 @@ def _paired_saving_shared_sms_s(
         return bound, max(0.0, s(ops) - bound)
 
     def fraction(comm: tuple[Op, ...]) -> float:
+        if hw is None:
+            return 1.0
+        sms = hw.gpu.num_sms
         taken = comm_kernel_sms(comm)
         if taken >= sms:
             raise ValueError(f"hardware {hw.name!r}: {taken} communication SMs leave no SM of {sms}")
