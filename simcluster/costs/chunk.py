@@ -29,7 +29,6 @@ The LM head and embedding (not TE modules) keep the plain NCCL pricing.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -45,9 +44,8 @@ from simcluster.costs.compute import (
 from simcluster.costs.context_parallel import ring_attention_cost_s
 from simcluster.costs.grouped_gemm import grouped_expert_gemm_time_s
 from simcluster.costs.hybridep import flex_kernel_time_s
-from simcluster.costs.network import GroupPlacement, collective_time_s
+from simcluster.costs.network import GroupPlacement, collective_time_s, small_allreduce_s
 from simcluster.costs.placement import ExpertGroups
-from simcluster.units import us_to_s
 from simcluster.workload.fp8 import (
     fp8_copies,
     grouped_split_quantize_extra_kernels,
@@ -149,7 +147,7 @@ def op_time_s(
     if op.deepep is not None:  # the flex dispatcher: DeepEP's or Hybrid-EP's kernels, not NCCL's
         return flex_kernel_time_s(op.deepep, op_group(op, tp, experts), hw)
     if op.module is Module.ROUTER_AUX_LOSS:  # the loss's token counts: a few KB, latency only
-        return fp8_amax_reduction_s(op_group(op, tp, experts), hw)
+        return small_allreduce_s(op_group(op, tp, experts), hw)
     return collective_time_s(op.collective, op.message_bytes, op_group(op, tp, experts), hw)
 
 
@@ -373,20 +371,12 @@ def _price_ops_userbuffers(
 
 
 def fp8_amax_reduction_s(group: GroupPlacement, hw: HardwareProfile) -> float:
-    """One synchronous all-reduce of a few hundred bytes to a few KB over `group` (the
-    router loss's token counts price the same way). One synchronous MAX all-reduce of the
-    concatenated amaxes over TP×DP×CP, once per
+    """One synchronous MAX all-reduce of the concatenated amaxes over TP×DP×CP, once per
     forward and once per backward of the FP8 autocast region (TE
     `quantization.py::reduce_and_update_fp8_tensors`; Megatron's delayed scaling wraps the
-    whole block in one autocast, `transformer_block.py`). A few hundred bytes, so latency only:
-    NCCL's tree algorithm for small messages crosses about 2·⌈log2 n⌉ hops (up and down a
-    tree), at the profile's per-step latency of the slowest link it crosses."""
-    if group.num_ranks <= 1:
-        return 0.0
-    net = hw.network
-    step_us = net.ib_latency_per_step_us if group.crosses_nodes else net.nvlink_latency_us
-    hops = 2 * math.ceil(math.log2(group.num_ranks))
-    return us_to_s(net.collective_base_latency_us + hops * step_us)
+    whole block in one autocast, `transformer_block.py`). A few hundred bytes, so latency
+    only (`costs.network.small_allreduce_s`)."""
+    return small_allreduce_s(group, hw)
 
 
 def price_layer_ops(

@@ -117,6 +117,18 @@ def collective_time_s(
     return latency_s + factor * message_bytes / busbw
 
 
+def small_allreduce_s(group: GroupPlacement, hw: HardwareProfile) -> float:
+    """One synchronous all-reduce of a few hundred bytes to a few KB over `group`: latency
+    only. NCCL's tree algorithm for small messages crosses about 2·⌈log2 n⌉ hops (up and down
+    a tree), at the profile's per-step latency of the slowest link it crosses."""
+    if group.num_ranks <= 1:
+        return 0.0
+    net = hw.network
+    step_us = net.ib_latency_per_step_us if group.crosses_nodes else net.nvlink_latency_us
+    hops = 2 * math.ceil(math.log2(group.num_ranks))
+    return units.us_to_s(net.collective_base_latency_us + hops * step_us)
+
+
 def p2p_time_s(message_bytes: float, same_node: bool, hw: HardwareProfile) -> float:
     """One send/recv: NVLink inside an NVLink domain, the GPU's own NIC across domains."""
     if message_bytes <= 0:
