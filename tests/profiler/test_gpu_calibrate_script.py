@@ -65,3 +65,5 @@ def test_smoke_run_writes_every_file(tmp_path: Path) -> None:
 
     host = json.loads((tmp_path / "host_graph.json").read_text())
     assert host["cases"][0]["graph_s"] is None and host["cases"][0]["eager_s"] > 0
+    moe = host["moe_cases"][0]  # the MoE block (issue 18) ran, forward + backward
+    assert "error" not in moe and moe["eager_s"] > 0 and moe["local_experts"] == 4

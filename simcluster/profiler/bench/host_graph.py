@@ -12,6 +12,15 @@ host-bound (an H100 measured 6.83 vs 4.52 ms for Llama 3 8B t 8:
 docs/calibration/h100-2026-11-26/README.md, finding 7). On a CPU there are no CUDA graphs:
 `graph_s` is null and the times are wall times. The tiny layer (h 64) gives the framework's
 own cost per forward + backward.
+
+`moe_cases` (issue 18) time the torch MoE MLP block (`profiler.layer.moe.MoEBlock`: router,
+top-k, permute, one GEMM per local expert, weighted SwiGLU, unpermute; eager, bf16) at the
+busiest expert rank's shapes of the shipped MoE layouts, the same way: `eager_s` from an idle
+GPU with the host issuing (the block's token counts are copied to the host mid-forward, as
+Megatron's dropless dispatchers do), `host_issue_s`, and `graph_s` (capture fails on that
+copy: `graph_error` says so). One rank of an EP group is stood in for by an ep = 1 block of
+G = E/ep experts with top-k = G over T tokens, so each local expert gets T rows: the op
+graph's G and tokens per expert M (`calibration.grouped_shapes`), not its router width.
 """
 
 from __future__ import annotations
@@ -47,6 +56,57 @@ def host_cases(quick: bool) -> list[Case]:
         ("llama3-8b", LLAMA3_8B, 8192, 1, 1, "none"),
         ("tiny", TINY, 128, 1, 1, "none"),
     ]
+
+
+# (name, hidden, local experts G, tokens T = rows per expert M, expert FFN f, shared FFN):
+# calibration.grouped_shapes' G and M of the shipped layouts (scenarios/moe/)
+MoECase = tuple[str, int, int, int, int, int]
+
+
+def moe_cases(quick: bool) -> list[MoECase]:
+    if quick:
+        return [("tiny-moe", 64, 4, 32, 32, 32)]
+    return [
+        ("qwen3-30b-a3b", 2048, 8, 4096, 768, 0),
+        ("qwen3-235b-a22b", 4096, 4, 4096, 1536, 0),
+        ("gpt-oss-120b", 2880, 8, 1024, 2880, 0),
+        ("deepseek-v3", 7168, 4, 4096, 2048, 2048),
+        ("mixtral-8x7b", 4096, 1, 8192, 14336, 0),
+    ]
+
+
+def measure_moe_case(case: MoECase, dev: torch.device, repeats: int) -> dict[str, Any]:
+    """eager_s, host_issue_s and graph_s of one MoE block's forward + backward (bf16)."""
+    from simcluster.profiler.layer.moe import MoEBlock
+    from simcluster.workload.moe_config import MoEConfig
+
+    name, h, g, t, f, fs = case
+    moe = MoEConfig(num_experts=g, router_topk=g, ffn_hidden_size=f, shared_expert_ffn_hidden_size=fs)
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    block = MoEBlock(h, moe, dtype=dtype).to(dev)
+    x = torch.randn((t, h), device=dev, dtype=dtype).requires_grad_()
+    grad = torch.randn((t, h), device=dev, dtype=dtype)
+
+    def eager() -> None:
+        x.grad = None
+        block.zero_grad(set_to_none=True)
+        block(x).backward(grad)
+
+    expert_flops = 3 * 2 * g * t * h * 3 * f  # fc1 (2f) + fc2 (f), forward + two backward GEMMs
+    row: dict[str, Any] = {
+        "name": name, "hidden_size": h, "local_experts": g, "tokens_per_expert": t,
+        "ffn_hidden_size": f, "shared_expert_ffn_hidden_size": fs, "dtype": str(dtype),
+        "expert_gemm_flops": expert_flops,
+    }  # fmt: skip
+    row["eager_s"], row["host_issue_s"] = _times(eager, dev, repeats)
+    row["graph_s"] = None
+    if dev.type == "cuda":
+        try:
+            graphed = torch.cuda.make_graphed_callables(block, (x.detach().clone().requires_grad_(),))
+            graphed(x).backward(grad)
+        except Exception as error:  # the host copy of the token counts cannot be captured
+            row["graph_error"] = str(error).splitlines()[0][:200]
+    return row
 
 
 def measure_case(case: Case, dev: torch.device, mode: LayerMode, repeats: int) -> dict[str, Any]:
@@ -116,6 +176,16 @@ def run_host_graph(device: str, quick: bool, mode: LayerMode | None, command: st
     dev = torch.device(device)
     mode = LayerMode(mode or default_layer_mode(dev.type))
     sensors = GpuSensors(dev)
+    moe_rows = []
+    for moe_case in moe_cases(quick):  # first: the dense cases were measured before (2026-11-26)
+        try:
+            moe_row = measure_moe_case(moe_case, dev, 3 if quick else 10)
+        except Exception as error:  # one failing block must not lose the rest of the file
+            moe_row = {"name": moe_case[0], "error": str(error).splitlines()[0][:200]}
+        moe_row["sm_clock_mhz"], moe_row["power_w"] = sensors.read()
+        moe_rows.append(moe_row)
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
     rows = []
     for case in host_cases(quick):
         row = measure_case(case, dev, mode, 5 if quick else 20)
@@ -128,6 +198,7 @@ def run_host_graph(device: str, quick: bool, mode: LayerMode | None, command: st
         "command": command,
         "layer_mode": mode.value,
         "cases": rows,
+        "moe_cases": moe_rows,
     }
 
 
@@ -138,7 +209,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     command = "python -m simcluster.profiler.bench.host_graph " + " ".join(argv or sys.argv[1:])
     result = run_host_graph(args.device, args.quick, args.layer_mode, command)
     write_text_atomically(args.out, json.dumps(result, indent=1))
-    print(f"wrote {args.out}: {len(result['cases'])} cases ({result['layer_mode']})")
+    print(
+        f"wrote {args.out}: {len(result['cases'])} cases ({result['layer_mode']}), "
+        f"{len(result['moe_cases'])} MoE blocks"
+    )
     return result
 
 
