@@ -133,3 +133,16 @@ def test_calibrate_refuses_saving_mixed_measurements_and_bad_files(tmp_path: Pat
     result = CliRunner().invoke(app, [*base, "--tiny-layers", str(bad)])
     assert result.exit_code == 2 and "--tiny-layers" in result.output and "tiny_layers_eager" in result.output
     assert not (tmp_path / "p.yaml").exists()
+
+
+def test_with_a_host_graph_the_tiny_layers_give_the_checkpoint_terms(eager: Measurements) -> None:
+    """`--host-graph` keeps its per-op cost; the tiny layers' file is named for the checkpoint terms."""
+    host_graph = json.loads((DOCS / "h100-2026-11-26-script" / "host_graph.json").read_text())
+    meas, provenance = with_tiny_layers(eager, FOLLOWUP.read_text(), "followup.json")
+    plain = build_profile(meas, host_graph=host_graph)
+    doc = declare(plain, provenance, host_graph=True)
+    assert doc["compute"]["host_issue_us_per_op"] == plain["compute"]["host_issue_us_per_op"]
+    source = doc["compute"]["sources"]["host_issue_us_per_op"]
+    assert source.startswith(plain["compute"]["sources"]["host_issue_us_per_op"])
+    assert "checkpoint terms (calibration.host_issue) from tiny-layer runs from followup.json" in source
+    assert doc["calibration"]["host_issue"]["checkpoint_us"] > 0
