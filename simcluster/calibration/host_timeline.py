@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -157,6 +158,55 @@ def recompute_excess(run: LayerRun) -> list[RecomputeExcess]:
     return out
 
 
+@dataclass(frozen=True)
+class HostCheck:
+    """The profile's host terms against the host times a run recorded (`m host`, `m idle`),
+    over the runs that have them: measured / priced host issue time by recompute (medians),
+    the measured and priced host cost of each recompute (its runs minus the same layout's
+    run without, medians), and the one-repeat pipeline (`with_host_s`) against the repeats
+    started idle, which it models (median |pipe / m idle − 1|)."""
+
+    num_runs: int
+    measured_over_priced_host: dict[str, float]
+    recompute_host_s: dict[str, tuple[float, float]]  # recompute -> (measured, priced) extra host s
+    pipeline_median_abs_error: float
+
+
+def host_check(lines: Sequence[Timeline]) -> HostCheck | None:
+    """`HostCheck` of the timelines with measured host times; None where none has them."""
+    timed = [t for t in lines if t.measured_host_total_s is not None and t.measured_idle_start_s is not None]
+    if not timed:
+        return None
+    ratio = {
+        r: statistics.median(t.measured_host_total_s / t.host_total_s for t in timed if t.recompute == r)  # type: ignore[operator]
+        for r in dict.fromkeys(t.recompute for t in timed)
+    }
+    layout = lambda t: (t.hidden_size, t.micro_batch_size, t.tp, t.sequence_parallel)  # noqa: E731
+    none = {layout(t): t for t in timed if t.recompute == "none"}
+    extra: dict[str, tuple[float, float]] = {}
+    for r in (r for r in ratio if r != "none"):
+        pairs = [(t, none[layout(t)]) for t in timed if t.recompute == r and layout(t) in none]
+        if pairs:
+            extra[r] = (
+                statistics.median(t.measured_host_total_s - n.measured_host_total_s for t, n in pairs),  # type: ignore[operator]
+                statistics.median(t.host_total_s - n.host_total_s for t, n in pairs),
+            )
+    pipe = statistics.median(abs(t.with_host_s / t.measured_idle_start_s - 1) for t in timed)  # type: ignore[operator]
+    return HostCheck(len(timed), ratio, extra, pipe)
+
+
+def format_host_check(check: HostCheck) -> str:
+    out = [f"the host times measured ({check.num_runs} runs) against the profile's host terms:"]
+    for r, value in check.measured_over_priced_host.items():
+        out.append(f"  recompute {r}: measured host issue time / priced, median {value:.2f}")
+    for r, (measured, priced) in check.recompute_host_s.items():
+        out.append(f"  {r} minus none, host: measured {_ms(measured)} ms, priced {_ms(priced)} ms (medians)")
+    out.append(
+        f"  one-repeat pipeline vs repeats started idle: median |error| {check.pipeline_median_abs_error:.1%}"
+    )
+    return "\n".join(out)
+
+
 def _sp(on: bool) -> str:
     return "on" if on else "off"
 
@@ -233,12 +283,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             "timelines": [{**asdict(t), "host_total_s": t.host_total_s, "device_total_s": t.device_total_s,
                            "overlapped_s": t.overlapped_s, "host_bound": t.host_bound} for t in lines],
             "recompute_excess": [{**asdict(r), "excess_s": r.excess_s} for r in excess],
+            "host_check": None if (check := host_check(lines)) is None else asdict(check),
         }, indent=1))  # fmt: skip
         return 0
     print(f"host seconds per priced op {host_per_op_s(hw) * 1e6:.2f} us; checkpoint {checkpoint_host(hw)}")
     print(format_timelines(lines))
     print("\nfull minus no recompute, against one measured forward:")
     print(format_excess(excess))
+    if (measured := host_check(lines)) is not None:
+        print("\n" + format_host_check(measured))
     return 0
 
 

@@ -99,6 +99,14 @@ def calibrate(
             "RoPE, SwiGLU rows), added to the microbench's records with their provenance"
         ),
     ] = None,
+    tiny_layers: Annotated[
+        Path | None,
+        typer.Option(
+            help="the host terms' tiny-layer runs of the same kind of GPU, in place of the "
+            "microbench's (a JSON with tiny_layers_<mode>, e.g. followup.json, or a microbench "
+            "JSON of the same layer mode); a second machine is declared in the profile"
+        ),
+    ] = None,
 ) -> None:
     """Time the layer's kernels (GEMMs, memory-bound ops, fused attention, copy, launch) and
     fit a profile."""
@@ -107,8 +115,13 @@ def calibrate(
     from simcluster.config.errors import ConfigError
 
     use_hwprofiles(hwprofiles)
-    inputs = _inputs(measurements, base) + [p for p in (host_graph, extra_kernels) if p is not None]
+    inputs = _inputs(measurements, base) + [
+        p for p in (host_graph, extra_kernels, tiny_layers) if p is not None
+    ]
+    if tiny_layers is not None and save_measurements is not None:
+        fail("--tiny-layers with --save-measurements: the saved file would hold another run's tiny layers")
     host_doc = _host_graph(host_graph)
+    tiny_text = None if tiny_layers is None else _read(tiny_layers, "--tiny-layers")  # before measuring
     num_gpus = _gpu_count() if network else 0
     if network and (device is not DeviceKind.CUDA or num_gpus < 2):
         fail(f"--network needs ≥ 2 GPUs (found {num_gpus} CUDA device(s) for --device {device.value})")
@@ -155,6 +168,14 @@ def calibrate(
             meas, extra = with_extra_kernels(meas, text, str(extra_kernels))
         except ValueError as error:
             fail(f"--extra-kernels {error}")
+    tiny: dict[str, Any] | None = None
+    if tiny_text is not None:
+        from simcluster.calibration.tiny_layers import with_tiny_layers
+
+        try:
+            meas, tiny = with_tiny_layers(meas, tiny_text, str(tiny_layers))
+        except ValueError as error:
+            fail(f"--tiny-layers {error}")
     if save_measurements is not None:
         write_text_atomically(save_measurements, meas.to_json())
     allreduce = _measure_network(num_gpus, quick) if network else None
@@ -168,6 +189,10 @@ def calibrate(
         doc = build_profile(meas, base, allreduce, host_doc)
         if extra is not None:
             doc["calibration"]["extra_kernels"] = extra
+        if tiny is not None:
+            from simcluster.calibration.tiny_layers import declare
+
+            doc = declare(doc, tiny, host_doc is not None)
         profile = write_profile(doc, path)
     except (ConfigError, ValueError) as error:
         fail(error)
@@ -183,7 +208,12 @@ def calibrate(
         f"  {len(c.gemm_points)} GEMM points, {len(c.elementwise_points)} element-wise points, "
         f"{len(c.flash_attention_fwd_tflop_per_s or [])} flash-attention lengths; network "
         f"{'measured' if allreduce else 'from ' + str(profile.calibration['network_from'])}\n"
-        f"next: simcluster check-profile {path} --device {meas.device.device_type}"
+        + (
+            f"  host terms: {tiny['runs']} tiny-layer runs from {tiny['file']}; {tiny['machines']}\n"
+            if tiny
+            else ""
+        )
+        + f"next: simcluster check-profile {path} --device {meas.device.device_type}"
         + (" --quick" if meas.grid == "quick" else "")
     )
 

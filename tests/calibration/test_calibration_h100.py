@@ -150,12 +150,16 @@ def test_the_one_run_over_ten_percent_is_limited_by_the_host(paper_run: LayerRun
     runs marked host-bound (h 6144) and at h 10240, whose SP-off run is the one the device
     prices more than 10 % fast (the op graph prices exactly one forward more). The excess is
     the host's: full minus none is 3.60 ms at h 6144 and 3.69 ms at h 10240, whose forwards
-    differ by 1.7x on the device. Its mechanism is torch.utils.checkpoint's replay
-    (`host_fit.checkpoint_host`: a cost per region and per replayed op, fitted from the
-    microbench's tiny runs kept one by one); the committed microbench kept only their median,
-    so its profile has no checkpoint term and the run stays the named exception. (Such a
-    size-independent host term, overlapped with the GPU, cannot explain it either: the h 6144
-    run issues the same calls host-bound in 7.88 ms; test_calibration_host_timeline.py.)"""
+    differ by 1.7x on the device. This file's harness found the bias-dropout-add mask rows
+    with a Python loop in every call (2,048 rows with SP off, 256 with SP on at t 8), since
+    removed (`profiler/layer/transformer.py`, `_dropout_runs`): timed without it on the second
+    H100 (docs/calibration/h100-2026-11-27-script/layer_timing_eager_full.json), full minus
+    none is one forward at this layout (SP off and on) and the run is priced within 5 %
+    (test_calibration_h100_eager_full.py). The run stays the named exception of this file,
+    whose measurements keep the loop; the committed microbench kept only the tiny layers'
+    median, so its profile has no checkpoint term either. (A size-independent host term,
+    overlapped with the GPU, cannot explain it: the h 6144 run issues the same calls
+    host-bound in 7.88 ms; test_calibration_host_timeline.py.)"""
     assert checkpoint_host(meas) is None
     runs = {
         (t.hidden_size, t.micro_batch_size, t.tp, t.sequence_parallel, t.recompute): t
