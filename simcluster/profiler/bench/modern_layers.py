@@ -83,11 +83,13 @@ def run_modern(
     num_threads: int | None = 1,
     limit: int | None = None,
     max_s: float | None = None,
+    skip: int = 0,
 ) -> LayerRun:
-    """Time every case (the first `limit`) in `mode` on `device`; none starts after `max_s`."""
+    """Time every case (the first `limit`, less the first `skip`: a run that continues an
+    earlier one) in `mode` on `device`; none starts after `max_s`."""
     dev = torch.device(device)
     mode = LayerMode(mode or default_layer_mode(dev.type))
-    todo = cases(quick)[:limit]
+    todo = cases(quick)[skip:limit]
     policy = (
         TimingPolicy(warmup=3, min_repeats=10, max_repeats=30, budget_s=0.5)
         if dev.type == "cuda"
@@ -144,6 +146,7 @@ def main(argv: Sequence[str] | None = None) -> LayerRun:
     add_run_options(parser)
     parser.add_argument("--limit", type=int, default=None, help="time only the first N cases")
     parser.add_argument("--max-s", type=float, default=None, help="start no case after this many seconds")
+    parser.add_argument("--skip", type=int, default=0, help="leave out the first N cases (timed by an earlier run)")
     args = parse_entry_point_args(parser, argv)
     command = "python -m simcluster.profiler.bench.modern_layers " + " ".join(argv or sys.argv[1:])
     load = SustainedLoad.from_args(torch.device(args.device), args)
@@ -158,6 +161,7 @@ def main(argv: Sequence[str] | None = None) -> LayerRun:
             args.threads,
             args.limit,
             args.max_s,
+            args.skip,
         )
     write_text_atomically(args.out, run.to_json())
     print(f"wrote {args.out}: {len(run.timings)} modern layers ({run.layer_mode}, {run.load})")
