@@ -146,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> LayerRun:
     add_run_options(parser)
     parser.add_argument("--limit", type=int, default=None, help="time only the first N cases")
     parser.add_argument("--max-s", type=float, default=None, help="start no case after this many seconds")
-    parser.add_argument("--skip", type=int, default=0, help="leave out the first N cases (timed by an earlier run)")
+    parser.add_argument("--skip", type=int, default=0, help="leave out the first N cases (timed before)")
     args = parse_entry_point_args(parser, argv)
     command = "python -m simcluster.profiler.bench.modern_layers " + " ".join(argv or sys.argv[1:])
     load = SustainedLoad.from_args(torch.device(args.device), args)
