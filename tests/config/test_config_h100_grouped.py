@@ -5,6 +5,7 @@ points never hand-edited, no other profile given the H100's points."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 
@@ -65,8 +66,14 @@ def test_the_command_names_a_file_without_grouped_gemms(tmp_path):
         main([str(path)])
 
 
-def _priced(record) -> tuple[float, GemmShape]:  # noqa: ANN001
+def _as_measured(record) -> GemmShape:  # noqa: ANN001
+    """The shape the microbench ran: its wgrad writes bf16, not TE's fp32 accumulation."""
     shape = GroupedShape(record.kind, record.groups, record.m, record.n, record.k).gemm
+    return dataclasses.replace(shape, accumulate_fp32=False)
+
+
+def _priced(record) -> tuple[float, GemmShape]:  # noqa: ANN001
+    shape = _as_measured(record)
     return grouped_gemm_time_s(record.kind, shape, H100), shape
 
 
@@ -83,6 +90,25 @@ def test_every_measured_shape_is_priced_at_its_measured_time_or_the_sustained_ce
         else:
             assert seconds == pytest.approx(record.seconds, rel=1e-3)
     assert 0 < capped <= 0.1 * len(MEAS.grouped_gemms)
+
+
+def test_an_accumulating_wgrad_is_held_to_its_fp32_bytes_at_a_measured_shape():
+    """TE's wgrad reads and writes fp32 main_grad: at 128 tokens per expert its output bytes
+    take longer than the measured bf16-output kernel, and set the time; at 8192 the measured
+    rate does."""
+    for record in MEAS.grouped_gemms:
+        if not record.kind.endswith(".wgrad"):
+            continue
+        measured = _as_measured(record)
+        accumulating = dataclasses.replace(measured, accumulate_fp32=True)
+        roofline = H100.kernel_launch_s + gemm_memory_roofline_s(accumulating, H100)
+        seconds = grouped_gemm_time_s(record.kind, accumulating, H100)
+        assert seconds == pytest.approx(
+            max(grouped_gemm_time_s(record.kind, measured, H100), roofline), rel=1e-12
+        )
+    small = next(r for r in MEAS.grouped_gemms if r.kind == "fc1.wgrad" and r.groups == 8 and r.k == 128)
+    shape = dataclasses.replace(_as_measured(small), accumulate_fp32=True)
+    assert grouped_gemm_time_s("fc1.wgrad", shape, H100) > 1.5 * small.seconds
 
 
 @pytest.mark.parametrize(
