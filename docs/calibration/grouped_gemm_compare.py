@@ -8,10 +8,14 @@ and what the pricing hook would move in the shipped MoE scenarios (docs/calibrat
    (2025-03-25, the contiguous rows re-measured)), against what `costs.compute` prices at the
    same shapes on hwprofiles/h100-sxm5-80gb.yaml: FP8 block-scaled (DeepSeek's 1×128 / 128×128
    scaling, TE's blockwise recipe) and per-tensor, and bf16.
+   Beside them, bf16 as the profile's measured grouped points price it (`costs.grouped_gemm`,
+   hwprofiles/h100-sxm5-80gb.yaml `compute.grouped_gemm_points`; DeepGEMM's groups are the
+   DeepSeek-V3 expert's fc1 / fc2 forward shapes).
 2. The shipped MoE scenarios (scenarios/moe/): each expert GEMM's G, tokens per expert and the
-   rate the profile gives it today, and the iteration time today and with grouped points that put
-   every expert GEMM at `SENSITIVITY` × today's rate (what a measured grouped curve that much
-   slower would do through `costs.grouped_gemm`).
+   rate the GEMM model gives it (the profile without its grouped points, as before they were
+   measured), and the iteration time then and with grouped points that put every expert GEMM
+   at `SENSITIVITY` × that rate (what a grouped curve that much slower does through
+   `costs.grouped_gemm`). The measured points' own effect: docs/calibration/grouped_gemm.md.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from simcluster.config.choices import Dtype, Fp8Recipe
 from simcluster.config.hardware import GroupedGemmPoint, HardwareProfile, load_hardware
 from simcluster.config.scenario import load_scenario
 from simcluster.costs.compute import fp8_gemm_time_s, gemm_time_s
+from simcluster.costs.grouped_gemm import grouped_gemm_time_s
 from simcluster.simulation import run_simulation
 from simcluster.workload.grouped_gemm import expert_gemm_kind
 from simcluster.workload.model import build_workload
@@ -45,8 +50,16 @@ DEEPGEMM = [  # layout, groups, M per group, N, K, TFLOPS at 78cacf7, at 55ab91f
 ]
 
 
+FORWARD = {4096: "fc1", 7168: "fc2"}  # DeepGEMM's N: DeepSeek-V3's fc1 (2 × 2048) or fc2 (h 7168)
+
+
 def tflop(shape: GemmShape, seconds: float) -> float:
     return shape.flops / seconds / 1e12
+
+
+def without_points(hw: HardwareProfile) -> HardwareProfile:
+    """The profile as it priced expert GEMMs before its grouped points (the GEMM model)."""
+    return hw.model_copy(update={"compute": hw.compute.model_copy(update={"grouped_gemm_points": []})})
 
 
 def deepgemm_rows(hw: HardwareProfile) -> list[dict[str, object]]:
@@ -60,12 +73,14 @@ def deepgemm_rows(hw: HardwareProfile) -> list[dict[str, object]]:
                 "ours_fp8_blockwise": round(tflop(shape, fp8_gemm_time_s(shape, hw, Fp8Recipe.BLOCKWISE))),
                 "ours_fp8_delayed": round(tflop(shape, fp8_gemm_time_s(shape, hw, Fp8Recipe.DELAYED))),
                 "ours_bf16": round(tflop(shape, gemm_time_s(shape, hw, Dtype.BF16))),
+                "ours_bf16_grouped": round(tflop(shape, grouped_gemm_time_s(FORWARD[n], shape, hw))),
             }
         )  # fmt: skip
     return rows
 
 
 def scenario_rows(hw: HardwareProfile) -> list[dict[str, object]]:
+    hw = without_points(hw)
     rows = []
     for path in sorted((ROOT / "scenarios" / "moe").glob("*.yaml")):
         scenario = load_scenario(path)
@@ -99,13 +114,15 @@ def main() -> None:
     if "--json" in sys.argv[1:]:
         print(json.dumps(result, indent=1))
         return
-    print("| layout | G | M/group | N | K | DeepGEMM FP8 (Feb / Mar 2025) | FP8 block | FP8 delayed | bf16 |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| layout | G | M/group | N | K | DeepGEMM FP8 (Feb / Mar 2025) | FP8 block | FP8 delayed | bf16 | "
+          "bf16 grouped |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in result["deepgemm"]:
         feb, mar = r["deepgemm_fp8_tflop_per_s"]  # type: ignore[misc]
         print(
             f"| {r['layout']} | {r['groups']} | {r['m']} | {r['n']} | {r['k']} | {feb} / {mar} | "
-            f"{r['ours_fp8_blockwise']} | {r['ours_fp8_delayed']} | {r['ours_bf16']} |"
+            f"{r['ours_fp8_blockwise']} | {r['ours_fp8_delayed']} | {r['ours_bf16']} | "
+            f"{r['ours_bf16_grouped']} |"
         )
     print()
     print(f"| scenario | G | M | bf16 TFLOP/s fc1 / fc2 / fc1.dgrad / fc2.dgrad / fc1.wgrad / fc2.wgrad | "

@@ -17,6 +17,7 @@ GEMMs), so a reader sees which prices are measured and which are bounded.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from typing import Any
@@ -35,11 +36,21 @@ GROUPED_RULE = (
 )
 
 
-def grouped_gemm_points(meas: Measurements) -> list[dict[str, Any]]:
-    """One point per distinct (kind, G, m, n, k), the median rate over duplicates."""
+def grouped_gemm_points(
+    meas: Measurements, launch_s: float | None = None, ceiling_tflop_per_s: float | None = None
+) -> list[dict[str, Any]]:
+    """One point per distinct (kind, G, m, n, k), the median rate over duplicates.
+
+    rate = FLOPs / (time − `launch_s`), `launch_s` being the launch the pricing profile adds
+    (`costs.grouped_gemm` prices launch + FLOPs / rate); default the file's own, as `calibrate`
+    writes it into the profile it fits. With `ceiling_tflop_per_s` a rate is held to it (the
+    sustained GEMM ceiling of a profile whose other rates were measured at the power cap:
+    docs/calibration/grouped_gemm.md, "Burst or sustained")."""
+    launch = meas.launch_s if launch_s is None else launch_s
     rates: dict[tuple[str, int, int, int, int], list[float]] = defaultdict(list)
     for g in meas.grouped_gemms:
-        rates[(g.kind, g.groups, g.m, g.n, g.k)].append(g.flops / _busy_s(g.seconds, meas.launch_s))
+        rates[(g.kind, g.groups, g.m, g.n, g.k)].append(g.flops / _busy_s(g.seconds, launch))
+    cap = math.inf if ceiling_tflop_per_s is None else _sig_floor(ceiling_tflop_per_s)
     return [
         {
             "kind": kind,
@@ -47,10 +58,17 @@ def grouped_gemm_points(meas: Measurements) -> list[dict[str, Any]]:
             "m": m,
             "n": n,
             "k": k,
-            "tflop_per_s": _sig(units.flop_per_s_to_tflop_per_s(statistics.median(r))),
+            "tflop_per_s": min(_sig(units.flop_per_s_to_tflop_per_s(statistics.median(r))), cap),
         }
         for (kind, groups, m, n, k), r in sorted(rates.items())
     ]
+
+
+def _sig_floor(value: float, digits: int = 4) -> float:
+    """`value` rounded down to `digits` significant digits: a ceiling written to a file is never
+    above the one it stands for."""
+    scale = 10.0 ** (digits - 1 - math.floor(math.log10(abs(value))))
+    return math.floor(value * scale) / scale
 
 
 def grouped_source(meas: Measurements) -> str:

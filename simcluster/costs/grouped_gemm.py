@@ -60,9 +60,15 @@ def grouped_expert_gemm_time_s(op: Op, hw: HardwareProfile, dtype: Dtype) -> flo
 
 
 def grouped_gemm_time_s(kind: str, shape: GemmShape, hw: HardwareProfile) -> float:
-    """launch + max(FLOPs / rate, memory roofline), a measured shape at its own rate."""
+    """launch + max(FLOPs / rate, memory roofline), a measured shape at its own rate.
+
+    The microbench's wgrad writes a bf16 output; TE's accumulates into the fp32 `main_grad`
+    (gradient-accumulation fusion: the op graph's `accumulate_fp32`, 8 bytes per output
+    element read and written). So a wgrad that accumulates is held to its own bytes over the
+    copy bandwidth even at a measured shape: at a few hundred tokens per expert its [m, n]
+    fp32 output, not the measured kernel's bf16 one, sets the time."""
     rate, measured = _rate(kind, shape, hw)
-    if measured:
+    if measured and not shape.accumulate_fp32:
         return hw.kernel_launch_s + shape.flops / rate
     return hw.kernel_launch_s + max(shape.flops / rate, gemm_memory_roofline_s(shape, hw))
 

@@ -160,3 +160,18 @@ def test_records_round_trip_and_older_files_read_empty():
 def test_the_profile_schema_knows_every_kind():
     """config's `GroupedGemmKind` (what a profile may list) is the workload's kinds."""
     assert get_args(GroupedGemmKind) == GROUPED_KINDS
+
+
+def test_the_fit_takes_the_pricing_profiles_launch_and_ceiling():
+    """rate = FLOPs / (time − launch) with the launch given (the profile's, not the file's),
+    and a ceiling holds every rate to it, written rounded down."""
+    meas = synthetic_measurements()
+    record = meas.grouped_gemms[-1]
+    launch_s = 2e-6
+    (point,) = grouped_gemm_points(dataclasses.replace(meas, grouped_gemms=[record]), launch_s=launch_s)
+    assert point["tflop_per_s"] == pytest.approx(record.flops / (record.seconds - launch_s) / 1e12, rel=5e-4)
+    capped = grouped_gemm_points(meas, launch_s=launch_s, ceiling_tflop_per_s=300.04)
+    assert max(p["tflop_per_s"] for p in capped) == 300.0
+    free = grouped_gemm_points(meas, launch_s=launch_s)
+    assert all(c["tflop_per_s"] == min(f["tflop_per_s"], 300.0) for c, f in zip(capped, free))
+    assert any(f["tflop_per_s"] > 300.0 for f in free) and any(f["tflop_per_s"] < 300.0 for f in free)

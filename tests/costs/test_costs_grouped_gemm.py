@@ -21,7 +21,10 @@ from simcluster.workload.model import build_workload
 from simcluster.workload.ops import GemmShape, Module, Op, OpKind
 from tests.paths import ROOT
 
-H100 = load_hardware("h100-sxm5-80gb")
+SHIPPED = load_hardware("h100-sxm5-80gb")
+# The synthetic points below stand alone: the base is the H100 profile without its measured
+# grouped points (what every expert GEMM was priced by before them: the GEMM model).
+H100 = SHIPPED.model_copy(update={"compute": SHIPPED.compute.model_copy(update={"grouped_gemm_points": []})})
 HIDDEN, FFN = 2048, 768  # Qwen3-30B-A3B's expert: fc1 n = 2·768, k = 2048
 
 

@@ -80,8 +80,9 @@ def test_layer_all_to_all_time_grows_when_ep_crosses_nodes():
     across, _ = _layer_comm_s(ep=16)
     assert across.forward.ep_comm_s > 2 * inside.forward.ep_comm_s
     assert across.backward.ep_comm_s > 2 * inside.backward.ep_comm_s
-    # experts split further: less GEMM work per rank
-    assert across.forward.compute_s < inside.forward.compute_s
+    # experts split further: half the local experts, each with twice the tokens (G·M = T·topk),
+    # so the same expert GEMM work per rank, at nearly the same measured grouped rate
+    assert across.forward.compute_s == pytest.approx(inside.forward.compute_s, rel=0.01)
 
 
 def test_expert_gradients_reduce_over_the_expert_data_parallel_group():
