@@ -103,7 +103,9 @@ def measure_moe_case(case: MoECase, dev: torch.device, repeats: int) -> dict[str
     if dev.type == "cuda":
         try:
             graphed = torch.cuda.make_graphed_callables(block, (x.detach().clone().requires_grad_(),))
-            graphed(x).backward(grad)
+            out = graphed(x)
+            assert isinstance(out, torch.Tensor)
+            out.backward(grad)
         except Exception as error:  # the host copy of the token counts cannot be captured
             row["graph_error"] = str(error).splitlines()[0][:200]
     return row
