@@ -55,15 +55,15 @@ from pathlib import Path
 from typing import Any
 
 from simcluster.calibration.check import ONE_DEVICE
-from simcluster.config.choices import Activation, Dtype, Normalization
+from simcluster.config.choices import Activation, CudaGraphImpl, Dtype, Normalization
 from simcluster.config.hardware import HardwareProfile, load_hardware
 from simcluster.costs.chunk import op_time_s
-from simcluster.costs.host import op_kernels, pass_pieces, segmented_wait_s
-from simcluster.costs.moe_host import sync_points
+from simcluster.costs.host import layer_op_kernels, op_kernels, pass_pieces, segmented_wait_s
+from simcluster.costs.moe_host import is_expert_gemm, sync_points
 from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.moe_config import ExpertLayout, MoEConfig
 from simcluster.workload.moe_layer import MoELayerSpec, moe_mlp_ops
-from simcluster.workload.ops import Module, Op, OpKind
+from simcluster.workload.ops import Op
 
 HOST_BOUND_MARGIN = 0.05  # eager ≤ 1.05 × host issue: the GPU waited for the host
 DATA_DIR = Path(__file__).resolve().parents[2] / "docs" / "calibration" / "h100-2026-11-27-script"
@@ -143,11 +143,6 @@ def block_spec(run: BlockRun) -> tuple[LayerConfig, MoELayerSpec]:
     return cfg, MoELayerSpec(moe, ExpertLayout(tp=1, cp=1, dp=1, ep=1))
 
 
-def is_expert_gemm(op: Op) -> bool:
-    """A routed expert GEMM (fc1 / fc2, any pass): `batch` launches, one per local expert."""
-    return op.kind is OpKind.GEMM and op.module in (Module.EXPERT_FC1, Module.EXPERT_FC2)
-
-
 @dataclass(frozen=True)
 class KernelSplit:
     """Launches of a forward + backward: expert GEMM launches and every other launch."""
@@ -176,7 +171,8 @@ class BlockPrediction:
 
     run: BlockRun
     kernels: KernelSplit
-    host_s: float  # launches × the profile's host seconds per op
+    host_s: float  # the profile's price: launches × its per-kernel cost, the MoE weights applied
+    host_declared_s: float  # every launch at `host_issue_us_per_op` (no MoE host keys)
     gpu_forward_s: float
     gpu_backward_s: float
     eager_s: float  # the forward with its sync segments, then the backward's max(GPU, host)
@@ -209,14 +205,17 @@ def predict(run: BlockRun, hw: HardwareProfile) -> BlockPrediction:
     def price(ops: tuple[Op, ...]) -> float:
         return sum(op_time_s(op, hw, ONE_DEVICE, Dtype.BF16) for op in ops)
 
-    kf, kb = op_kernels(forward, Dtype.BF16, spec), op_kernels(backward, Dtype.BF16, spec)
+    graph, weights = CudaGraphImpl.NONE, hw.compute.moe_host_weights()
+    kf = layer_op_kernels(forward, Dtype.BF16, spec, graph, weights=weights)
+    kb = layer_op_kernels(backward, Dtype.BF16, spec, graph, weights=weights)
     gpu_f, gpu_b = price(forward), price(backward)
     pieces = pass_pieces(forward, gpu_f, price, kf, sync_points(forward, spec))
     forward_task = gpu_f + segmented_wait_s(pieces, per_op)
     backward_task = max(gpu_b, sum(kb) * per_op)
-    kernels = split_kernels([*zip(forward, kf), *zip(backward, kb)])
-    host_s = (kernels.other + kernels.expert) * per_op
-    return BlockPrediction(run, kernels, host_s, gpu_f, gpu_b, forward_task + backward_task)
+    kernels = block_kernels(run)
+    declared_s = (kernels.other + kernels.expert) * per_op
+    host_s = (sum(kf) + sum(kb)) * per_op
+    return BlockPrediction(run, kernels, host_s, declared_s, gpu_f, gpu_b, forward_task + backward_task)
 
 
 @dataclass(frozen=True)
@@ -301,14 +300,14 @@ def scenario_host(path: str | Path, fit: HostFit) -> LayerHost:
     dense = moe_other = expert = 0
     for part in (segment.layer.forward, segment.layer.recompute, segment.layer.backward):
         args = (layout.dtype, moe, layout.cuda_graph, layout.cuda_graph_scope)
-        counts = layer_op_kernels(part, *args, recompute=part is segment.layer.recompute)
-        for op, n, m in zip(part, counts, moe_op_kernels(part, moe, layout.dtype.quantized)):
+        counts = layer_op_kernels(part, *args, recompute=part is segment.layer.recompute)  # unweighted: ints
+        for op, n, m in zip(part, map(int, counts), moe_op_kernels(part, moe, layout.dtype.quantized)):
+            launches = op.gemm.batch if n and op.gemm is not None and is_expert_gemm(op) else 0
             if m is None:
                 dense += n
-            elif is_expert_gemm(op):
-                expert += n
-            else:
-                moe_other += n
+            else:  # an expert GEMM's input cast is a MoE-block launch (`moe_host.weighted_moe_kernels`)
+                expert += launches
+                moe_other += n - launches
     cost = StagePricing(hw).segment(segment, layout)
     gpu_s = cost.forward.total_s + cost.recompute.total_s + cost.backward.total_s
     declared = (dense + moe_other + expert) * per_op
@@ -319,17 +318,19 @@ def scenario_host(path: str | Path, fit: HostFit) -> LayerHost:
 def format_report(predictions: Sequence[BlockPrediction], fit: HostFit, per_op_s: float) -> str:
     """The per-run table, the fit and its residuals, for people."""
     lines = [
-        f"{'run':<16} {'G':>3} {'T':>5} {'launch':>7} {'host m':>7} {'host p':>7} {'err':>6}"
-        f" {'eager m':>8} {'eager p':>8} {'err':>6} {'gpu p':>7}"
-        f"  (ms; declared {per_op_s * 1e6:.1f} us/launch)"
+        f"{'run':<16} {'G':>3} {'T':>5} {'launch':>7} {'host m':>7} {'decl':>6} {'err':>5} {'host p':>7}"
+        f" {'err':>5} {'eager m':>8} {'eager p':>8} {'err':>5} {'gpu p':>6}"
+        f"  (ms; decl: every launch at {per_op_s * 1e6:.1f} us; p: the profile)"
     ]
     for p in predictions:
         r, launches = p.run, p.kernels.other + p.kernels.expert
+        declared_error = p.host_declared_s / r.host_issue_s - 1
         lines.append(
             f"{r.name:<16} {r.local_experts:>3} {r.tokens_per_expert:>5} {launches:>7}"
-            f" {r.host_issue_s * 1e3:>7.2f} {p.host_s * 1e3:>7.2f} {p.host_error:>+6.0%}"
-            f" {r.eager_s * 1e3:>8.2f} {p.eager_s * 1e3:>8.2f} {p.eager_error:>+6.0%}"
-            f" {(p.gpu_forward_s + p.gpu_backward_s) * 1e3:>7.2f}{'' if r.host_bound else '  GPU-bound'}"
+            f" {r.host_issue_s * 1e3:>7.2f} {p.host_declared_s * 1e3:>6.2f} {declared_error:>+5.0%}"
+            f" {p.host_s * 1e3:>7.2f} {p.host_error:>+5.0%}"
+            f" {r.eager_s * 1e3:>8.2f} {p.eager_s * 1e3:>8.2f} {p.eager_error:>+5.0%}"
+            f" {(p.gpu_forward_s + p.gpu_backward_s) * 1e3:>6.2f}{'' if r.host_bound else '  GPU-bound'}"
         )
     lines.append(
         f"\nfit over {len(fit.runs)} host-bound sweep runs: {fit.per_op_s * 1e6:.1f} us per other launch, "

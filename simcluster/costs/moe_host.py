@@ -346,6 +346,34 @@ def moe_op_kernels(ops: tuple[Op, ...], spec: MoELayerSpec, quantized: bool) -> 
     return tuple(counts)
 
 
+def is_expert_gemm(op: Op) -> bool:
+    """A routed expert GEMM (fc1 / fc2, any pass): `batch` launches, one per local expert."""
+    return op.kind is OpKind.GEMM and op.module in (Module.EXPERT_FC1, Module.EXPERT_FC2)
+
+
+def weighted_moe_kernels(
+    ops: tuple[Op, ...], counts: tuple[int, ...], spec: MoELayerSpec, quantized: bool,
+    weights: tuple[float, float],
+) -> tuple[float, ...]:  # fmt: skip
+    """`counts` (launches per op) in units of the profile's per-kernel host cost: a MoE-block
+    launch × weights[0], an expert GEMM's per-expert launches × weights[1] (its input's cast,
+    one call of `GroupedLinear`, as a MoE-block launch), the rest × 1. The weights are the
+    profile's `moe_host_us_per_op` and `expert_gemm_host_us_per_launch` over its
+    `host_issue_us_per_op` (docs/moe_host.md, "The torch MoE block measured")."""
+    other, expert = weights
+    out: list[float] = []
+    for op, n, moe_n in zip(ops, counts, moe_op_kernels(ops, spec, quantized)):
+        if moe_n is None:
+            out.append(n)
+        elif is_expert_gemm(op):
+            assert op.gemm is not None
+            launches = op.gemm.batch
+            out.append(launches * expert + (n - launches) * other)
+        else:
+            out.append(n * other)
+    return tuple(out)
+
+
 def _first(ops: tuple[Op, ...], start: int, match: object) -> int | None:
     return next((i for i in range(start, len(ops)) if match(ops[i])), None)  # type: ignore[operator]
 

@@ -96,13 +96,27 @@ def test_the_h100_sweep_fit_splits_the_declared_cost(runs) -> None:
 
 
 def test_prediction_prices_launches_at_the_profile_cost_and_never_beats_host_or_gpu(runs) -> None:
-    """host = launches × 42.3 µs; the eager prediction (forward cut at its sync, then the
-    backward's max) is at least the host's and the GPU's totals."""
+    """declared: launches × 42.3 µs; the profile's: other launches × moe_host_us_per_op +
+    expert launches × expert_gemm_host_us_per_launch (BF16: no casts; DeepSeek-V3's shared
+    experts, TE linears outside the MoE block, stay at 42.3); the eager prediction (forward
+    cut at its sync, then the backward's max) is at least the host's and the GPU's."""
     hw = load_hardware("h100-sxm5-80gb")
+    other_s, expert_s = 57.4e-6, 28.6e-6  # the profile's keys
     for run in (*runs[0], *runs[1]):
         p = predict(run, hw)
-        assert p.host_s == pytest.approx((p.kernels.other + p.kernels.expert) * DECLARED_S)
+        assert p.host_declared_s == pytest.approx((p.kernels.other + p.kernels.expert) * DECLARED_S)
+        shared = 8 if run.shared_expert_ffn_hidden_size else 0  # fc1, fc2: 1 + 2 each, SwiGLU 1 + 1
+        routed = (p.kernels.other - shared) * other_s + p.kernels.expert * expert_s
+        assert p.host_s == pytest.approx(routed + shared * DECLARED_S)
         assert p.eager_s >= max(p.host_s, p.gpu_forward_s + p.gpu_backward_s) * (1 - 1e-12)
+
+
+def test_the_h100_profile_holds_the_sweep_fit(runs) -> None:
+    """compute.moe_host_us_per_op and expert_gemm_host_us_per_launch are this fit, rounded to
+    0.1 µs (their source in hwprofiles/h100-sxm5-80gb.yaml names the command)."""
+    compute, fit = load_hardware("h100-sxm5-80gb").compute, fit_host(runs[1])
+    assert compute.moe_host_us_per_op == round(fit.per_op_s * 1e6, 1)
+    assert compute.expert_gemm_host_us_per_launch == round(fit.per_expert_launch_s * 1e6, 1)
 
 
 def test_device_price_grows_with_the_expert_flops(runs) -> None:
