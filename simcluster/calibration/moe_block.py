@@ -17,7 +17,8 @@ a layer with h, T tokens, G experts, top-k G, ep = etp = tp = 1, the alltoall di
 unfused (Megatron-core's unfused path, which the torch block mirrors op by op), BF16. Then
 
 - host: the launches `costs.host.op_kernels` counts for those ops (`costs.moe_host`'s
-  Megatron counts) × the profile's `compute.host_issue_us_per_op`;
+  Megatron counts) × the profile's host cost per launch (`host_issue_us_per_op`, the MoE
+  block's launches at its MoE keys where it has them: `costs.host.layer_op_kernels`);
 - device: each op at `costs.chunk.op_time_s` on the profile;
 - eager (the measured quantity from an idle GPU): the forward task as `costs.host` prices a
   task with a sync (GPU + Σ_segments max(0, host_k − gpu_k), cut at `moe_host.sync_points`),
@@ -37,11 +38,15 @@ launch from Python (`F.linear` and its autograd node). Every run has exactly one
 `.tolist()` of the counts), placed where the idle GPU has already caught up, so its cost is
 inside c_op and the data do not separate it.
 
-`scenario_host` carries the result to a scenario's MoE layer as a what-if: its launches split
-into the dense part's (priced as today), the MoE block's non-expert launches and its expert
-GEMM launches, priced at the declared per-kernel cost and at the measured c_op / c_expert
-(TE's `GroupedLinear` issues its per-expert GEMMs from one C++ loop, so c_expert, a Python
-launch, is an upper bound there). Nothing here is fitted to a published run.
+The H100 profile holds the fit as `compute.moe_host_us_per_op` (c_op) and
+`expert_gemm_host_us_per_launch` (c_expert), so `predict` prices the block at those
+(`host_s`) beside every launch at `host_issue_us_per_op` (`host_declared_s`, the model before).
+`scenario_host` shows what that does to a scenario's MoE layer: its launches split into the
+dense part's (attention, norms, shared experts: priced as before), the MoE block's other
+launches and its expert GEMM launches, priced at the declared per-kernel cost and at c_op /
+c_expert, beside the layer's GPU seconds (TE's `GroupedLinear` issues its per-expert GEMMs
+from one C++ loop, so c_expert, a Python launch, is an upper bound there). Nothing here is
+fitted to a published run.
 """
 
 from __future__ import annotations

@@ -20,7 +20,11 @@ amax reduction.
 MoE layers (`costs.moe_host`): the ops of the MoE block issue the kernels Megatron-core's
 router, token dispatcher and Transformer Engine's `GroupedLinear` launch for them
 (`moe_host.moe_op_kernels`), and a dropless dispatcher's forward blocks the host on a
-device-to-host copy of the token counts (`moe_host.sync_points`). After such a sync the host
+device-to-host copy of the token counts (`moe_host.sync_points`). A profile may price the
+MoE block's launches apart (`compute.moe_host_us_per_op`, and `expert_gemm_host_us_per_launch`
+for the expert GEMMs' per-expert launches): kernels are then counted in units of
+`host_issue_us_per_op` (a MoE launch weighs their ratio; `moe_host.weighted_moe_kernels`),
+so a profile without the keys counts integers, as always. After such a sync the host
 has no lead: the GPU waits for every kernel the host issues until the host is ahead again.
 A task with syncs is cut into segments at them, and (Megatron-LM
 @d98e8a64ddf34856e74b24714e3bedb2f5a39553, token_dispatcher.py

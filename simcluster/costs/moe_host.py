@@ -22,8 +22,11 @@ Transformer Engine's `GroupedLinear` with `m_splits` issues one cuBLAS GEMM per 
 (`nvte_multi_tensor_gemm` -> `multi_stream_cublas_gemm`; the CUTLASS grouped GEMM only with
 `NVTE_USE_CUTLASS_GROUPED_GEMM=1`, off by default): an expert GEMM op of `batch` local
 experts is `batch` launches. Those launches come from one C++ loop, with less host work each
-than an eager PyTorch op; they are priced at the profile's per-kernel figure all the same
-(an upper bound: docs/moe_host.md).
+than an eager PyTorch op. A profile prices them at `compute.expert_gemm_host_us_per_launch` and
+the block's other launches at `compute.moe_host_us_per_op` where it has those keys (the H100's:
+measured on the torch MoE block, where each expert GEMM is an `F.linear` from Python, so an
+upper bound for TE's loop; `weighted_moe_kernels`), at its per-kernel figure otherwise
+(docs/moe_host.md, "The torch MoE block measured").
 
 Syncs (`sync_points`): the forward of every dropless dispatcher needs token counts on the
 host (all-to-all split sizes, `GroupedLinear`'s `m_splits`):
