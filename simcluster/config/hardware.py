@@ -219,10 +219,34 @@ class HostIssueModel(_Section):
         "workload's op graph; absent = not priced",
     )
 
+    moe_host_us_per_op: float | None = Field(
+        default=None,
+        gt=0,
+        description="host µs to issue one launch of a MoE block's router, token dispatcher and "
+        "permutation ops (`costs.moe_host` counts; not its expert GEMMs); absent = "
+        "host_issue_us_per_op",
+    )
+    expert_gemm_host_us_per_launch: float | None = Field(
+        default=None,
+        gt=0,
+        description="host µs per routed-expert GEMM launch (one per local expert and GEMM); "
+        "absent = host_issue_us_per_op",
+    )
+
     @property
     def host_issue_s_per_op(self) -> float | None:
         us = self.host_issue_us_per_op
         return None if us is None else units.us_to_s(us)
+
+    def moe_host_weights(self) -> tuple[float, float]:
+        """(MoE block launch, expert GEMM launch) host cost over `host_issue_us_per_op`: 1.0
+        each where a key is absent, and where the host is not priced or free (no base cost: the
+        launches then cost nothing, `costs.host`)."""
+        base = self.host_issue_us_per_op
+        if not base:
+            return 1.0, 1.0
+        other, expert = self.moe_host_us_per_op, self.expert_gemm_host_us_per_launch
+        return (1.0 if other is None else other / base), (1.0 if expert is None else expert / base)
 
 
 class ComputeModel(HostIssueModel):

@@ -20,7 +20,11 @@ amax reduction.
 MoE layers (`costs.moe_host`): the ops of the MoE block issue the kernels Megatron-core's
 router, token dispatcher and Transformer Engine's `GroupedLinear` launch for them
 (`moe_host.moe_op_kernels`), and a dropless dispatcher's forward blocks the host on a
-device-to-host copy of the token counts (`moe_host.sync_points`). After such a sync the host
+device-to-host copy of the token counts (`moe_host.sync_points`). A profile may price the
+MoE block's launches apart (`compute.moe_host_us_per_op`, and `expert_gemm_host_us_per_launch`
+for the expert GEMMs' per-expert launches): kernels are then counted in units of
+`host_issue_us_per_op` (a MoE launch weighs their ratio; `moe_host.weighted_moe_kernels`),
+so a profile without the keys counts integers, as always. After such a sync the host
 has no lead: the GPU waits for every kernel the host issues until the host is ahead again.
 A task with syncs is cut into segments at them, and (Megatron-LM
 @d98e8a64ddf34856e74b24714e3bedb2f5a39553, token_dispatcher.py
@@ -54,13 +58,14 @@ from simcluster.config.choices import CudaGraphImpl, Dtype
 from simcluster.config.graph_scope import CudaGraphScope
 from simcluster.config.hardware import HardwareProfile
 from simcluster.costs.graph_capture import captured_ops, captures_whole_layer, effective_scope
-from simcluster.costs.moe_host import SyncPoint, moe_op_kernels, sync_points
+from simcluster.costs.moe_host import SyncPoint, moe_op_kernels, sync_points, weighted_moe_kernels
 from simcluster.workload.fp8 import is_te_linear_gemm
 from simcluster.workload.model import ChunkWork, LayerSegment
 from simcluster.workload.moe_layer import MoELayerSpec
 from simcluster.workload.ops import Op, Pass
 
 GRAPH_LAUNCHES_PER_LAYER_PASS = 1  # one captured graph replayed per layer and direction
+UNIT_WEIGHTS = (1.0, 1.0)  # a MoE block's launches cost what any kernel does (no profile keys)
 
 
 def _op_kernels(op: Op, dtype: Dtype) -> int:
@@ -86,15 +91,29 @@ def kernels_issued(ops: tuple[Op, ...], dtype: Dtype, moe: MoELayerSpec | None =
     return sum(op_kernels(ops, dtype, moe))
 
 
+def _issued(
+    ops: tuple[Op, ...], dtype: Dtype, moe: MoELayerSpec | None, weights: tuple[float, float]
+) -> tuple[float, ...]:
+    """`op_kernels`, a MoE block's launches weighted by the profile's MoE host costs
+    (`moe_host.weighted_moe_kernels`); the plain counts where every weight is 1."""
+    counts = op_kernels(ops, dtype, moe)
+    if moe is None or weights == UNIT_WEIGHTS:
+        return counts
+    return weighted_moe_kernels(ops, counts, moe, dtype.quantized, weights)
+
+
 def layer_op_kernels(
     ops: tuple[Op, ...], dtype: Dtype, moe: MoELayerSpec | None, graph: CudaGraphImpl,
     scope: tuple[CudaGraphScope, ...] = (), recompute: bool = False,
-) -> tuple[int, ...]:  # fmt: skip
+    weights: tuple[float, float] = UNIT_WEIGHTS,
+) -> tuple[float, ...]:  # fmt: skip
     """Kernels the host issues for each op of one pass of a layer, after what CUDA graphs
     capture (`costs.graph_capture`): a captured op issues nothing, the layer's graph one
-    launch on its first captured op; a whole layer captured is one launch a pass."""
+    launch on its first captured op; a whole layer captured is one launch a pass. In units
+    of the profile's per-kernel host cost: a MoE block's launches × `weights` (the profile's
+    `HostIssueModel.moe_host_weights`; integers where both are 1)."""
     if graph is CudaGraphImpl.NONE:
-        return op_kernels(ops, dtype, moe)
+        return _issued(ops, dtype, moe, weights)
     none = tuple(0 for _ in ops)
     if graph is CudaGraphImpl.FULL_ITERATION:
         return none
@@ -102,7 +121,7 @@ def layer_op_kernels(
     if captures_whole_layer(regions, moe):
         return none if recompute or not ops else (GRAPH_LAUNCHES_PER_LAYER_PASS, *none[1:])
     captured = captured_ops(ops, regions, moe, recompute)
-    counts = [0 if hit else n for n, hit in zip(op_kernels(ops, dtype, moe), captured)]
+    counts: list[float] = [0 if hit else n for n, hit in zip(_issued(ops, dtype, moe, weights), captured)]
     if True in captured and not recompute:
         counts[captured.index(True)] = GRAPH_LAUNCHES_PER_LAYER_PASS
     return tuple(counts)
@@ -122,18 +141,21 @@ def layer_sync_points(
 
 
 def chunk_kernels(
-    chunk: ChunkWork, dtype: Dtype, graph: CudaGraphImpl, amax: bool, scope: tuple[CudaGraphScope, ...] = ()
-) -> tuple[int, int]:
+    chunk: ChunkWork, dtype: Dtype, graph: CudaGraphImpl, amax: bool, scope: tuple[CudaGraphScope, ...] = (),
+    weights: tuple[float, float] = UNIT_WEIGHTS,
+) -> tuple[float, float]:  # fmt: skip
     """Kernels the host issues for one microbatch's forward and backward (with recompute)
-    of `chunk`, after what CUDA graphs capture."""
+    of `chunk`, after what CUDA graphs capture (a MoE block's weighted: `layer_op_kernels`)."""
     if graph is CudaGraphImpl.FULL_ITERATION:
         return 0, 0
-    forward = backward = 0
+    forward: float = 0
+    backward: float = 0
     for segment in chunk.segments:
         layer, n, moe = segment.layer, segment.num_layers, segment.kind.moe
-        forward += n * sum(layer_op_kernels(layer.forward, dtype, moe, graph, scope))
-        rerun = sum(layer_op_kernels(layer.recompute, dtype, moe, graph, scope, recompute=True))
-        backward += n * (sum(layer_op_kernels(layer.backward, dtype, moe, graph, scope)) + rerun)
+        forward += n * sum(layer_op_kernels(layer.forward, dtype, moe, graph, scope, False, weights))
+        rerun = sum(layer_op_kernels(layer.recompute, dtype, moe, graph, scope, True, weights))
+        back = sum(layer_op_kernels(layer.backward, dtype, moe, graph, scope, False, weights))
+        backward += n * (back + rerun)
     extras = [extra for extra in (chunk.embedding, chunk.output) if extra is not None]
     per_pass = int(amax)
     return (
@@ -151,7 +173,7 @@ def chunk_host_s(
     per_op = hw.compute.host_issue_s_per_op
     if per_op is None:
         return 0.0, 0.0
-    forward, backward = chunk_kernels(chunk, dtype, graph, amax, scope)
+    forward, backward = chunk_kernels(chunk, dtype, graph, amax, scope, hw.compute.moe_host_weights())
     return forward * per_op, backward * per_op
 
 
@@ -166,7 +188,7 @@ class HostPiece:
     whether the host then blocks until the GPU has finished it (`sync_after`)."""
 
     gpu_s: float
-    kernels: int
+    kernels: float  # in units of the per-kernel host cost (`layer_op_kernels`)
     sync_after: bool = False
 
 
@@ -184,7 +206,7 @@ def segmented_wait_s(pieces: Sequence[HostPiece], per_op_s: float) -> float:
 
 def pass_pieces(
     ops: tuple[Op, ...], total_gpu_s: float, price: Callable[[tuple[Op, ...]], float],
-    kernels: tuple[int, ...], points: tuple[SyncPoint, ...],
+    kernels: tuple[float, ...], points: tuple[SyncPoint, ...],
 ) -> tuple[HostPiece, ...]:  # fmt: skip
     """One pass of a layer (`total_gpu_s` its priced seconds, `kernels` per op) cut at its
     sync `points`: each piece's GPU seconds are `price` of its ops, the last piece's the

@@ -22,8 +22,11 @@ Transformer Engine's `GroupedLinear` with `m_splits` issues one cuBLAS GEMM per 
 (`nvte_multi_tensor_gemm` -> `multi_stream_cublas_gemm`; the CUTLASS grouped GEMM only with
 `NVTE_USE_CUTLASS_GROUPED_GEMM=1`, off by default): an expert GEMM op of `batch` local
 experts is `batch` launches. Those launches come from one C++ loop, with less host work each
-than an eager PyTorch op; they are priced at the profile's per-kernel figure all the same
-(an upper bound: docs/moe_host.md).
+than an eager PyTorch op. A profile prices them at `compute.expert_gemm_host_us_per_launch` and
+the block's other launches at `compute.moe_host_us_per_op` where it has those keys (the H100's:
+measured on the torch MoE block, where each expert GEMM is an `F.linear` from Python, so an
+upper bound for TE's loop; `weighted_moe_kernels`), at its per-kernel figure otherwise
+(docs/moe_host.md, "The torch MoE block measured").
 
 Syncs (`sync_points`): the forward of every dropless dispatcher needs token counts on the
 host (all-to-all split sizes, `GroupedLinear`'s `m_splits`):
@@ -344,6 +347,34 @@ def moe_op_kernels(ops: tuple[Op, ...], spec: MoELayerSpec, quantized: bool) -> 
             count = _unpermute(spec, backward)
         counts.append(count)
     return tuple(counts)
+
+
+def is_expert_gemm(op: Op) -> bool:
+    """A routed expert GEMM (fc1 / fc2, any pass): `batch` launches, one per local expert."""
+    return op.kind is OpKind.GEMM and op.module in (Module.EXPERT_FC1, Module.EXPERT_FC2)
+
+
+def weighted_moe_kernels(
+    ops: tuple[Op, ...], counts: tuple[int, ...], spec: MoELayerSpec, quantized: bool,
+    weights: tuple[float, float],
+) -> tuple[float, ...]:  # fmt: skip
+    """`counts` (launches per op) in units of the profile's per-kernel host cost: a MoE-block
+    launch × weights[0], an expert GEMM's per-expert launches × weights[1] (its input's cast,
+    one call of `GroupedLinear`, as a MoE-block launch), the rest × 1. The weights are the
+    profile's `moe_host_us_per_op` and `expert_gemm_host_us_per_launch` over its
+    `host_issue_us_per_op` (docs/moe_host.md, "The torch MoE block measured")."""
+    other, expert = weights
+    out: list[float] = []
+    for op, n, moe_n in zip(ops, counts, moe_op_kernels(ops, spec, quantized)):
+        if moe_n is None:
+            out.append(n)
+        elif is_expert_gemm(op):
+            assert op.gemm is not None
+            launches = op.gemm.batch
+            out.append(launches * expert + (n - launches) * other)
+        else:
+            out.append(n * other)
+    return tuple(out)
 
 
 def _first(ops: tuple[Op, ...], start: int, match: object) -> int | None:

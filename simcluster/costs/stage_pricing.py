@@ -324,9 +324,11 @@ class StagePricing:
                 return slice_cost(part).total_s
 
             args = (layout.dtype, moe, layout.cuda_graph, layout.cuda_graph_scope)
+            weights = self.hw.compute.moe_host_weights()
             passes = [
                 pass_pieces(
-                    part, total, price, layer_op_kernels(part, *args, recompute=part is ops.recompute),
+                    part, total, price,
+                    layer_op_kernels(part, *args, recompute=part is ops.recompute, weights=weights),
                     layer_sync_points(part, moe, layout.cuda_graph, layout.cuda_graph_scope),
                 )
                 for part, total in (
