@@ -120,11 +120,17 @@ def test_the_h100_profile_holds_the_sweep_fit(runs) -> None:
 
 
 def test_device_price_grows_with_the_expert_flops(runs) -> None:
-    """More local experts at the same T: more expert GEMM FLOPs, a longer priced GPU time."""
+    """More local experts at the same T: more expert GEMM FLOPs, a longer priced GPU time, and
+    at least the extra FLOPs (fc1 2f + fc2 f wide, forward + two backward GEMMs) at the GPU's
+    bf16 peak more (no price may run the extra experts faster than the tensor cores can)."""
     hw = load_hardware("h100-sxm5-80gb")
     sweep = [r for r in runs[1] if r.tokens_per_expert == 1024]
     gpu = [predict(r, hw).gpu_forward_s + predict(r, hw).gpu_backward_s for r in sweep]
-    assert gpu == sorted(gpu) and gpu[-1] > 10 * gpu[0]
+    first, last = sweep[0], sweep[-1]
+    extra_experts = last.local_experts - first.local_experts
+    extra_flops = 3 * 2 * extra_experts * 1024 * first.hidden_size * 3 * first.ffn_hidden_size
+    assert gpu == sorted(gpu) and last.local_experts > first.local_experts
+    assert gpu[-1] - gpu[0] >= extra_flops / (hw.gpu.peak_bf16_tflop_per_s * 1e12)
 
 
 def test_load_runs_names_the_file_field_and_row(tmp_path: Path) -> None:
