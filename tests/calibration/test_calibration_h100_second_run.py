@@ -166,7 +166,7 @@ def test_the_calibration_loop_on_the_second_machine(paper: tuple, modern: tuple)
     fit_modern, _ = modern
     p = [abs(e) for e in _gpu_bound(fit_paper, fit_paper)]
     m = [abs(e) for e in _gpu_bound(fit_modern, fit_modern)]
-    assert len(p) >= 28 and len(m) >= 7
+    assert len(p) >= 25 and len(m) >= 5  # 30 and 7 today; the host term (host_fit) sets the split
     assert statistics.median(p) <= 0.031
     assert max(p) <= 0.073
     assert max(m) <= 0.046
@@ -188,7 +188,7 @@ def test_the_calibration_loop_carries_across_machines(
     layers (GPU-bound) as well as its own (2.6-3.3 % median): bounds = figure + 0.5 point."""
     profile = parse_hardware(build_profile(_meas(microbench)), "other.yaml")
     errors = [abs(c.error) for c in compare(_run(layers), profile) if not c.host_bound]
-    assert len(errors) >= 30
+    assert len(errors) >= 25  # 31 and 38 today
     assert statistics.median(errors) <= median
     assert max(errors) <= worst
 
