@@ -317,6 +317,13 @@ class ComputeModel(HostIssueModel):
         "listed, the routed experts' 16-bit GEMMs of that kind are priced from them "
         "(`costs.grouped_gemm`), absent = as any GEMM (`gemm_points` or the wave model)",
     )
+    grouped_ratio_for_quantized: bool = Field(
+        default=False,
+        description="an FP8 / FP4 routed-expert GEMM of a kind with grouped_gemm_points is priced as "
+        "the quantized GEMM model's time times the measured 16-bit grouped time over the 16-bit GEMM "
+        "model's time at the same shape (`costs.grouped_gemm.quantized_expert_gemm_time_s`), a declared "
+        "carry-over; absent = the quantized GEMM model alone",
+    )
     elementwise_points: list[tuple[float, float]] = Field(
         default_factory=list,
         description="measured (bytes moved, achieved GB/s) for memory-bound kernels",
@@ -495,6 +502,11 @@ class HardwareProfile(StrictModel):
             raise ValueError(
                 "gpu.peak_fp4_tflop_per_s needs compute.fp8_gemm_max_efficiency (NVFP4 GEMMs are priced "
                 "from the FP8 GEMM rate times compute.nvfp4_gemm_rate_ratio)"
+            )
+        if self.compute.grouped_ratio_for_quantized and not self.compute.grouped_gemm_points:
+            raise ValueError(
+                "compute.grouped_ratio_for_quantized needs compute.grouped_gemm_points (the measured "
+                "grouped GEMMs whose ratio to the GEMM model it carries to FP8 / FP4 experts)"
             )
         if self.compute.nvfp4_gemm_rate_ratio is not None and self.gpu.peak_fp4_tflop_per_s is None:
             raise ValueError("compute.nvfp4_gemm_rate_ratio needs gpu.peak_fp4_tflop_per_s")

@@ -42,7 +42,7 @@ from simcluster.costs.compute import (
     quantized_gemm_time_s,
 )
 from simcluster.costs.context_parallel import ring_attention_cost_s
-from simcluster.costs.grouped_gemm import grouped_expert_gemm_time_s
+from simcluster.costs.grouped_gemm import grouped_expert_gemm_time_s, quantized_expert_gemm_time_s
 from simcluster.costs.hybridep import flex_kernel_time_s
 from simcluster.costs.network import GroupPlacement, collective_time_s, small_allreduce_s
 from simcluster.costs.placement import ExpertGroups
@@ -135,7 +135,8 @@ def op_time_s(
     if op.kind is OpKind.GEMM:
         assert op.gemm is not None
         if dtype.quantized and is_te_linear_gemm(op):
-            return quantized_gemm_time_s(op.gemm, hw, dtype, recipe)
+            carried = quantized_expert_gemm_time_s(op, hw, dtype, recipe)  # None: not declared
+            return quantized_gemm_time_s(op.gemm, hw, dtype, recipe) if carried is None else carried
         grouped = grouped_expert_gemm_time_s(op, hw, dtype)  # None: no measured grouped GEMMs
         return gemm_time_s(op.gemm, hw, dtype) if grouped is None else grouped
     if op.kind is OpKind.ELEMENTWISE:

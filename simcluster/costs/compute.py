@@ -241,6 +241,33 @@ def quantized_gemm_time_s(shape: GemmShape, hw: HardwareProfile, dtype: Dtype, r
     return fp8_gemm_time_s(shape, hw, recipe)
 
 
+def quantized_gemm_floor_s(shape: GemmShape, hw: HardwareProfile, dtype: Dtype, recipe: Fp8Recipe) -> float:
+    """The fewest seconds a quantized GEMM (`quantized_gemm_time_s`) may be priced at by a
+    model built on top of it: launch + max(FLOPs at its ceiling, its bytes over the copy
+    bandwidth). The ceiling is the FP8 peak · `fp8_gemm_max_efficiency` times the recipe's
+    rate ratio (MXFP8, block scaling) or, for NVFP4, the FP4 peak · that ceiling; the bytes
+    are the quantized operands (with their scales) and the bf16 output (fp32 accumulating
+    into main_grad), as `_quantized_gemm_time_s` counts them."""
+    peak, ceiling = hw.peak_fp8_flop_per_s, hw.compute.fp8_gemm_max_efficiency
+    if peak is None or ceiling is None:
+        raise ValueError(f"hardware {hw.name!r} has no FP8 tensor-core peak and FP8 GEMM ceiling")
+    if dtype is Dtype.FP4:
+        if hw.peak_fp4_flop_per_s is None:
+            raise ValueError(f"hardware {hw.name!r} has no FP4 tensor-core peak (gpu.peak_fp4_tflop_per_s)")
+        best = hw.peak_fp4_flop_per_s * ceiling
+    elif recipe is Fp8Recipe.MXFP8:
+        best = peak * ceiling * (hw.compute.mxfp8_gemm_rate_ratio or 1.0)
+    elif recipe is Fp8Recipe.BLOCKWISE:
+        best = peak * ceiling * (hw.compute.fp8_block_gemm_rate_ratio or 1.0)
+    else:
+        best = peak * ceiling
+    output_bytes = 8 if shape.accumulate_fp32 else FP8_GEMM_OUTPUT_BYTES
+    operands = quantized_bytes_per_element(dtype, recipe) * (shape.m * shape.k + shape.k * shape.n)
+    moved = float(shape.batch * (operands + output_bytes * shape.m * shape.n))
+    copy_bytes_per_s = hw.memory_bandwidth_bytes_per_s * hw.compute.memory_bound_efficiency
+    return hw.kernel_launch_s + max(shape.flops / best, moved / copy_bytes_per_s)
+
+
 def _quantized_gemm_time_s(
     shape: GemmShape, hw: HardwareProfile, operand_bytes: float, relative: float, cap_flop_per_s: float | None
 ) -> float:

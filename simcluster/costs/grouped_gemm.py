@@ -25,10 +25,13 @@ kind, `calibration.grouped_fit`) prices them from those points:
   (`compute.gemm_memory_roofline_s`): t = launch + max(FLOPs / rate, roofline).
 
 The points are 16-bit measurements: a bf16 / fp16 expert GEMM uses them. FP8 / FP4 experts (TE
-quantizes the experts' GroupedLinear) keep `compute.quantized_gemm_time_s`, and an expert GEMM
-of a kind without points keeps `compute.gemm_time_s`: a profile without grouped points prices
-exactly as before. SequentialMLP's ops (one GEMM per expert, batch 1) are priced on the G = 1
-series, a grouped call over one group.
+quantizes the experts' GroupedLinear) keep `compute.quantized_gemm_time_s`, unless the profile
+declares `compute.grouped_ratio_for_quantized` (`quantized_expert_gemm_time_s`: the quantized
+GEMM model times the measured 16-bit grouped / GEMM-model ratio at the same shape, an assumption
+with no FP8 grouped GEMM measured). An expert GEMM of a kind without points keeps
+`compute.gemm_time_s`: a profile without grouped points prices exactly as before.
+SequentialMLP's ops (one GEMM per expert, batch 1) are priced on the G = 1 series, a grouped
+call over one group.
 """
 
 from __future__ import annotations
@@ -37,9 +40,14 @@ import math
 from collections import defaultdict
 
 from simcluster import units
-from simcluster.config.choices import Dtype
+from simcluster.config.choices import Dtype, Fp8Recipe
 from simcluster.config.hardware import GroupedGemmPoint, HardwareProfile
-from simcluster.costs.compute import gemm_memory_roofline_s
+from simcluster.costs.compute import (
+    gemm_memory_roofline_s,
+    gemm_time_s,
+    quantized_gemm_floor_s,
+    quantized_gemm_time_s,
+)
 from simcluster.workload.grouped_gemm import expert_gemm_kind, series_key, tokens_per_expert
 from simcluster.workload.ops import GemmShape, Op
 
@@ -57,6 +65,40 @@ def grouped_expert_gemm_time_s(op: Op, hw: HardwareProfile, dtype: Dtype) -> flo
     if not any(p.kind == kind for p in hw.compute.grouped_gemm_points):
         return None
     return grouped_gemm_time_s(kind, op.gemm, hw)
+
+
+def quantized_expert_gemm_time_s(
+    op: Op, hw: HardwareProfile, dtype: Dtype, recipe: Fp8Recipe
+) -> float | None:
+    """Seconds of a routed expert's FP8 / FP4 GEMM under `compute.grouped_ratio_for_quantized`:
+    t = max(quantized_gemm_time_s · r, quantized_gemm_floor_s), with
+    r = grouped_gemm_time_s / gemm_time_s (bf16), both at the op's own kind and shape.
+
+    r is how far the measured 16-bit grouped kernel sits from the GEMM model at this shape
+    (waves over G small GEMMs, per-group launch and tile occupancy at few tokens per expert),
+    and the quantized model shares the GEMM model's shape treatment (the same points or wave
+    quantization, `compute._quantized_gemm_time_s`), so the ratio is carried as a shape effect.
+    It is kept below 1 as well as above (the measurement says the grouped kernel beat the GEMM
+    model there; dropping those shapes would bias the carry-over slow), but the result is never
+    below the quantized GEMM's own ceiling and byte roofline. An assumption, not a measurement:
+    no FP8 grouped GEMM was measured, and TE's FP8 GroupedLinear (cuBLAS per expert, with its
+    own quantize / transpose kernels priced elsewhere) may sit differently from torch's bf16
+    grouped kernel. None where it does not apply (flag off, not an expert GEMM, a kind without
+    points), so the caller prices the op by `quantized_gemm_time_s`."""
+    if not hw.compute.grouped_ratio_for_quantized or not dtype.quantized:
+        return None
+    kind = expert_gemm_kind(op)
+    if kind is None or op.gemm is None or not any(p.kind == kind for p in hw.compute.grouped_gemm_points):
+        return None
+    shape = op.gemm
+    carried = quantized_gemm_time_s(shape, hw, dtype, recipe) * grouped_gemm_ratio(kind, shape, hw)
+    return max(carried, quantized_gemm_floor_s(shape, hw, dtype, recipe))
+
+
+def grouped_gemm_ratio(kind: str, shape: GemmShape, hw: HardwareProfile) -> float:
+    """r = grouped_gemm_time_s / gemm_time_s (bf16) at `shape`: above 1 where the measured
+    grouped kernel is slower than the GEMM model prices the same shape."""
+    return grouped_gemm_time_s(kind, shape, hw) / gemm_time_s(shape, hw, Dtype.BF16)
 
 
 def grouped_gemm_time_s(kind: str, shape: GemmShape, hw: HardwareProfile) -> float:

@@ -23,8 +23,15 @@ from tests.paths import ROOT
 
 SHIPPED = load_hardware("h100-sxm5-80gb")
 # The synthetic points below stand alone: the base is the H100 profile without its measured
-# grouped points (what every expert GEMM was priced by before them: the GEMM model).
-H100 = SHIPPED.model_copy(update={"compute": SHIPPED.compute.model_copy(update={"grouped_gemm_points": []})})
+# grouped points (what every expert GEMM was priced by before them: the GEMM model), and
+# without the FP8 carry-over that needs them (tests/costs/test_costs_grouped_fp8.py).
+H100 = SHIPPED.model_copy(
+    update={
+        "compute": SHIPPED.compute.model_copy(
+            update={"grouped_gemm_points": [], "grouped_ratio_for_quantized": False}
+        )
+    }
+)
 HIDDEN, FFN = 2048, 768  # Qwen3-30B-A3B's expert: fc1 n = 2·768, k = 2048
 
 
@@ -120,8 +127,9 @@ def test_the_hook_changes_only_the_expert_gemms_of_a_measured_kind():
 
 
 def test_quantized_and_fp32_experts_keep_their_pricing():
-    """The points are 16-bit measurements: FP8 experts keep the FP8 GEMM model, fp32 the
-    GEMM model, whatever grouped points the profile has."""
+    """The points are 16-bit measurements: without `grouped_ratio_for_quantized` FP8 experts
+    keep the FP8 GEMM model, and fp32 ones always the GEMM model, whatever grouped points the
+    profile has."""
     ops, layout = _qwen_forward_ops()
     expert = next(op for op in ops if op.module is Module.EXPERT_FC1 and op.kind is OpKind.GEMM)
     assert expert.gemm is not None

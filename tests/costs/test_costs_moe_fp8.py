@@ -12,6 +12,7 @@ from simcluster.config.hardware import load_hardware
 from simcluster.config.scenario import parse_scenario
 from simcluster.costs.chunk import fp8_cast_s, op_time_s
 from simcluster.costs.compute import gemm_time_s, quantized_gemm_time_s
+from simcluster.costs.grouped_gemm import quantized_expert_gemm_time_s
 from simcluster.costs.stage_pricing import StagePricing, pricing_layout
 from simcluster.workload.model import build_workload
 from simcluster.workload.ops import Module, OpKind
@@ -43,7 +44,12 @@ def test_expert_gemms_run_quantized_with_their_cast_and_the_router_in_bf16():
             continue
         seconds = op_time_s(op, H100, layout.tp, layout.dtype, experts=layout.experts)
         if op.module in (Module.EXPERT_FC1, Module.EXPERT_FC2, Module.SHARED_FC1, Module.SHARED_FC2):
-            assert seconds == quantized_gemm_time_s(op.gemm, H100, layout.dtype, layer.fp8_recipe)
+            quantized = quantized_gemm_time_s(op.gemm, H100, layout.dtype, layer.fp8_recipe)
+            # The H100 carries its measured grouped ratio to the routed experts
+            # (compute.grouped_ratio_for_quantized, tests/costs/test_costs_grouped_fp8.py).
+            carried = quantized_expert_gemm_time_s(op, H100, layout.dtype, layer.fp8_recipe)
+            assert (carried is None) is (op.module in (Module.SHARED_FC1, Module.SHARED_FC2))
+            assert seconds == (quantized if carried is None else carried)
             assert fp8_cast_s(ops, index, H100, layout.tp) > 0
         elif op.module is Module.ROUTER:
             assert seconds == gemm_time_s(op.gemm, H100, layout.dtype)
