@@ -17,7 +17,7 @@ from simcluster.costs.grouped_gemm import grouped_gemm_ratio, grouped_gemm_time_
 from simcluster.costs.stage_pricing import pricing_layout
 from simcluster.workload.grouped_gemm import expert_gemm_kind
 from simcluster.workload.model import build_workload
-from simcluster.workload.ops import Module, Op, OpKind, Pass
+from simcluster.workload.ops import GemmShape, Module, Op, OpKind, Pass
 from tests.paths import ROOT
 
 SHIPPED = load_hardware("h100-sxm5-80gb")
@@ -173,3 +173,36 @@ def test_only_the_h100_declares_the_carry_over_and_says_it_is_assumed(name):
     if hw.compute.grouped_ratio_for_quantized:
         source = hw.compute.sources["grouped_ratio_for_quantized"]
         assert source.startswith("ASSUMED") and "Risk" in source
+
+
+def test_the_doc_script_prints_what_the_pricing_gives():
+    """docs/calibration/grouped_fp8_carry.py, whose tables docs/calibration/grouped_gemm.md
+    quotes: its carried price is the op's FP8 price on the shipped H100, and r > 1 on the
+    Qwen3-30B-A3B fc2 (the measured grouped kernel slower than the GEMM model there)."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "docs" / "calibration" / "grouped_fp8_carry.py"), "--json"],
+        capture_output=True, text=True, check=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT)},
+    ).stdout  # fmt: skip
+    rows = json.loads(out)["public_h100_fp8_expert_gemms"]
+    qwen = {r["kind"]: r for r in rows if r["run"] == "bridge26.04-qwen3-30b-a3b-h100-fp8cs"}
+    assert len(rows) == 4 * 6 and set(qwen) == {
+        "fc1",
+        "fc2",
+        "fc1.dgrad",
+        "fc2.dgrad",
+        "fc1.wgrad",
+        "fc2.wgrad",
+    }
+    for row in qwen.values():
+        if row["kind"] in ("fc1", "fc2"):  # the forward ones, rebuilt as ops here
+            g = GemmShape(row["m"], row["n"], row["k"], row["groups"])
+            module = Module.EXPERT_FC1 if row["kind"] == "fc1" else Module.EXPERT_FC2
+            op = Op("expert", OpKind.GEMM, gemm=g, module=module, pass_=Pass.FORWARD)
+            assert row["carried_us"] == round(price(op, SHIPPED) * 1e6, 1)
+        expected = max(row["fp8_model_us"] * row["ratio"], row["floor_us"])
+        assert row["carried_us"] == pytest.approx(expected, abs=0.2)  # the printed figures are rounded
+    assert qwen["fc2"]["ratio"] > 1.05
