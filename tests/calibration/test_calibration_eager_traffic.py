@@ -21,11 +21,6 @@ from simcluster.config.hardware import HardwareProfile, parse_hardware
 FOLDER = Path(__file__).resolve().parents[2] / "docs" / "calibration" / "h100-2026-11-26"
 
 
-@pytest.fixture(scope="module")
-def eager() -> Measurements:
-    return Measurements.from_json((FOLDER / "microbench.json").read_text())
-
-
 def test_the_table_is_what_the_eager_regions_launch() -> None:
     """`python -m simcluster.profiler.layer.eager_traffic` traces regions.EAGER_MATH at Llama 3
     8B's shapes: the fp32 RMSNorm backward is 14 kernels, the SwiGLU backward 13 (its forward

@@ -25,11 +25,6 @@ MICROBENCH = DOCS / "h100-2026-11-26" / "microbench.json"
 
 
 @pytest.fixture(scope="module")
-def eager() -> Measurements:
-    return Measurements.from_json(MICROBENCH.read_text())
-
-
-@pytest.fixture(scope="module")
 def with_extra(eager: Measurements) -> HardwareProfile:
     meas, _ = with_extra_kernels(eager, EXTRA.read_text(), str(EXTRA))
     return parse_hardware(build_profile(meas), "eager-extra.yaml")

@@ -25,11 +25,6 @@ FOLLOWUP = DOCS / "h100-2026-11-27-script" / "followup.json"
 
 
 @pytest.fixture(scope="module")
-def eager() -> Measurements:
-    return Measurements.from_json(MICROBENCH.read_text())
-
-
-@pytest.fixture(scope="module")
 def followup() -> dict:
     return json.loads(FOLLOWUP.read_text())
 
