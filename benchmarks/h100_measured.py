@@ -40,6 +40,19 @@ from simcluster.workload.layer_config import LayerConfig  # noqa: E402
 from simcluster.workload.ops import Op, OpKind  # noqa: E402
 
 DATA = ROOT / "docs" / "calibration" / "h100-2026-11-26"
+# The two runs of scripts/gpu_calibrate.sh on two more H100 SXM machines (READMEs there): their
+# fused microbench times each kernel with the host ahead, where measure2.py timed each compiled
+# call alone (its rates include the call's issue time: docs/calibration/h100_apportioning.md)
+SCRIPT_MICROBENCH = (
+    ROOT / "docs" / "calibration" / "h100-2026-11-26-script" / "microbench.json",
+    ROOT / "docs" / "calibration" / "h100-2026-11-27-script" / "microbench.json",
+)
+SCRIPT_STATIC_ROWS = (  # the paper-grid sites with static row lengths (script A's second file)
+    ROOT / "docs" / "calibration" / "h100-2026-11-26-script" / "microbench_static_rows.json",
+    ROOT / "docs" / "calibration" / "h100-2026-11-27-script" / "microbench.json",
+)
+SWIGLU_DIMS = [8192, 28672]  # Llama 3 8B at t 1: [tokens, 2·ffn], the largest fused SwiGLU timed
+BIG_SITE_BYTES = 2e8  # fused sites above this are past the host-bound sizes (second_h100_run.md)
 PEAK_BF16_TFLOP_PER_S, PEAK_FP8_TFLOP_PER_S = 989, 1979  # H100 SXM datasheet (the profile's gpu:)
 HBM_GB_PER_S = 3350  # H100 SXM datasheet
 ADAMW_BYTES_PER_PARAM = 28  # torch fused AdamW: reads param, grad, m, v (16), writes param, m, v (12)
@@ -52,9 +65,8 @@ ATTENTION_BWD_KERNELS = ("flash_bprop", "compute_dot_do_o", "convert_dq", "fmha_
 COMPILED_KINDS = {
     "layernorm": "rmsnorm.fwd",
     "rope": "rope.fwd(q)",
-    "swiglu": "swiglu.fwd",
     "bias_dropout_add": "bias_dropout_add.fwd",
-}
+}  # SwiGLU and bias-GeLU: `fused_activation_efficiencies`
 
 
 # The eager (unfused) rows of elementwise_host_optimizer.json, each with the bytes its PyTorch
@@ -131,9 +143,7 @@ def kind_efficiencies() -> dict[str, float]:
     data = _read("elementwise_host_optimizer.json")
     rows = {row["op"]: row for row in data["elementwise"]}
     kinds = {kind: _sig(rows[op]["compiled_gbps"] / HBM_GB_PER_S, 3) for kind, op in COMPILED_KINDS.items()}
-    kinds["bias_gelu"] = kinds[
-        "swiglu"
-    ]  # ASSUMED: GeLU was not measured compiled; the other fused activation
+    kinds.update(fused_activation_efficiencies())
     entropy = rows["cross_entropy.fwd+bwd (fp32 upcast)"]
     logits = entropy["bytes"] / 12  # the file's bytes are 12 per logit (2 + 4 + 4 + 2)
     per_logit = CROSS_ENTROPY_FORWARD_BYTES_PER_LOGIT + CROSS_ENTROPY_BACKWARD_BYTES_PER_LOGIT
@@ -144,6 +154,30 @@ def kind_efficiencies() -> dict[str, float]:
         ADAMW_BYTES_PER_PARAM * fused["params"] / fused["step_s"] / 1e9 / HBM_GB_PER_S, 3
     )
     return kinds
+
+
+def fused_activation_efficiencies() -> dict[str, float]:
+    """The fused activations, forward and backward, from the two script runs' fused microbench
+    (mean over the two machines): SwiGLU at the Llama 3 8B shape (`modern`, `SWIGLU_DIMS`),
+    bias-GeLU the median of each machine's paper-grid GeLU sites above `BIG_SITE_BYTES`
+    (`elementwise` gelu.forward / gelu.backward). Each rate is the records' bytes over their
+    seconds, over the datasheet HBM."""
+    swiglu: dict[str, list[float]] = {"swiglu": [], "swiglu.bwd": []}
+    for path in SCRIPT_MICROBENCH:
+        for m in json.loads(path.read_text())["modern"]:
+            fused_swiglu = m.get("layer_mode") == "fused" and m["name"].startswith("swiglu.")
+            if fused_swiglu and m["dims"] == SWIGLU_DIMS:
+                kind = "swiglu.bwd" if m["name"].endswith("backward") else "swiglu"
+                swiglu[kind].append(m["bytes_moved"] / m["seconds"] / 1e9)
+    gelu: dict[str, list[float]] = {"bias_gelu": [], "bias_gelu.bwd": []}
+    for path in SCRIPT_STATIC_ROWS:
+        sites = json.loads(path.read_text())["elementwise"]
+        for kind, name in (("bias_gelu", "gelu.forward"), ("bias_gelu.bwd", "gelu.backward")):
+            big = [e for e in sites if e["name"] == name and e["bytes_moved"] >= BIG_SITE_BYTES]
+            gelu[kind].append(statistics.median(e["bytes_moved"] / e["seconds"] / 1e9 for e in big))
+    rates = swiglu | gelu
+    assert all(len(v) == len(SCRIPT_MICROBENCH) for v in rates.values()), rates
+    return {kind: _sig(statistics.mean(v) / HBM_GB_PER_S, 3) for kind, v in rates.items()}
 
 
 def eager_kind_efficiencies() -> dict[str, float]:

@@ -4,9 +4,11 @@ The op graph counts RMSNorm, RoPE and SwiGLU as one fused kernel each (inputs re
 written once, `workload.layer`), what Megatron-core / TE run. The eager layer the check times
 runs them as plain torch ops, in fp32 where the math is: the RMSNorm backward is 14 kernels
 moving 15.7 times its op-graph bytes, the SwiGLU backward 13 kernels and 14.2 times
-(`EAGER_TRAFFIC`, counted by `python -m simcluster.profiler.layer.eager_traffic`, which
-traces `profiler.layer.regions.EAGER_MATH` at Llama 3 8B's shapes; a test keeps this table
-equal to its output). An eager profile whose microbench timed none of a kind (the committed
+(`EAGER_TRAFFIC`; the dropout-0 bias add, `workload.layer.BIAS_ADD_KERNEL`, is two adds
+forward, 1.67 times, and backward only the bias's sum, the op's own bytes; counted by
+`python -m simcluster.profiler.layer.eager_traffic`, which traces
+`profiler.layer.regions.EAGER_MATH` at Llama 3 8B's shapes; a test keeps this table equal to
+its output). An eager profile whose microbench timed none of a kind (the committed
 H100 `microbench.json` has no modern kinds; `--extra-kernels` adds forwards only) prices it
 at the roofline of that traffic: op-graph bytes × ratio over the measured device-copy
 bandwidth, i.e. a curve flat at copy / ratio GB/s of op-graph bytes. A roofline, so a lower
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 # (kind, forward ratio, backward ratio); the backward's curve is the kind's ".bwd" curve, as
 # the profile's elementwise kinds name it (config.hardware)
-_RATIOS = (("rmsnorm", 11.5, 15.67), ("rope", 5.05, 5.05), ("swiglu", 1.67, 14.2))
+_RATIOS = (("rmsnorm", 11.5, 15.67), ("rope", 5.05, 5.05), ("swiglu", 1.67, 14.2), ("bias_add", 1.67, 1.0))
 EAGER_TRAFFIC = {kind: forward for kind, forward, _ in _RATIOS} | {
     f"{kind}.bwd": backward for kind, _, backward in _RATIOS
 }

@@ -137,22 +137,26 @@ def elementwise_kind(op: Op) -> str:
     return f"{kind}.bwd" if op.pass_ is Pass.INPUT_GRAD else kind
 
 
-KIND_FALLBACK = {"rmsnorm": "layernorm"}
-"""A kind a profile may not price -> the kind it is priced as then (its backward likewise):
-an RMSNorm as the layer norm every profile before the RMSNorm curve priced it as (the shipped
-profiles' "layernorm" efficiency is the fused RMSNorm's, measured)."""
+KIND_FALLBACK = {"rmsnorm": "layernorm", "bias_add": Module.RESIDUAL_GRAD_ADD.value}
+"""A kind a profile may not price -> the kind it is priced as then (its backward likewise,
+but a one-way kind has no backward): an RMSNorm as the layer norm every profile before the
+RMSNorm curve priced it as (the shipped profiles' "layernorm" efficiency is the fused
+RMSNorm's, measured); the dropout-0 bias add (`workload.layer.BIAS_ADD_KERNEL`) as the
+residual add, the measured kernel of the same traffic (two activations read, one written;
+the bias is h elements), each way."""
+ONE_WAY_KIND_NAMES = frozenset(module.value for module in ONE_WAY_KINDS)
 
 
 def priced_kind(hw: HardwareProfile, kind: str | None) -> str | None:
-    """`kind`, or its `KIND_FALLBACK` (".bwd" kept) where the profile has neither a curve nor
-    an efficiency (own or its forward's) for it."""
+    """`kind`, or its `KIND_FALLBACK` (".bwd" kept, but not on a one-way kind) where the
+    profile has neither a curve nor an efficiency (own or its forward's) for it."""
     if kind is None:
         return None
     forward = kind.removesuffix(".bwd")
     fallback = KIND_FALLBACK.get(forward)
     if fallback is None or kind in hw.compute.elementwise_points_by_op or kind_efficiency(hw, kind):
         return kind
-    return fallback + kind.removeprefix(forward)
+    return fallback if fallback in ONE_WAY_KIND_NAMES else fallback + kind.removeprefix(forward)
 
 
 def kind_efficiency(hw: HardwareProfile, kind: str | None) -> float | None:

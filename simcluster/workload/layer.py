@@ -228,15 +228,32 @@ def norm_kernel(cfg: LayerConfig) -> str | None:
     return "rmsnorm" if cfg.normalization is Normalization.RMSNORM else None
 
 
+BIAS_ADD_KERNEL = "bias_add"
+"""The bias-dropout-add's kernel at hidden dropout 0 (`Op.kernel`): no random mask is drawn,
+so what runs is residual + (x + bias), one pointwise add of three tensors, not the kernel a
+profile's "bias_dropout_add" rate was measured on (docs/calibration/h100_apportioning.md,
+"Bias-dropout-add at dropout 0")."""
+
+
+def bias_dropout_add_kernel(cfg: LayerConfig) -> str | None:
+    """None (the module's own kind, "bias_dropout_add") where the layer drops; the bias add
+    (`BIAS_ADD_KERNEL`) at hidden dropout 0, where Megatron-core's `_bias_dropout_add_func`
+    (megatron/core/fusions/fused_bias_dropout.py) calls `F.dropout(x, p=0)`, which returns its
+    input (ATen `Dropout.cpp`: p == 0 is the identity), and its `jit_fuser` compiles what is left
+    into one add."""
+    return None if cfg.hidden_dropout > 0 else BIAS_ADD_KERNEL
+
+
 def _bias_dropout_add(cfg: LayerConfig, name: str) -> Op:
     """Megatron's fused bias-dropout-add: reads branch and residual, writes out and a
     one-byte mask; keeps the mask, sbh (÷t with SP). With hidden dropout 0 the dropout
-    returns its input: no mask is written or kept (ATen `Dropout.cpp`: p == 0 is the identity)."""
+    returns its input: no mask is written or kept (ATen `Dropout.cpp`: p == 0 is the identity),
+    and the kernel is a bias add (`bias_dropout_add_kernel`)."""
     elements = cfg.region_tokens * cfg.hidden_size
     mask = MASK_BYTES if cfg.hidden_dropout > 0 else 0
     return elementwise(
         name, (3 * cfg.element_bytes + mask) * elements, mask * elements, module=Module.BIAS_DROPOUT_ADD,
-        pass_=Pass.FORWARD,
+        pass_=Pass.FORWARD, kernel=bias_dropout_add_kernel(cfg),
     )  # fmt: skip
 
 
@@ -476,13 +493,16 @@ def _row_parallel_backward(
     e, tokens = cfg.element_bytes, cfg.tokens
     region = cfg.region_tokens * cfg.hidden_size
     mask = MASK_BYTES if cfg.hidden_dropout > 0 else 0
+    # mask + grad in, grad out, plus the bias-grad reduction re-reading the grad; at dropout 0
+    # the adds pass the gradient through (no kernel) and only the bias-grad reduction reads it
+    grad_bytes = 3 * e + mask if cfg.hidden_dropout > 0 else e
     ops: list[Op] = [
-        # mask + grad in, grad out, plus the bias-grad reduction re-reading the grad
         elementwise(
             f"{name}.bias_dropout_add.bwd",
-            (3 * e + mask) * region,
+            grad_bytes * region,
             module=Module.BIAS_DROPOUT_ADD,
             pass_=Pass.INPUT_GRAD,
+            kernel=bias_dropout_add_kernel(cfg),
         ),  # fmt: skip
     ]
     if cfg.sequence_parallel:

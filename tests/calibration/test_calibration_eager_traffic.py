@@ -24,7 +24,7 @@ FOLDER = Path(__file__).resolve().parents[2] / "docs" / "calibration" / "h100-20
 def test_the_table_is_what_the_eager_regions_launch() -> None:
     """`python -m simcluster.profiler.layer.eager_traffic` traces regions.EAGER_MATH at Llama 3
     8B's shapes: the fp32 RMSNorm backward is 14 kernels, the SwiGLU backward 13 (its forward
-    2: silu and a product on the halves)."""
+    2: silu and a product on the halves), the dropout-0 bias add 2 forward, 1 backward."""
     from simcluster.profiler.layer.eager_traffic import region_traffic
 
     regions = {r.kind: r for r in region_traffic()}
@@ -36,6 +36,8 @@ def test_the_table_is_what_the_eager_regions_launch() -> None:
         "rope.bwd": 10,
         "swiglu": 2,
         "swiglu.bwd": 13,
+        "bias_add": 2,  # dropout 0: x + bias, residual + that
+        "bias_add.bwd": 1,  # the adds pass the gradient; the bias's sum
     }
 
 

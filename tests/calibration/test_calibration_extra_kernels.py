@@ -57,10 +57,12 @@ def test_the_eager_modern_layers_come_within_ten_percent(with_extra: HardwarePro
     """14 eager modern layers (script run): median |error| 13.1 % -> 11.3 % with the measured
     forwards, all fast; 1.3 %, worst 7.0 %, once the backwards are priced by the bytes their
     eager kernels move (`calibration.eager_traffic`; RMSNorm / SwiGLU backward 15.7 / 14.2
-    times their op-graph bytes)."""
+    times their op-graph bytes); 3.0 % since the dropout-0 bias-dropout-add is priced as the two
+    adds the eager layer runs there (it was priced at the eager masked-dropout sites' rate: the
+    rooflines of the unmeasured eager backwards are lower bounds, so the layers lean fast)."""
     run = LayerRun.from_json((DOCS / "h100-2026-11-26-script" / "modern_layers_eager.json").read_text())
     summary = summarize(compare(run, with_extra))
-    assert summary.median_abs_error == pytest.approx(0.013, abs=0.003)
+    assert summary.median_abs_error == pytest.approx(0.030, abs=0.003)
     assert summary.max_abs_error <= 0.10
 
 

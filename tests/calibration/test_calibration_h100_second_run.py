@@ -116,11 +116,18 @@ def test_memory_bound_sites_agree_across_machines() -> None:
     assert set(off) == {"bias_dropout_add.backward"}, off
 
 
-def test_swiglu_runs_alike_on_both_machines_and_above_the_shipped_price(shipped: HardwareProfile) -> None:
+def test_swiglu_runs_alike_on_both_machines_and_the_shipped_profile_prices_it_so(
+    shipped: HardwareProfile,
+) -> None:
     """The fused SwiGLU at Llama 3 8B's shape: 3,013 / 3,014 GB/s forward and 2,971 / 2,971
-    backward on the two script machines; the shipped profile prices it at 2,248 (measure2.py's
-    compiled SwiGLU, timed one synchronised call at a time): a lower bound, 25 % below both."""
-    price = kind_efficiency(shipped, "swiglu") * shipped.gpu.memory_bandwidth_gb_per_s * 1e9
+    backward on the two script machines. The shipped profile priced both at 2,248 (measure2.py's
+    compiled SwiGLU, timed one synchronised call at a time: a lower bound, 25 % below both);
+    it now takes the two machines' mean (`benchmarks/h100_measured.py --constants`)."""
+    hbm = shipped.gpu.memory_bandwidth_gb_per_s * 1e9
+    price = {
+        "swiglu.forward": kind_efficiency(shipped, "swiglu") * hbm,
+        "swiglu.backward": kind_efficiency(shipped, "swiglu.bwd") * hbm,
+    }
 
     def rates(path: Path) -> dict[str, float]:
         return {
@@ -133,7 +140,8 @@ def test_swiglu_runs_alike_on_both_machines_and_above_the_shipped_price(shipped:
     assert set(a) == set(b) == {"swiglu.forward", "swiglu.backward"}
     for name in a:
         assert b[name] == pytest.approx(a[name], rel=0.01)
-        assert min(a[name], b[name]) > 1.25 * price
+        assert price[name] == pytest.approx(a[name], rel=0.01)
+        assert price[name] > 1.25 * 2248e9  # the former price
 
 
 def test_fused_paper_layers_reproduce_across_machines() -> None:
@@ -196,23 +204,25 @@ def test_the_calibration_loop_carries_across_machines(
 def test_the_shipped_profile_on_the_second_machines_fused_layers(paper: tuple, modern: tuple) -> None:
     """Out of sample (the profile is from the first machine's files): GPU-bound fused paper
     layers median 4.9 %, worst 9.0 %, fast (−4.4 %); GPU-bound fused modern layers within 10 %
-    (issue 20's modern goal; worst +9.1 %), every one but one priced slow."""
+    (issue 20's modern goal): worst +9.1 %, median +6.7 % before the dropout-0 bias add and the
+    two machines' SwiGLU rates; worst +5.1 %, median +4.4 % after, still every one slow."""
     fit_paper, ship_paper = paper
     fit_modern, ship_modern = modern
     p, m = _gpu_bound(fit_paper, ship_paper), _gpu_bound(fit_modern, ship_modern)
     assert statistics.median(abs(e) for e in p) <= 0.055
     assert max(abs(e) for e in p) <= 0.10
     assert statistics.median(p) < 0
-    assert max(abs(e) for e in m) <= 0.10
-    assert statistics.median(m) > 0.05  # the t = 1 and b 2 rows 6.6-9.1 % slow: not hidden
+    assert max(abs(e) for e in m) <= 0.06
+    assert min(m) > 0 and statistics.median(m) > 0.04  # the t = 1 and b 2 rows 4.4-5.1 % slow: not hidden
 
 
 @pytest.mark.xfail(
     strict=True,
     reason="issue 20's goal 'the shipped H100 profile within 5 % of each compiled layer' is met "
-    "against measure3.py's compiled layers (first machine) but not against the fused modern "
-    "layers of both script machines: Llama 3 8B t 1 +9.1 %, b 2 t 2 +8.8 %, Llama 3 70B t 1 / t 4 "
-    "+6.7 %, GPT-3 175B flash t 1 +6.6 % (docs/calibration/second_h100_run.md)",
+    "against measure3.py's compiled layers (first machine: -4.3 / +1.7 / +0.0 %) and all but one "
+    "of the fused modern layers of the script machines: Llama 3 8B t 1 +5.1 % (b 2 t 2 +4.9 %, "
+    "GPT-3 175B flash t 1 +4.8 %, Llama 3 70B t 1 / t 4 +4.4 %); in-layer GEMMs run 3-4 % above "
+    "the GEMM-only sustained rate (docs/calibration/h100_apportioning.md)",
 )
 def test_the_shipped_profile_within_5_percent_of_each_fused_modern_layer(modern: tuple) -> None:
     fit_modern, ship_modern = modern

@@ -44,17 +44,20 @@ def test_records_of_the_other_mode_are_left_out(fused: Measurements) -> None:
     roofline (`eager_traffic`), not from the fused records."""
     as_eager = dataclasses.replace(fused, layer_mode="eager")
     by_op = elementwise_points_by_op(as_eager)
-    assert {kind: by_op[kind] for kind in KINDS} == roofline_points(copy_gb_per_s(as_eager), set())
+    roofline = roofline_points(copy_gb_per_s(as_eager), set())
+    assert {kind: by_op[kind] for kind in KINDS} == {kind: roofline[kind] for kind in KINDS}
 
 
 def test_the_fused_modern_layers_come_closer(fused: Measurements) -> None:
     """Llama 3 8B fused (t 1, t 2; committed): median |error| 4.4 % -> 2.1 % with SwiGLU and
     RoPE priced by their own fused curves instead of the paper sites' generic one; 4.0 % (fast)
-    once their host-bound small records no longer price the device (`device_envelope`)."""
+    once their host-bound small records no longer price the device (`device_envelope`); 5.0 %
+    with the dropout-0 bias-dropout-add priced as the residual add's fused curve (t 1 +0.5 ->
+    −1.1 %, t 2 −7.5 -> −8.9 %)."""
     profile = parse_hardware(build_profile(fused), "fused.yaml")
     run = LayerRun.from_json((FOLDER / "modern_layers_fused.json").read_text())
     errors = [abs(c.error) for c in compare(run, profile)]
-    assert statistics.median(errors) == pytest.approx(0.040, abs=0.003)
+    assert statistics.median(errors) == pytest.approx(0.050, abs=0.003)
 
 
 def test_a_cpu_microbench_times_the_modern_kinds_and_the_fit_reads_them() -> None:

@@ -9,6 +9,10 @@ of a few variants built here, for pricing paths no shipped scenario takes), the 
 each, and the bound of every layout of two plan searches. Floats go through JSON as `repr`
 does, so a read-back value is the float written, bit for bit. The test
 (`test_costs_stage_pricing_golden.py`) recomputes everything and compares with `==`.
+
+Re-captured (issue 20, 2026-11-27) at the deliberate pricing change that priced the
+dropout-0 bias-dropout-add as a bias add and took the H100 SwiGLU / bias-GeLU rates from two
+more H100s: only runs on the H100, H200 and Blackwell profiles moved; every A100 run equal.
 """
 
 from __future__ import annotations

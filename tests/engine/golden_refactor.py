@@ -8,7 +8,12 @@ all-gather). Recorded once from the commit before the refactor with
     .venv/bin/python -m tests.engine.golden_refactor --write
 
 and compared with `==` by tests/engine/test_golden_refactor.py: the refactor must not
-move a single bit."""
+move a single bit.
+
+Re-captured (issue 20, 2026-11-27) at the deliberate pricing change that priced the
+dropout-0 bias-dropout-add as a bias add and took the H100 SwiGLU / bias-GeLU rates from two
+more H100s: only runs on the H100, H200 and Blackwell profiles moved; every A100 run equal.
+"""
 
 from __future__ import annotations
 

@@ -12,6 +12,10 @@ layer's time split by kind, the host's kernel count and the calibration stand-in
 kinds and prices on three hardware profiles. Regenerate (only at the base commit, never to make a test pass):
 
     .venv/bin/python -m tests.workload.room_ops_golden
+
+Re-captured (issue 20, 2026-11-27) at the deliberate pricing change that priced the
+dropout-0 bias-dropout-add as a bias add and took the H100 SwiGLU / bias-GeLU rates from two
+more H100s: only runs on the H100, H200 and Blackwell profiles moved; every A100 run equal.
 """
 
 from __future__ import annotations

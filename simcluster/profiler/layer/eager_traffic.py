@@ -28,6 +28,7 @@ from torch.utils._pytree import tree_flatten
 
 from simcluster.calibration.named_layers import LLAMA3_8B
 from simcluster.costs.compute import elementwise_kind
+from simcluster.profiler.layer.ops import bias_dropout_add
 from simcluster.profiler.layer.regions import EAGER_MATH
 from simcluster.workload.layer import layer_ops
 from simcluster.workload.layer_config import LayerConfig
@@ -82,7 +83,8 @@ def llama_config() -> LayerConfig:
 
 
 def region_traffic() -> list[RegionTraffic]:
-    """RMSNorm, RoPE and SwiGLU, forward and backward, at `llama_config`'s shapes."""
+    """RMSNorm, RoPE, SwiGLU and the dropout-0 bias add, forward and backward, at
+    `llama_config`'s shapes."""
     cfg = llama_config()
     meta, bf16 = torch.device("meta"), torch.bfloat16
     tokens, h, f, d = SEQ_LENGTH, cfg.hidden_size, cfg.ffn_hidden_size, cfg.head_dim
@@ -101,6 +103,10 @@ def region_traffic() -> list[RegionTraffic]:
         (Module.ROPE, True): [partial(EAGER_MATH.rope_bwd, y, cos, sin) for y in (q, k)],
         (Module.SWIGLU, False): [lambda: EAGER_MATH.swiglu_fwd(fc1)],
         (Module.SWIGLU, True): [lambda: EAGER_MATH.swiglu_bwd(act, fc1)],
+        # dropout 0: `residual + dropout(x + bias)` is two adds; backward, the adds pass the
+        # gradient through and only the bias's broadcast sum runs
+        (Module.BIAS_DROPOUT_ADD, False): [lambda: bias_dropout_add(x, w, x, None, 0.0)],
+        (Module.BIAS_DROPOUT_ADD, True): [lambda: EAGER_MATH.bias_grad(x)],
     }  # fmt: skip
     ops = layer_ops(cfg)
     out = []
