@@ -316,3 +316,13 @@ def kind_summary(checks: list[LayerCheck]) -> list[KindSummary]:
             )
         )
     return out
+
+
+def gpu_bound_kind_summary(checks: list[LayerCheck]) -> list[KindSummary] | None:
+    """`kind_summary` over the GPU-bound runs alone, where some runs are host-bound and some
+    are not (None otherwise): a host-bound run's error is the host's, so over all runs the
+    kinds that weigh more in small layers (memory-bound) look mispriced when they are not."""
+    gpu_bound = [c for c in checks if not c.host_bound]
+    if not gpu_bound or len(gpu_bound) == len(checks):
+        return None
+    return kind_summary(gpu_bound)

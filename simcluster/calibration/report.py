@@ -17,6 +17,7 @@ from simcluster.calibration.check import (
     CheckSummary,
     KindSummary,
     LayerCheck,
+    gpu_bound_kind_summary,
     kind_summary,
     run_label,
     summarize,
@@ -121,7 +122,11 @@ def format_table(checks: list[LayerCheck]) -> str:
     return "\n".join(lines)
 
 
-def format_summary(summary: CheckSummary, kinds: list[KindSummary] | None = None) -> str:
+def format_summary(
+    summary: CheckSummary,
+    kinds: list[KindSummary] | None = None,
+    gpu_bound_kinds: list[KindSummary] | None = None,
+) -> str:
     lines = [
         f"forward+backward |error|: median {100 * summary.median_abs_error:.1f}%, "
         f"max {100 * summary.max_abs_error:.1f}%, {summary.within_10_percent}/"
@@ -153,17 +158,20 @@ def format_summary(summary: CheckSummary, kinds: list[KindSummary] | None = None
             )
     if kinds:
         lines.append(format_kinds(kinds))
+    if gpu_bound_kinds:
+        gpu_bound = summary.num_runs - summary.num_host_bound
+        lines.append(format_kinds(gpu_bound_kinds, f"by kind, the {gpu_bound} GPU-bound runs alone"))
     verdict = "meets" if summary.meets_target() else "misses"
     lines.append(f"target (every run within 10%, median within 5%): {verdict}")
     return "\n".join(lines)
 
 
-def format_kinds(kinds: list[KindSummary]) -> str:
+def format_kinds(kinds: list[KindSummary], title: str = "by kind") -> str:
     """Each kind's share of the predicted time and the median layer error where it weighs
     more / less than its median share (the timings are whole layers: the split is of the
     prediction)."""
     lines = [
-        "by kind (split of the predicted time; layer errors where the kind weighs more / less):",
+        f"{title} (split of the predicted time; layer errors where the kind weighs more / less):",
         f"  {'kind':<13} {'share':>6} {'median share':>12} {'err heavy':>10} {'err light':>10}",
     ]
     for k in kinds:
@@ -186,8 +194,14 @@ def to_json(checks: list[LayerCheck], run: LayerRun, profile: str) -> dict[str, 
             "gpu_bound_meets_target": summary.gpu_bound_meets_target(),
         },
         "by_kind": [asdict(k) for k in kind_summary(checks)],
+        # the same over the GPU-bound runs where some are host-bound; null otherwise
+        "by_kind_gpu_bound": _kinds_json(gpu_bound_kind_summary(checks)),
         "runs": [_json_row(c) for c in checks],
     }
+
+
+def _kinds_json(kinds: list[KindSummary] | None) -> list[dict[str, object]] | None:
+    return None if kinds is None else [asdict(k) for k in kinds]
 
 
 def _json_row(check: LayerCheck) -> dict[str, object]:
@@ -258,5 +272,11 @@ def _markdown(checks: list[LayerCheck], run: LayerRun, profile: str, profile_sum
             f"| {_ms(c.predicted_total_s):.3f} | {100 * c.error:+.1f}%{' (host)' if c.host_bound else ''} "
             f"| {shares} |"
         )
-    lines += ["", "```", format_summary(summary, kind_summary(checks)), "```", ""]
+    lines += [
+        "",
+        "```",
+        format_summary(summary, kind_summary(checks), gpu_bound_kind_summary(checks)),
+        "```",
+        "",
+    ]
     return "\n".join(lines)

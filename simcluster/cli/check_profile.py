@@ -37,7 +37,7 @@ def check_profile(
     sustained: SustainedOption = False,
 ) -> None:
     """Time the real layer forward+backward (t 1-8, SP on/off, each recompute) and compare."""
-    from simcluster.calibration.check import compare, kind_summary, summarize
+    from simcluster.calibration.check import compare, gpu_bound_kind_summary, kind_summary, summarize
     from simcluster.calibration.records import LayerRun
     from simcluster.calibration.report import format_summary, format_table, to_json, write_reports
     from simcluster.config.errors import ConfigError
@@ -91,5 +91,5 @@ def check_profile(
         )
         return
     typer.echo(format_table(checks))
-    typer.echo(format_summary(summarize(checks), kind_summary(checks)))
+    typer.echo(format_summary(summarize(checks), kind_summary(checks), gpu_bound_kind_summary(checks)))
     typer.echo(f"wrote {csv_path} and {md_path}")

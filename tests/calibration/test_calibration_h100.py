@@ -277,3 +277,30 @@ def test_check_profile_prints_the_split_by_kind_as_json(tmp_path: Path) -> None:
         assert row["total_error"] == pytest.approx(row["predicted_total_s"] / row["total_s"] - 1)
     header = (tmp_path / "h100-sxm5-80gb-cuda.csv").read_text().splitlines()[0].split(",")
     assert {f"predicted_{kind}_ms" for kind in KINDS} <= set(header)
+
+
+def test_the_by_kind_split_is_also_given_over_the_gpu_bound_runs(
+    paper_checks: list[LayerCheck], paper_run: LayerRun
+) -> None:
+    """Host-bound runs miss by the host's time, not their kinds': with both kinds of run, the
+    split is repeated over the GPU-bound ones (text, markdown and JSON); with one kind only,
+    it is not repeated."""
+    from simcluster.calibration.check import gpu_bound_kind_summary
+    from simcluster.calibration.report import format_summary, to_json
+
+    gpu = [c for c in paper_checks if not c.host_bound]
+    host = [c for c in paper_checks if c.host_bound]
+    assert gpu and host  # the committed eager paper grid has both under its fitted host term
+    assert gpu_bound_kind_summary(paper_checks) == kind_summary(gpu)
+    assert gpu_bound_kind_summary(paper_checks) != kind_summary(paper_checks)
+    assert gpu_bound_kind_summary(gpu) is None and gpu_bound_kind_summary(host) is None
+    text = format_summary(
+        summarize(paper_checks), kind_summary(paper_checks), gpu_bound_kind_summary(paper_checks)
+    )
+    assert f"by kind, the {len(gpu)} GPU-bound runs alone" in text
+    doc = to_json(paper_checks, paper_run, "fitted")
+    assert [k["kind"] for k in doc["by_kind_gpu_bound"]] == list(KINDS)
+    assert doc["by_kind_gpu_bound"][0]["share_of_predicted"] == pytest.approx(
+        kind_summary(gpu)[0].share_of_predicted
+    )
+    assert to_json(gpu, paper_run, "fitted")["by_kind_gpu_bound"] is None
