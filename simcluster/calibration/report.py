@@ -193,7 +193,7 @@ def to_json(checks: list[LayerCheck], run: LayerRun, profile: str) -> dict[str, 
             "meets_target": summary.meets_target(),
             "gpu_bound_meets_target": summary.gpu_bound_meets_target(),
         },
-        "by_kind": [asdict(k) for k in kind_summary(checks)],
+        "by_kind": _kinds_json(kind_summary(checks)),
         # the same over the GPU-bound runs where some are host-bound; null otherwise
         "by_kind_gpu_bound": _kinds_json(gpu_bound_kind_summary(checks)),
         "runs": [_json_row(c) for c in checks],

@@ -143,7 +143,7 @@ but a one-way kind has no backward): an RMSNorm as the layer norm every profile 
 RMSNorm curve priced it as (the shipped profiles' "layernorm" efficiency is the fused
 RMSNorm's, measured); the dropout-0 bias add (`workload.layer.BIAS_ADD_KERNEL`) as the
 residual add, the measured kernel of the same traffic (two activations read, one written;
-the bias is h elements), each way."""
+the bias is h elements), and its backward (the bias gradient's one read) at the same rate."""
 ONE_WAY_KIND_NAMES = frozenset(module.value for module in ONE_WAY_KINDS)
 
 

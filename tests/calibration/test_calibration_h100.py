@@ -15,12 +15,21 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from simcluster.calibration.check import KINDS, LayerCheck, compare, host_pipeline_s, kind_summary, summarize
+from simcluster.calibration.check import (
+    KINDS,
+    LayerCheck,
+    compare,
+    gpu_bound_kind_summary,
+    host_pipeline_s,
+    kind_summary,
+    summarize,
+)
 from simcluster.calibration.fit import best_gemm_tflop_per_s, copy_gb_per_s
 from simcluster.calibration.host_fit import checkpoint_host
 from simcluster.calibration.measured_layers import measured_layer_run
 from simcluster.calibration.profile import build_profile
 from simcluster.calibration.records import LayerRun, Measurements
+from simcluster.calibration.report import format_summary, to_json
 from simcluster.cli import app
 from simcluster.config.hardware import HardwareProfile, parse_hardware
 from simcluster.costs.compute import gemm_time_s, measured_gemm_flop_per_s
@@ -285,9 +294,6 @@ def test_the_by_kind_split_is_also_given_over_the_gpu_bound_runs(
     """Host-bound runs miss by the host's time, not their kinds': with both kinds of run, the
     split is repeated over the GPU-bound ones (text, markdown and JSON); with one kind only,
     it is not repeated."""
-    from simcluster.calibration.check import gpu_bound_kind_summary
-    from simcluster.calibration.report import format_summary, to_json
-
     gpu = [c for c in paper_checks if not c.host_bound]
     host = [c for c in paper_checks if c.host_bound]
     assert gpu and host  # the committed eager paper grid has both under its fitted host term
