@@ -95,6 +95,7 @@ def build_profile(
             "cuda": dev.cuda_version,
             "torch": dev.torch_version,
             "platform": dev.platform,
+            "host_cpu": dev.host_cpu or "not recorded",  # the host issue costs are this CPU's
             "intra_op_threads": dev.num_threads,
             "date": dev.date,
             "command": meas.command,

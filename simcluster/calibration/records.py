@@ -35,6 +35,9 @@ class DeviceInfo:
     num_threads: int
     platform: str
     date: str
+    # the host CPU's model (/proc/cpuinfo "model name"): a profile's host issue costs are this
+    # CPU's, and hosts differ (an x86 DGX against an Arm Grace); "" in files written before
+    host_cpu: str = ""
 
     @property
     def memory_gb(self) -> float:

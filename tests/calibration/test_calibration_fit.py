@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
+import torch
 
 from simcluster.calibration.fit import elementwise_points
 from simcluster.calibration.profile import build_profile
@@ -124,3 +126,20 @@ def test_measurements_survive_json() -> None:
     """The bare-GPU-machine JSON round-trips to an equal object."""
     meas = _measurements(GEMMS, SITES)
     assert Measurements.from_json(meas.to_json()) == meas
+
+
+def test_the_profile_names_the_host_cpu_its_host_costs_were_measured_on() -> None:
+    """Host issue costs are the host CPU's (an x86 DGX and an Arm Grace differ): a measurement
+    records the CPU model, the profile's provenance carries it, and a file written before the
+    field reads back with it empty."""
+    from simcluster.profiler.bench.device_info import describe_device
+
+    here = describe_device(torch.device("cpu"))
+    assert here.host_cpu and here.host_cpu == here.name  # on a CPU run both are the CPU
+    meas = _measurements([], [])
+    assert build_profile(meas)["provenance"]["host_cpu"] == "not recorded"
+    grace = dataclasses.replace(meas, device=dataclasses.replace(H100, host_cpu="Neoverse-V2"))
+    assert build_profile(grace)["provenance"]["host_cpu"] == "Neoverse-V2"
+    old = json.loads(meas.to_json())
+    del old["device"]["host_cpu"]
+    assert Measurements.from_json(json.dumps(old)).device.host_cpu == ""

@@ -34,6 +34,7 @@ def describe_device(device: torch.device) -> DeviceInfo:
         num_threads=torch.get_num_threads(),
         platform=platform.platform(),
         date=datetime.date.today().isoformat(),
+        host_cpu=_cpu_name(),
     )
 
 
@@ -53,6 +54,7 @@ def _cuda_info(device: torch.device) -> DeviceInfo:
         num_threads=torch.get_num_threads(),
         platform=platform.platform(),
         date=datetime.date.today().isoformat(),
+        host_cpu=_cpu_name(),
     )
 
 
