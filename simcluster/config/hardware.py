@@ -324,6 +324,13 @@ class ComputeModel(HostIssueModel):
         "model's time at the same shape (`costs.grouped_gemm.quantized_expert_gemm_time_s`), a declared "
         "carry-over; absent = the quantized GEMM model alone",
     )
+    grouped_ratio_from: str | None = Field(
+        default=None,
+        description="a profile without grouped_gemm_points prices its routed-expert GEMMs as its own "
+        "GEMM model's time times the grouped time over the GEMM-model time that this named profile's "
+        "measured grouped_gemm_points give at the same shape (`costs.grouped_gemm`), a declared "
+        "carry-over; absent = its own GEMM model alone",
+    )
     elementwise_points: list[tuple[float, float]] = Field(
         default_factory=list,
         description="measured (bytes moved, achieved GB/s) for memory-bound kernels",
@@ -503,10 +510,18 @@ class HardwareProfile(StrictModel):
                 "gpu.peak_fp4_tflop_per_s needs compute.fp8_gemm_max_efficiency (NVFP4 GEMMs are priced "
                 "from the FP8 GEMM rate times compute.nvfp4_gemm_rate_ratio)"
             )
-        if self.compute.grouped_ratio_for_quantized and not self.compute.grouped_gemm_points:
+        if self.compute.grouped_ratio_for_quantized and not (
+            self.compute.grouped_gemm_points or self.compute.grouped_ratio_from
+        ):
             raise ValueError(
-                "compute.grouped_ratio_for_quantized needs compute.grouped_gemm_points (the measured "
-                "grouped GEMMs whose ratio to the GEMM model it carries to FP8 / FP4 experts)"
+                "compute.grouped_ratio_for_quantized needs compute.grouped_gemm_points or "
+                "compute.grouped_ratio_from (the measured grouped GEMMs whose ratio to the GEMM model "
+                "it carries to FP8 / FP4 experts)"
+            )
+        if self.compute.grouped_ratio_from is not None and self.compute.grouped_gemm_points:
+            raise ValueError(
+                "compute.grouped_ratio_from is for a profile without grouped_gemm_points: this one "
+                "measured its own (remove one of the two)"
             )
         if self.compute.nvfp4_gemm_rate_ratio is not None and self.gpu.peak_fp4_tflop_per_s is None:
             raise ValueError("compute.nvfp4_gemm_rate_ratio needs gpu.peak_fp4_tflop_per_s")

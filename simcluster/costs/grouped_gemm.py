@@ -32,16 +32,26 @@ with no FP8 grouped GEMM measured). An expert GEMM of a kind without points keep
 `compute.gemm_time_s`: a profile without grouped points prices exactly as before.
 SequentialMLP's ops (one GEMM per expert, batch 1) are priced on the G = 1 series, a grouped
 call over one group.
+
+A profile with no grouped points of its own may name one that has them
+(`compute.grouped_ratio_from`, a declared carry-over: the H200 and Blackwell profiles name the
+H100's): its expert GEMMs are then priced as its own GEMM model (16-bit, or quantized under
+`grouped_ratio_for_quantized`) times that profile's measured grouped / GEMM-model ratio r at the
+same kind and shape, never below its own byte roofline (quantized: its own floor). The ratio
+carries what the grouped kernel loses to per-group tiles, tails and launches at few tokens per
+expert, not the other GPU's rates.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
+from functools import lru_cache
 
 from simcluster import units
 from simcluster.config.choices import Dtype, Fp8Recipe
-from simcluster.config.hardware import GroupedGemmPoint, HardwareProfile
+from simcluster.config.errors import ConfigError
+from simcluster.config.hardware import GroupedGemmPoint, HardwareProfile, load_hardware
 from simcluster.costs.compute import (
     gemm_memory_roofline_s,
     gemm_time_s,
@@ -62,9 +72,42 @@ def grouped_expert_gemm_time_s(op: Op, hw: HardwareProfile, dtype: Dtype) -> flo
     kind = expert_gemm_kind(op)
     if kind is None or op.gemm is None or dtype not in _SIXTEEN_BIT:
         return None
-    if not any(p.kind == kind for p in hw.compute.grouped_gemm_points):
+    if any(p.kind == kind for p in hw.compute.grouped_gemm_points):
+        return grouped_gemm_time_s(kind, op.gemm, hw)
+    source = ratio_source(hw, kind)
+    if source is None:
         return None
-    return grouped_gemm_time_s(kind, op.gemm, hw)
+    shape = op.gemm
+    carried = gemm_time_s(shape, hw, Dtype.BF16) * grouped_gemm_ratio(kind, shape, source)
+    return max(carried, hw.kernel_launch_s + gemm_memory_roofline_s(shape, hw))
+
+
+def ratio_source(hw: HardwareProfile, kind: str) -> HardwareProfile | None:
+    """The profile whose measured grouped points give `kind`'s ratio for `hw`: `hw` itself where
+    it has points of the kind, else the one `compute.grouped_ratio_from` names where that one
+    has them; None otherwise."""
+    if any(p.kind == kind for p in hw.compute.grouped_gemm_points):
+        return hw
+    name = hw.compute.grouped_ratio_from
+    if name is None:
+        return None
+    source = _named_profile(name)
+    return source if any(p.kind == kind for p in source.compute.grouped_gemm_points) else None
+
+
+@lru_cache(maxsize=8)
+def _named_profile(name: str) -> HardwareProfile:
+    source = load_hardware(name, field="compute.grouped_ratio_from")
+    if not source.compute.grouped_gemm_points:
+        raise ConfigError(
+            name,
+            [
+                f"compute.grouped_ratio_from: profile {name!r} has no compute.grouped_gemm_points to "
+                "carry a ratio from (name a profile calibrated with the grouped GEMM kind, e.g. "
+                "h100-sxm5-80gb)"
+            ],
+        )
+    return source
 
 
 def quantized_expert_gemm_time_s(
@@ -88,10 +131,11 @@ def quantized_expert_gemm_time_s(
     if not hw.compute.grouped_ratio_for_quantized or not dtype.quantized:
         return None
     kind = expert_gemm_kind(op)
-    if kind is None or op.gemm is None or not any(p.kind == kind for p in hw.compute.grouped_gemm_points):
+    source = None if kind is None or op.gemm is None else ratio_source(hw, kind)
+    if kind is None or op.gemm is None or source is None:
         return None
     shape = op.gemm
-    carried = quantized_gemm_time_s(shape, hw, dtype, recipe) * grouped_gemm_ratio(kind, shape, hw)
+    carried = quantized_gemm_time_s(shape, hw, dtype, recipe) * grouped_gemm_ratio(kind, shape, source)
     return max(carried, quantized_gemm_floor_s(shape, hw, dtype, recipe))
 
 

@@ -145,7 +145,7 @@ def test_without_the_key_every_op_is_priced_as_before():
 
 def test_an_fp4_expert_carries_the_ratio_on_a_blackwell_profile():
     b200 = load_hardware("b200-sxm-180gb")
-    assert b200.peak_fp4_flop_per_s is not None and not b200.compute.grouped_ratio_for_quantized
+    assert b200.peak_fp4_flop_per_s is not None  # its own points (here) take the place of the H100's
     g = FC1.gemm
     assert g is not None
     hw = profile(b200, [fc1_point(b200, 300.0)], carry=True)
@@ -159,17 +159,24 @@ def test_an_fp4_expert_carries_the_ratio_on_a_blackwell_profile():
     assert price(FC1, hw, Dtype.FP4) > quantized_gemm_time_s(g, hw, Dtype.FP4, Fp8Recipe.DELAYED)
 
 
-def test_the_key_needs_grouped_points():
+def test_the_key_needs_grouped_points_or_a_profile_to_carry_them_from():
     data = read_yaml(ROOT / "hwprofiles" / "b200-sxm-180gb.yaml")
-    data["compute"]["grouped_ratio_for_quantized"] = True
-    with pytest.raises(ValueError, match="grouped_ratio_for_quantized needs compute.grouped_gemm_points"):
+    del data["compute"]["grouped_ratio_from"]
+    with pytest.raises(
+        ValueError,
+        match="grouped_ratio_for_quantized needs compute.grouped_gemm_points or compute.grouped_ratio_from",
+    ):
         HardwareProfile.model_validate(data)
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in (ROOT / "hwprofiles").glob("*.yaml")))
-def test_only_the_h100_declares_the_carry_over_and_says_it_is_assumed(name):
+def test_the_carry_over_is_declared_where_a_grouped_ratio_exists_and_says_it_is_assumed(name):
+    """The H100 (its own points) and the profiles carrying its ratio (`grouped_ratio_from`)
+    declare it; the A100s, with neither, do not."""
     hw = load_hardware(name)
-    assert hw.compute.grouped_ratio_for_quantized is (name == "h100-sxm5-80gb")
+    has_ratio = bool(hw.compute.grouped_gemm_points) or hw.compute.grouped_ratio_from is not None
+    assert hw.compute.grouped_ratio_for_quantized is has_ratio
+    assert has_ratio is not name.startswith("a100")
     if hw.compute.grouped_ratio_for_quantized:
         source = hw.compute.sources["grouped_ratio_for_quantized"]
         assert source.startswith("ASSUMED") and "Risk" in source
