@@ -71,6 +71,10 @@ class SimulationResult:
     # (sums to layer.combined_s).
     time_by_kind_s: dict[str, float] = field(default_factory=dict)
     layer_time_by_kind_s: dict[str, float] = field(default_factory=dict)
+    # the host's issue seconds over the GPU's for one microbatch's forward + backward of the
+    # chunk where that is largest (`costs.stage_pricing.host_issue_share`): >= 1 host-bound,
+    # near 1 sensitive to the host CPU; None where the profile does not price the host
+    host_issue_share: float | None = None
 
     @property
     def fp8_peak_mfu(self) -> float | None:
@@ -151,5 +155,6 @@ class SimulationResult:
             "stages_not_fitting": list(self.stages_not_fitting),
             "time_by_kind_s": dict(self.time_by_kind_s),
             "layer_time_by_kind_s": dict(self.layer_time_by_kind_s),
+            "host_issue_share": self.host_issue_share,
             **self.extras,
         }

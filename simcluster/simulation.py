@@ -18,6 +18,7 @@ from simcluster.costs.stage_pricing import (
     PricedStage,
     PricedTransfer,
     StagePricing,
+    host_issue_share,
     pricing_layout,
 )
 from simcluster.engine.links import Link, LinkKind
@@ -388,6 +389,11 @@ def run_simulation(
         mfu_peak_dtype=(tr.dtype if tr.dtype in (Dtype.FP32, Dtype.FP16) else Dtype.BF16).value,
         fp8_peak_flop_per_s=hw.peak_fp8_flop_per_s if tr.dtype is Dtype.FP8 else None,
         fp4_peak_flop_per_s=hw.peak_fp4_flop_per_s if tr.dtype is Dtype.FP4 else None,
+        host_issue_share=(
+            None
+            if hw.compute.host_issue_s_per_op is None
+            else host_issue_share(pricing.stages(scenario, workload))
+        ),
     )
     return Simulation(scenario, hw, workload, plan, engine, result)
 

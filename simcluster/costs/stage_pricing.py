@@ -20,7 +20,7 @@ the engine's plan and its typed links.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from simcluster.config.choices import CudaGraphImpl, Dtype
@@ -517,3 +517,18 @@ def _with_expert_gather(gather: PricedGather | None, experts: PricedGather | Non
         gather.overlapped,
         gather.crosses_nodes or experts.crosses_nodes,
     )
+
+
+def host_issue_share(stages: Sequence[PricedStage]) -> float:
+    """The host's issue seconds over the GPU's seconds, forward + backward of one microbatch,
+    for the chunk where that ratio is largest (`costs.host`): 1 or more is host-bound, just
+    under 1 is a run whose time depends on the host CPU's issue speed as much as on the GPU
+    (docs/moe_host.md, "The H100 MoE miss has the host's signature"). 0 where the profile
+    does not price the host."""
+    shares = [
+        (c.host_forward_s + c.host_backward_s) / gpu_s
+        for stage in stages
+        for c in stage.chunks
+        if (gpu_s := c.cost.forward_s + c.cost.backward_s) > 0
+    ]
+    return max(shares, default=0.0)

@@ -106,9 +106,13 @@ def format_result(result: SimulationResult) -> str:
                 "layer forward / backward",
                 f"{format_duration(result.layer.forward_s)} / {format_duration(result.layer.backward_s)}",
             ],
+            *_host_rows(result),
         ],
     )
     for *_, note in _low_precision_peaks(result):
+        summary += "\n" + note
+    note = host_note(result)
+    if note:
         summary += "\n" + note
     breakdown = format_table(
         ["time (mean stage)", "time", "share"],
@@ -123,6 +127,28 @@ def format_result(result: SimulationResult) -> str:
             "(each fits, and none is fuller than the fullest shown)"
         )
     return "\n\n".join([summary, breakdown, memory])
+
+
+NEAR_HOST_BOUND = 0.8  # host issue at 80 % of the GPU's time: a slower host CPU would show
+
+
+def _host_rows(result: SimulationResult) -> list[list[str]]:
+    share = result.host_issue_share
+    return [] if share is None else [["host issue / GPU time (busiest chunk)", f"{100 * share:.0f} %"]]
+
+
+def host_note(result: SimulationResult) -> str:
+    """A line where the host's issue time is near the GPU's or above it: the prediction then
+    rests on the profile's host cost per launch as much as on the GPU's rates."""
+    share = result.host_issue_share
+    if share is None or share < NEAR_HOST_BOUND:
+        return ""
+    state = "host-bound" if share >= 1 else "near host-bound"
+    return (
+        f"{state}: the host issues the busiest chunk's kernels in {100 * share:.0f} % of its GPU time, so "
+        "this prediction depends on the host CPU's speed per launch (compute.host_issue_us_per_op) "
+        "as much as on the GPU (docs/moe_host.md)."
+    )
 
 
 def stages_to_show(result: SimulationResult, limit: int = 8) -> list[StageMemory]:

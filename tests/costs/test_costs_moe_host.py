@@ -201,9 +201,12 @@ def test_a_task_with_syncs_is_never_faster_than_without(host_us):
 
 
 def test_host_cost_zero_gives_the_gpu_only_result():
-    """A profile that prices the host at 0 µs per kernel gives the run without host pricing, =="""
+    """A profile that prices the host at 0 µs per kernel gives the run without host pricing, ==
+    (but for the share of the host's issue time, 0 there and not priced here)."""
     scenario = _scenario()
-    assert run_simulation(scenario, _hw(0.0)).result == run_simulation(scenario, _hw(None)).result
+    free, unpriced = run_simulation(scenario, _hw(0.0)).result, run_simulation(scenario, _hw(None)).result
+    assert free.host_issue_share == 0.0 and unpriced.host_issue_share is None
+    assert replace(free, host_issue_share=None) == unpriced
 
 
 def test_a_slow_host_waits_after_each_sync():
