@@ -72,11 +72,11 @@ def grouped_expert_gemm_time_s(op: Op, hw: HardwareProfile, dtype: Dtype) -> flo
     kind = expert_gemm_kind(op)
     if kind is None or op.gemm is None or dtype not in _SIXTEEN_BIT:
         return None
-    if any(p.kind == kind for p in hw.compute.grouped_gemm_points):
-        return grouped_gemm_time_s(kind, op.gemm, hw)
     source = ratio_source(hw, kind)
     if source is None:
         return None
+    if source is hw:
+        return grouped_gemm_time_s(kind, op.gemm, hw)
     shape = op.gemm
     carried = gemm_time_s(shape, hw, Dtype.BF16) * grouped_gemm_ratio(kind, shape, source)
     return max(carried, hw.kernel_launch_s + gemm_memory_roofline_s(shape, hw))
