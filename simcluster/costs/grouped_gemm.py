@@ -131,8 +131,10 @@ def quantized_expert_gemm_time_s(
     if not hw.compute.grouped_ratio_for_quantized or not dtype.quantized:
         return None
     kind = expert_gemm_kind(op)
-    source = None if kind is None or op.gemm is None else ratio_source(hw, kind)
-    if kind is None or op.gemm is None or source is None:
+    if kind is None or op.gemm is None:
+        return None
+    source = ratio_source(hw, kind)
+    if source is None:
         return None
     shape = op.gemm
     carried = quantized_gemm_time_s(shape, hw, dtype, recipe) * grouped_gemm_ratio(kind, shape, source)
