@@ -151,6 +151,9 @@ PUBLISHED = (
     Published("bridge25.11-deepseek-v3-b200-mxfp8", "Megatron-Bridge 25.11", 2139),
     Published("bridge25.11-qwen3-30b-a3b-b200-mxfp8", "Megatron-Bridge 25.11", 9299),
     Published("bridge26.04-qwen3-30b-a3b-gb200-mxfp8", "Megatron-Bridge 25.11", 23766),
+    # Megatron-Bridge's CUDA-graph guide (Megatron-Bridge/docs/training/cuda-graphs.md @1faf74e32):
+    # an eager BF16 run of the H100 Qwen3-30B-A3B layout with NCCL's all-to-all, iterations 5-8.
+    Published("bridgedoc-qwen3-30b-a3b-h100-bf16-alltoall", "Megatron-Bridge docs (PR #3868)", step_s=41.36),
 )
 
 # The MoE models of issue 18, as their public-run files name them (`moe_model`).
