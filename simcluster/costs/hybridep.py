@@ -11,7 +11,7 @@ to each destination domain, which forwards it over NVLink, the stages pipelined 
 kernel. So a rank's kernel takes
 
     t = latency + max(NVLink bytes / (share(r) · NVLink line rate),
-                      RDMA bytes / (HYBRIDEP_RDMA_EFFICIENCY · NIC line rate per GPU))
+                      RDMA bytes / (rdma share(N) · NIC line rate per GPU))
         + its own HBM work (the routing-map scan, the RDMA staging copy) at the
           profile's element-wise rate
 
@@ -39,9 +39,15 @@ scripts/performance/utils/overrides.py).
   450 GB/s each way; no Hopper NVLink row is published): derived, not measured there.
 * RDMA, H100 with 400 Gb/s InfiniBand per GPU (the README names H100, not the NIC; DGX
   H100's ConnectX-7 assumed), 16 SMs (32 not measured): combine 62.95 / 57.46 / 49.77 GB/s at
-  EP 16 / 32 / 64, dispatch (BF16) 71.71 / 57.69 / 49.97. As DeepEP's constant takes its
-  lowest, the lowest, 49.77 of 50 GB/s: 0.9954 (the EP 16 figures pass the line rate: the
-  test's byte count, like DeepEP's "logical bandwidth", is an upper bound on what crosses).
+  EP 16 / 32 / 64 (2 / 4 / 8 nodes of 8), dispatch (BF16) 71.71 / 57.69 / 49.97. The test
+  divides `count_rdma_send_from_routing_map`'s bytes, a token once per destination node with
+  the sender's own node left in ("To align with the implementation in the DeepEP, we do not
+  set the local node map to zeros", tests/utils.py), which is why the EP 16 figures pass the
+  50 GB/s line: with uniform routing (N − 1)/N of them cross a NIC. What crosses, the
+  combine's (the lower at each count): 62.95 · 1/2, 57.46 · 3/4, 49.77 · 7/8 GB/s of 50 =
+  0.630 / 0.862 / 0.871 of the line, interpolated in the node count and flat outside 2–8
+  (`costs.deepep.rdma_share_of_line`, as for DeepEP's table). Until 2026-11-27 the lowest
+  figure was read as 49.77 GB/s crossing (0.9954 at every count).
 
 What the kernels cost besides the transfer (docs/hybridep.md): the routing map's NCCL
 all-gather is an op of its own (`workload.moe_layer._hybridep_dispatch_ops`), and the host
@@ -56,15 +62,21 @@ from simcluster import units
 from simcluster.config.hardware import HardwareProfile
 from simcluster.config.moe_choices import FlexBackend
 from simcluster.costs.compute import elementwise_time_s
-from simcluster.costs.deepep import deepep_time_s, rdma_bytes_per_s
+from simcluster.costs.deepep import deepep_time_s, rdma_bytes_per_s, rdma_share_of_line
 from simcluster.costs.network import GroupPlacement
 from simcluster.workload.ops import DeepEPMessage
 
 HYBRIDEP_NVLINK_COMBINE_GB_PER_S = ((8, 737.13), (16, 666.26), (24, 639.80), (32, 605.15), (36, 596.99))
 """(ranks in the NVLink domain, GB/s): the README's GB200 kernel-only combine at 32 SMs."""
 GB200_NVLINK_GB_PER_S = 900.0  # NVLink 5, each way: the line rate those figures ran on
-HYBRIDEP_RDMA_EFFICIENCY = 49.77 / 50.0
-"""The README's lowest H100 kernel-only figure (combine, EP 64, 16 SMs) over 400 Gb/s."""
+HYBRIDEP_RDMA_LOGICAL_GB_PER_S = ((2, 62.95), (4, 57.46), (8, 49.77))
+"""(nodes the EP group spans, GB/s): the README's H100 kernel-only combine at 16 SMs, EP 16 /
+32 / 64, as its test counts the bytes, the sender's own node included (module docstring)."""
+
+
+def hybridep_rdma_share(domains: int) -> float:
+    """Hybrid-EP's achieved share of the NIC line rate across `domains` NVLink domains."""
+    return rdma_share_of_line(HYBRIDEP_RDMA_LOGICAL_GB_PER_S, domains)
 
 
 def hybridep_nvlink_share(ranks_in_domain: int) -> float:
@@ -87,7 +99,7 @@ def hybridep_time_s(message: DeepEPMessage, group: GroupPlacement, hw: HardwareP
     if not group.crosses_nodes:
         return units.us_to_s(net.collective_base_latency_us + net.nvlink_latency_us) + nvlink_s + scan_s
     domains = -(-ep // group.ranks_per_node)
-    rdma_s = message.bytes_across(domains) / rdma_bytes_per_s(hw, HYBRIDEP_RDMA_EFFICIENCY)
+    rdma_s = message.bytes_across(domains) / rdma_bytes_per_s(hw, hybridep_rdma_share(domains))
     latency_s = units.us_to_s(net.collective_base_latency_us + net.ib_latency_per_step_us)
     return latency_s + max(nvlink_s, rdma_s) + scan_s + elementwise_time_s(message.staging_bytes, hw)
 

@@ -5,12 +5,13 @@ NIC line rate, pipelined with the NVLink part; the flex dispatcher's layer price
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import yaml
 
 from simcluster.config.hardware import load_hardware
 from simcluster.config.scenario import parse_scenario
-from simcluster.costs.deepep import DEEPEP_NVLINK_EFFICIENCY, DEEPEP_RDMA_EFFICIENCY, deepep_time_s
+from simcluster.costs.deepep import DEEPEP_NVLINK_EFFICIENCY, deepep_rdma_share, deepep_time_s
 from simcluster.costs.network import GroupPlacement
 from simcluster.costs.stage_pricing import StagePricing, pricing_layout
 from simcluster.simulation import run_simulation
@@ -25,9 +26,27 @@ LATENCY_IB_S = (8.4 + 14) * 1e-6
 
 
 def test_the_efficiencies_are_deepeps_published_h800_figures():
-    """153 GB/s over H800's 200 GB/s NVLink each way; 43 GB/s over CX7's 50 GB/s."""
+    """153 GB/s over H800's 200 GB/s NVLink each way. RDMA: combine 43 / 57 / 50 "logical" GB/s
+    at 2 / 4 / 8 nodes, of which (N - 1)/N cross the 50 GB/s NIC; flat outside, linear between."""
     assert DEEPEP_NVLINK_EFFICIENCY == pytest.approx(0.765)
-    assert DEEPEP_RDMA_EFFICIENCY == pytest.approx(0.86)
+    assert deepep_rdma_share(2) == pytest.approx(43 / 2 / 50)
+    assert deepep_rdma_share(4) == pytest.approx(57 * 3 / 4 / 50)
+    assert deepep_rdma_share(8) == pytest.approx(50 * 7 / 8 / 50)
+    assert deepep_rdma_share(16) == deepep_rdma_share(8)
+    assert deepep_rdma_share(3) == pytest.approx((43 / 2 + 57 * 3 / 4) / 2 / 50)
+
+
+def test_the_benchmarks_byte_count_keeps_the_senders_own_node():
+    """What the (N - 1)/N rests on: DeepEP's test routes each token to min(N, 4) random nodes
+    (top groups of random scores) and counts every node hit, its own included; the share of
+    those copies that leave the node is (N - 1)/N."""
+    rng = np.random.default_rng(0)
+    for nodes in (2, 4, 8):
+        scores = rng.random((20000, nodes))
+        hit = np.argsort(-scores, axis=1)[:, : min(nodes, 4)]
+        counted = hit.size
+        remote = int((hit != 0).sum())  # the sender is on node 0
+        assert remote / counted == pytest.approx((nodes - 1) / nodes, abs=0.01)
 
 
 def test_inside_a_node_the_copies_to_other_ranks_cross_nvlink_at_deepeps_rate():
@@ -38,16 +57,16 @@ def test_inside_a_node_the_copies_to_other_ranks_cross_nvlink_at_deepeps_rate():
 
 
 def test_across_nodes_the_slower_of_rdma_and_nvlink_sets_the_time():
-    """ep 16 over two 8-GPU nodes: the RDMA bytes for 2 domains at 0.86 × 400 Gb/s per GPU."""
+    """ep 16 over two 8-GPU nodes: the RDMA bytes for 2 domains at 0.43 × 400 Gb/s per GPU."""
     message = DeepEPMessage(16, 100e6, ((2, 30e6), (4, 50e6)))
     t = deepep_time_s(message, GroupPlacement(16, 8), H100)
-    rdma_s = 30e6 / (0.86 * 50e9)
+    rdma_s = 30e6 / (0.43 * 50e9)
     nvlink_s = 100e6 * 15 / 16 / (0.765 * 450e9)
     assert rdma_s > nvlink_s
     assert t == pytest.approx(LATENCY_IB_S + rdma_s, rel=1e-12)
     # four domains (ep 32 over 8-GPU nodes): the bytes for 4 domains
     t4 = deepep_time_s(DeepEPMessage(32, 100e6, ((2, 30e6), (4, 50e6))), GroupPlacement(32, 8), H100)
-    assert t4 == pytest.approx(LATENCY_IB_S + 50e6 / (0.86 * 50e9), rel=1e-12)
+    assert t4 == pytest.approx(LATENCY_IB_S + 50e6 / (0.855 * 50e9), rel=1e-12)
     # a domain count not computed: every copy to another domain, send·(1 − 1/n)
     assert DeepEPMessage(24, 90e6, ()).bytes_across(3) == pytest.approx(60e6)
 

@@ -14,9 +14,9 @@ from simcluster.config.scenario import parse_scenario
 from simcluster.costs.compute import elementwise_time_s
 from simcluster.costs.deepep import deepep_time_s
 from simcluster.costs.hybridep import (
-    HYBRIDEP_RDMA_EFFICIENCY,
     flex_kernel_time_s,
     hybridep_nvlink_share,
+    hybridep_rdma_share,
     hybridep_time_s,
 )
 from simcluster.costs.network import GroupPlacement, collective_time_s
@@ -39,7 +39,16 @@ def test_the_shares_are_the_readmes_gb200_combine_figures_over_900_gb_per_s():
     assert hybridep_nvlink_share(4) == pytest.approx(737.13 / 900)
     assert hybridep_nvlink_share(64) == pytest.approx(596.99 / 900)
     assert hybridep_nvlink_share(20) == pytest.approx((666.26 + 639.80) / 2 / 900)
-    assert HYBRIDEP_RDMA_EFFICIENCY == pytest.approx(0.9954)
+
+
+def test_the_rdma_shares_are_the_readmes_h100_combine_figures_less_the_senders_own_node():
+    """62.95 / 57.46 / 49.77 GB/s at 2 / 4 / 8 nodes count the sender's own node; (N - 1)/N of
+    them cross the 50 GB/s NIC. Two nodes reach 0.63 of the line, four and eight 0.86-0.87."""
+    assert hybridep_rdma_share(2) == pytest.approx(62.95 / 2 / 50)
+    assert hybridep_rdma_share(4) == pytest.approx(57.46 * 3 / 4 / 50)
+    assert hybridep_rdma_share(8) == pytest.approx(49.77 * 7 / 8 / 50)
+    assert hybridep_rdma_share(1) == hybridep_rdma_share(2)
+    assert hybridep_rdma_share(9) == hybridep_rdma_share(8)
 
 
 def test_inside_a_domain_every_copy_crosses_nvlink_at_the_share_plus_the_scan():
@@ -51,14 +60,14 @@ def test_inside_a_domain_every_copy_crosses_nvlink_at_the_share_plus_the_scan():
 
 
 def test_across_domains_rdma_at_the_measured_share_and_the_staging_copy_are_added():
-    """ep 16 over two 8-GPU H100 nodes: 30 MB to the other node at 0.9954 × 50 GB/s, slower
+    """ep 16 over two 8-GPU H100 nodes: 30 MB to the other node at 0.63 × 50 GB/s, slower
     than the NVLink part; the staging copy of the rank's tokens comes on top."""
     message = DeepEPMessage(16, 100e6, ((2, 30e6),), HEP, preprocess_bytes=0.0, staging_bytes=9e6)
     t = hybridep_time_s(message, GroupPlacement(16, 8), H100)
-    rdma_s = 30e6 / (49.77 / 50 * 50e9)
+    rdma_s = 30e6 / (62.95 / 2 / 50 * 50e9)
     assert rdma_s > 100e6 / (737.13 / 900 * 450e9)
     assert t == pytest.approx(LATENCY_IB_S + rdma_s + elementwise_time_s(9e6, H100), rel=1e-12)
-    # DeepEP's RDMA runs at 0.86 of the line: the same RDMA-bound bytes take longer there
+    # DeepEP's RDMA runs at 0.43 of the line over two nodes: the same bytes take longer there
     deepep = DeepEPMessage(16, 100e6, ((2, 30e6),))
     assert deepep_time_s(deepep, GroupPlacement(16, 8), H100) > LATENCY_IB_S + rdma_s
 
