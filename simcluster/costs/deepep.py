@@ -9,8 +9,11 @@ NVLink stages are pipelined. So a rank's kernel takes
     t = latency + max(NVLink bytes / (DEEPEP_NVLINK_EFFICIENCY · NVLink line rate),
                       RDMA bytes / (rdma share(N) · NIC line rate per GPU))
 
-where the NVLink bytes are every copy to another rank (each crosses NVLink once, on its
-last hop), send·(1 − 1/ep), and the RDMA bytes the copies to other domains
+where the NVLink bytes are every copy the rank sends, its own included, as DeepEP's test
+counts the bytes behind its NVLink figure (tests/legacy/test_intranode.py:
+`dispatch_bf16_nvl_recv_bytes = recv_x.numel() * 2`, the received tokens, the rank's own among
+them; until 2026-11-27 the own copy was left out, send·(1 − 1/ep), pricing the kernel 1/ep
+short of the time the figure was measured on), and the RDMA bytes the copies to other domains
 (`DeepEPMessage.bytes_across`).
 
 Achieved bandwidth, DeepEP's own measurement
@@ -88,7 +91,7 @@ def deepep_time_s(message: DeepEPMessage, group: GroupPlacement, hw: HardwarePro
     if ep <= 1 or message.send_bytes <= 0:
         return 0.0
     net = hw.network
-    nvlink_s = message.send_bytes * (1.0 - 1.0 / ep) / deepep_nvlink_bytes_per_s(hw)
+    nvlink_s = message.send_bytes / deepep_nvlink_bytes_per_s(hw)
     if not group.crosses_nodes:
         return units.us_to_s(net.collective_base_latency_us + net.nvlink_latency_us) + nvlink_s
     domains = -(-ep // group.ranks_per_node)

@@ -19,7 +19,7 @@ with r the group's ranks in one NVLink domain. The NVLink bytes are every copy t
 sends, its own included: the README's "algorithm bandwidth" divides the received tokens,
 the rank's own among them (tests/test_hybrid_ep.py: `nvl_dispatch =
 dispatched_hidden.numel() * 2`), by the kernel time, so the share divides the same bytes
-(`costs.deepep` leaves the own copy out; its source counts differently). The RDMA bytes are
+(`costs.deepep` counts them the same way, as its source does). The RDMA bytes are
 the copies to other domains, once per destination domain, as the test's
 `count_rdma_send_from_routing_map`.
 
