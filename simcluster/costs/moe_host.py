@@ -136,6 +136,8 @@ FUSED_UNPERMUTE = 1  # _unpermute_kernel (no merging probs)
 FUSED_UNPERMUTE_BACKWARD = 1  # _permute_kernel
 FUSED_SORT_CHUNKS = 2  # make_chunk_sort_map, sort_chunks_by_map (probs in the same kernel)
 FUSED_SORT_CHUNKS_BACKWARD = 1  # sort_chunks_by_map with the saved map
+FP8_PADDING = 1  # TE Fp8Padding / Fp8Unpadding: one fused_multi_row_(un)padding kernel a call,
+#                  each way (`workload.moe_fp8_padding`)
 
 # --- experts (experts.py `TEGroupedMLP.forward`, unfused weighted GLU) --------------------
 WEIGHTED_GLU = 4  # `bias_act_func` gated: silu, x_linear + glu_linear_offset, product, × probs
@@ -337,6 +339,8 @@ def moe_op_kernels(ops: tuple[Op, ...], spec: MoELayerSpec, quantized: bool) -> 
             count = _expert_gemm(op, quantized) if op.kind is OpKind.GEMM else None
         elif op.module is Module.SWIGLU and previous in _BEFORE_EXPERT_GLU:
             count = WEIGHTED_GLU_BACKWARD if backward else WEIGHTED_GLU
+        elif op.module is Module.EXPERT_FP8_PADDING:
+            count = FP8_PADDING
         elif op.module is Module.MOE_SORT_CHUNKS:
             count = _sort_chunks(spec, dispatch_side=experts_seen == backward, backward=backward)
         elif op.module in (Module.MOE_PERMUTE, Module.MOE_UNPERMUTE) and op.kind is OpKind.COLLECTIVE:

@@ -76,6 +76,7 @@ from simcluster.workload.moe_flex import (
     hybridep_handle_bytes,
     hybridep_messages,
 )
+from simcluster.workload.moe_fp8_padding import experts_padded, padding_backward_ops, padding_forward_ops
 from simcluster.workload.moe_fusion import fused_permute_bytes, fused_router_saved_bytes, fused_topk_bytes
 from simcluster.workload.moe_memory import moe_saved_bytes
 from simcluster.workload.ops import (
@@ -490,12 +491,18 @@ def moe_mlp_ops(cfg: LayerConfig, spec: MoELayerSpec) -> tuple[tuple[Op, ...], t
     losses = loss_ops(rows.tokens, cfg.micro_batch_size, moe, layout, e, spec.router_fusion)
     clamp = moe.activation_func_clamp_value is not None  # gpt-oss (`workload.gptoss_experts`)
     m_local = fc1.batch
+    capacity_rows = fc1.m if spec.moe.capacity_factor is not None and spec.moe.pad_to_capacity else None
+    pad_before, pad_after, unpad_before, unpad_after = (), (), (), ()
+    if experts_padded(cfg, spec.dispatcher, spec.flex_backend, capacity_rows):
+        pad_before, pad_after = padding_forward_ops(e, re, h)
+        unpad_before, unpad_after = padding_backward_ops(e, re, h)
     forward = (
         gemm("moe.router", GemmShape(m=T, n=E, k=h), region_in, module=Module.ROUTER, pass_=F),
         *losses.z_forward,
         elementwise("moe.router_topk", topk_bytes, saved.router, module=Module.ROUTER_TOPK, pass_=F),
         *losses.aux_forward,
         *dispatch.forward_before,
+        *pad_before,
         *_expert_gemm_ops("moe.experts.fc1", fc1, grouped, Module.EXPERT_FC1, F, re * e * h),
         *(glu_clamp_forward_ops(e, re, f) if clamp else ()),
         elementwise(
@@ -507,6 +514,7 @@ def moe_mlp_ops(cfg: LayerConfig, spec: MoELayerSpec) -> tuple[tuple[Op, ...], t
         ),  # fmt: skip
         *_expert_gemm_ops("moe.experts.fc2", fc2, grouped, Module.EXPERT_FC2, F, re * e * f),
         *(expert_bias_forward_ops(e, re, h, fc1.batch) if moe.expert_bias else ()),
+        *pad_after,
         *dispatch.forward_after,
         *shared_forward,
     )
@@ -515,6 +523,7 @@ def moe_mlp_ops(cfg: LayerConfig, spec: MoELayerSpec) -> tuple[tuple[Op, ...], t
         *shared_backward,
         *dispatch.backward_before,
         *(expert_bias_backward_ops(e, re, h, m_local) if moe.expert_bias else ()),
+        *unpad_before,
         *_expert_gemm_ops(
             "moe.experts.fc2.dgrad", GemmShape(m=m, n=f, k=h, batch=local), grouped, Module.EXPERT_FC2, B
         ),
@@ -537,6 +546,7 @@ def moe_mlp_ops(cfg: LayerConfig, spec: MoELayerSpec) -> tuple[tuple[Op, ...], t
             Module.EXPERT_FC1,
             W,
         ),  # fmt: skip
+        *unpad_after,
         *dispatch.backward_after,
         *losses.aux_backward,
         elementwise("moe.router_topk.bwd", topk_backward_bytes, module=Module.ROUTER_TOPK, pass_=B),

@@ -62,6 +62,7 @@ class Module(enum.Enum):
     ROUTER_Z_LOSS = "z_loss"  # ... and its z-loss on the logits
     MOE_PERMUTE = "permute"  # the dispatcher's permute of the routed rows (and its all-to-all)
     MOE_SORT_CHUNKS = "sort_chunks"  # received rows sorted by local expert, and back
+    EXPERT_FP8_PADDING = "fp8_padding"  # TE Fp8Padding / Fp8Unpadding around quantized experts
     EXPERT_FC1 = "expert_fc1"  # the routed experts' grouped fc1 (TE GroupedLinear); their
     EXPERT_FC2 = "expert_fc2"  # weighted SwiGLU is a SWIGLU kernel; the grouped fc2
     GLU_CLAMP = "glu_clamp"  # gpt-oss: the eager clamps of the experts' GLU input (and their cat)
