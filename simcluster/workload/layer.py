@@ -543,8 +543,11 @@ def _bias_dropout_add_backward(cfg: LayerConfig, name: str) -> tuple[Op, ...]:
         return ()
     return (
         elementwise(
-            f"{name}.bias_dropout_add.bwd", grad_bytes * region, module=Module.BIAS_DROPOUT_ADD,
-            pass_=Pass.INPUT_GRAD, kernel=bias_dropout_add_kernel(cfg),
+            f"{name}.bias_dropout_add.bwd",
+            grad_bytes * region,
+            module=Module.BIAS_DROPOUT_ADD,
+            pass_=Pass.INPUT_GRAD,
+            kernel=bias_dropout_add_kernel(cfg),
         ),  # fmt: skip
     )
 
