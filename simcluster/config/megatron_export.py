@@ -72,6 +72,8 @@ def _model_flags(scenario: Scenario) -> list[str]:
         flags += ["--position-embedding-type", "rope"]
     if m.untie_embeddings_and_output_weights:
         flags.append("--untie-embeddings-and-output-weights")
+    if not m.add_bias_linear:
+        flags.append("--disable-bias-linear")
     for flag, key in MODEL_FLOATS.items():
         value = getattr(m, key)
         if value != type(m).model_fields[key].default:  # Megatron's default 0.1 needs no flag

@@ -249,6 +249,11 @@ def read_model(read: FlagReader, tp: int, notes: list[str]) -> dict[str, Any]:
     for flag, key in MODEL_FLOATS.items():
         if read.has(flag):
             ordered[key] = read.number(flag)
+    # TransformerConfig.add_bias_linear (default True; `--disable-bias-linear` is its argparse
+    # name, megatron/core/transformer/transformer_config.py @d98e8a64): the dense linears'
+    # biases here, the router's and the experts' in `megatron_moe` from the same flag
+    if read.switch("disable-bias-linear"):
+        ordered["add_bias_linear"] = False
     return ordered
 
 

@@ -96,8 +96,6 @@ def _mixture_of_experts(
     if experts is None:
         if given := [f"--{flag}" for flag in MOE_MODEL_FLAGS if read.has(flag)]:
             notes.append(f"{' '.join(given)} without --num-experts: no effect (a dense model)")
-        if read.has("disable-bias-linear"):  # it sets the MoE biases only (`_gpt_oss_experts`)
-            demoted["disable-bias-linear"] = "bias-free dense linears (the dense layer's biases are modelled)"
         if read.has("activation-func-clamp-value"):  # priced on the routed experts' GLU only
             demoted["activation-func-clamp-value"] = "the dense MLP's GLU clamp"
         return

@@ -41,7 +41,10 @@ def _moe_flags(model: ModelSpec) -> list[str]:
                 "both (add_bias_linear); allowed: both true or both false"
             ],
         )
-    if not moe.expert_bias:
+    # a MoE model without expert biases: the line is Megatron's bias-free one (its dense
+    # flags write the flag when model.add_bias_linear is false); a scenario with dense biases
+    # beside bias-free experts has no line of its own and reads back with add_bias_linear false
+    if not moe.expert_bias and model.add_bias_linear:
         flags.append("--disable-bias-linear")
     if moe.activation_func_clamp_value is not None:
         flags += ["--activation-func-clamp-value", repr(moe.activation_func_clamp_value)]

@@ -202,6 +202,13 @@ class ModelSpec(StrictModel):
         description="Megatron --qk-layernorm: a norm (the model's kind) over each query and key head "
         "before RoPE (Qwen3); with MLA the latent norms are the MLA layer's own",
     )
+    add_bias_linear: bool = Field(
+        default=True,
+        description="Megatron-core TransformerConfig.add_bias_linear (default true; --disable-bias-linear "
+        "sets false, as Llama, Qwen3, DeepSeek-V3, Mixtral and Nemotron recipes do): the QKV, projection, "
+        "fc1 and fc2 linears' biases, and the bias-grad reductions and bias-GeLU fusion they bring "
+        "(docs/scenario.md, 'Linear biases'); false also forbids model.moe.router_bias / expert_bias",
+    )
 
     @property
     def query_groups(self) -> int:
@@ -664,6 +671,7 @@ def moe_problems(scenario: Scenario) -> list[str]:
             f"model.moe.first_k_dense_layers: value {m.moe.first_k_dense_layers}: must be below "
             f"num_layers ({m.num_layers}); a model without MoE layers leaves model.moe out"
         )
+    problems += _moe_bias_problems(m)
     unpriced = {
         "training.moe_token_dispatcher": (
             tr.moe_token_dispatcher is TokenDispatcher.FLEX and (par.etp or par.tp) != 1,
@@ -680,6 +688,20 @@ def moe_problems(scenario: Scenario) -> list[str]:
         if is_set
     ]
     return problems
+
+
+def _moe_bias_problems(m: ModelSpec) -> list[str]:
+    """Megatron-core builds the router's and the experts' biases from the one
+    `add_bias_linear` (router.py `Router.__init__`, experts.py `TEGroupedMLP`: `bias=
+    self.config.add_bias_linear`), so neither exists where it is false."""
+    if m.add_bias_linear or m.moe is None:
+        return []
+    return [
+        f"model.moe.{key}: value true with model.add_bias_linear false: Megatron-core builds the "
+        "router's and the experts' biases only with add_bias_linear; allowed: false"
+        for key, on in (("router_bias", m.moe.router_bias), ("expert_bias", m.moe.expert_bias))
+        if on
+    ]
 
 
 def _ep_overlap_problems(scenario: Scenario) -> list[str]:

@@ -235,20 +235,31 @@ profile's "bias_dropout_add" rate was measured on (docs/calibration/h100_apporti
 "Bias-dropout-add at dropout 0")."""
 
 
+RESIDUAL_ADD_KERNEL = Module.RESIDUAL_GRAD_ADD.value
+"""The bias-dropout-add's kernel at hidden dropout 0 without a linear bias (`Op.kernel`):
+`residual + x`, one pointwise add of two activations into a third, the kernel of the
+residual-grad add (`_norm_and_residual_backward`) and the same traffic, so priced by its rate."""
+
+
 def bias_dropout_add_kernel(cfg: LayerConfig) -> str | None:
-    """None (the module's own kind, "bias_dropout_add") where the layer drops; the bias add
-    (`BIAS_ADD_KERNEL`) at hidden dropout 0, where Megatron-core's `_bias_dropout_add_func`
+    """None (the module's own kind, "bias_dropout_add") where the layer drops; at hidden
+    dropout 0, where Megatron-core's `_bias_dropout_add_func`
     (megatron/core/fusions/fused_bias_dropout.py) calls `F.dropout(x, p=0)`, which returns its
     input (ATen `Dropout.cpp`: p == 0 is the identity), and its `jit_fuser` compiles what is left
-    into one add."""
-    return None if cfg.hidden_dropout > 0 else BIAS_ADD_KERNEL
+    into one add: the bias add (`BIAS_ADD_KERNEL`), or, without a linear bias (`bias is None`:
+    `out = residual + dropout(x)`, Megatron-LM @d98e8a64ddf34856e74b24714e3bedb2f5a39553), the
+    residual add (`RESIDUAL_ADD_KERNEL`)."""
+    if cfg.hidden_dropout > 0:
+        return None
+    return BIAS_ADD_KERNEL if cfg.add_bias_linear else RESIDUAL_ADD_KERNEL
 
 
 def _bias_dropout_add(cfg: LayerConfig, name: str) -> Op:
     """Megatron's fused bias-dropout-add: reads branch and residual, writes out and a
     one-byte mask; keeps the mask, sbh (÷t with SP). With hidden dropout 0 the dropout
     returns its input: no mask is written or kept (ATen `Dropout.cpp`: p == 0 is the identity),
-    and the kernel is a bias add (`bias_dropout_add_kernel`)."""
+    and the kernel is a bias add (`bias_dropout_add_kernel`). Without a linear bias the same
+    activations move (the bias is h elements) and the kernel is `residual + dropout(x)`."""
     elements = cfg.region_tokens * cfg.hidden_size
     mask = MASK_BYTES if cfg.hidden_dropout > 0 else 0
     return elementwise(
@@ -446,8 +457,15 @@ def _activation_forward(cfg: LayerConfig) -> Op:
 
 
 def _activation_backward(cfg: LayerConfig) -> Op:
-    """GeLU: reads x and dy, writes dx, the bias-grad reduction re-reads dx (4). SwiGLU:
-    reads x (2f) and dy (f), writes dx (2f) (5f). Squared ReLU: reads x and dy, writes dx (3)."""
+    """GeLU: reads x and dy, writes dx, the bias-grad reduction re-reads dx (4); without a
+    linear bias (3): Megatron turns the bias-GeLU fusion off (megatron/training/arguments.py
+    `if not args.add_bias_linear: args.bias_gelu_fusion = False`; TransformerConfig refuses
+    the fusion for GeLU without a bias) and mlp.py `MLP.forward` runs `F.gelu` alone, whose
+    backward has no bias gradient (Megatron-LM @d98e8a64ddf34856e74b24714e3bedb2f5a39553);
+    priced at the bias-GeLU kernel's rate, one element-wise kernel of the same traffic.
+    SwiGLU: reads x (2f) and dy (f), writes dx (2f) (5f); `bias_swiglu_impl` with bias None
+    runs `SwiGLUFunction` (fusions/fused_bias_swiglu.py), the same bytes. Squared ReLU:
+    reads x and dy, writes dx (3)."""
     e, tokens, t, f = cfg.element_bytes, cfg.tokens, cfg.tp, cfg.ffn_hidden_size
     backward = Pass.INPUT_GRAD
     if cfg.activation is Activation.SWIGLU:
@@ -456,7 +474,8 @@ def _activation_backward(cfg: LayerConfig) -> Op:
         return elementwise(
             "mlp.squared_relu.bwd", 3 * e * tokens * f / t, module=Module.SQUARED_RELU, pass_=backward
         )
-    return elementwise("mlp.bias_gelu.bwd", 4 * e * tokens * f / t, module=Module.BIAS_GELU, pass_=backward)
+    moved = (4 if cfg.add_bias_linear else 3) * e * tokens * f / t
+    return elementwise("mlp.bias_gelu.bwd", moved, module=Module.BIAS_GELU, pass_=backward)
 
 
 def _mlp_block_forward(cfg: LayerConfig) -> tuple[Op, ...]:
@@ -491,20 +510,7 @@ def _row_parallel_backward(
     """Backward of bias-dropout-add, the ḡ/f̄ conjugate, and the row-parallel GEMM
     Y[tokens, n_out] = X[tokens, n_in] · W."""
     e, tokens = cfg.element_bytes, cfg.tokens
-    region = cfg.region_tokens * cfg.hidden_size
-    mask = MASK_BYTES if cfg.hidden_dropout > 0 else 0
-    # mask + grad in, grad out, plus the bias-grad reduction re-reading the grad; at dropout 0
-    # the adds pass the gradient through (no kernel) and only the bias-grad reduction reads it
-    grad_bytes = 3 * e + mask if cfg.hidden_dropout > 0 else e
-    ops: list[Op] = [
-        elementwise(
-            f"{name}.bias_dropout_add.bwd",
-            grad_bytes * region,
-            module=Module.BIAS_DROPOUT_ADD,
-            pass_=Pass.INPUT_GRAD,
-            kernel=bias_dropout_add_kernel(cfg),
-        ),  # fmt: skip
-    ]
+    ops: list[Op] = list(_bias_dropout_add_backward(cfg, name))
     if cfg.sequence_parallel:
         full = e * tokens * cfg.hidden_size
         ops.append(
@@ -522,6 +528,28 @@ def _row_parallel_backward(
         ),  # fmt: skip
     ]
     return tuple(ops)
+
+
+def _bias_dropout_add_backward(cfg: LayerConfig, name: str) -> tuple[Op, ...]:
+    """The bias-dropout-add's backward: mask and grad in, grad out, plus the bias-grad
+    reduction re-reading the grad (3e + mask per element). At dropout 0 the adds pass the
+    gradient through (no kernel) and only the bias-grad reduction reads it (e). Without a
+    linear bias (`_bias_dropout_add_func` with bias None: `residual + dropout(x)`) there is
+    no reduction: the dropout's backward alone (2e + mask), and at dropout 0 no kernel."""
+    e, region = cfg.element_bytes, cfg.region_tokens * cfg.hidden_size
+    reduction = e if cfg.add_bias_linear else 0
+    grad_bytes = (2 * e + MASK_BYTES + reduction) if cfg.hidden_dropout > 0 else reduction
+    if grad_bytes == 0:
+        return ()
+    return (
+        elementwise(
+            f"{name}.bias_dropout_add.bwd",
+            grad_bytes * region,
+            module=Module.BIAS_DROPOUT_ADD,
+            pass_=Pass.INPUT_GRAD,
+            kernel=bias_dropout_add_kernel(cfg),
+        ),  # fmt: skip
+    )
 
 
 def _column_parallel_backward(cfg: LayerConfig, name: str, module: Module, n_out: int) -> tuple[Op, ...]:

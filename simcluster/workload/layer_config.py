@@ -47,6 +47,10 @@ class LayerConfig:
     computes the band only, the unfused core computes all s² scores and masks them.
     `qk_layernorm` (Megatron `--qk-layernorm`, Qwen3) adds a norm of the layer's kind over
     each query and key head between the QKV projection and RoPE (`workload.layer`).
+    `add_bias_linear` (Megatron-core TransformerConfig, default True; `--disable-bias-linear`
+    sets it False) gives QKV, proj, fc1 and fc2 their biases; without them the
+    bias-dropout-adds have no bias gradient to reduce and GeLU runs unfused, with no bias
+    gradient either (`workload.layer`).
 
     The modern options (docs/scenario.md) default to the paper's GPT layer: MHA, GeLU,
     LayerNorm, learned absolute positions, the unfused attention core, and Megatron's
@@ -81,6 +85,7 @@ class LayerConfig:
     window_size: int | None = None
     softmax_type: SoftmaxType = SoftmaxType.VANILLA  # Megatron --softmax-type (gpt-oss: learnable sinks)
     qk_layernorm: bool = False
+    add_bias_linear: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -118,6 +123,8 @@ class LayerConfig:
             raise ValueError(
                 f"{owner}.{bad.field}={bad.value} must be divisible by {bad.divisor}={bad.divisor_value}"
             )
+        if not isinstance(self.add_bias_linear, bool):
+            raise ValueError(f"{owner}.add_bias_linear must be True or False, got {self.add_bias_linear!r}")
         for name in ("hidden_dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{owner}.{name} must be in [0, 1), got {getattr(self, name)}")

@@ -212,6 +212,7 @@ def layer_config(scenario: Scenario) -> LayerConfig:
         softmax_type=m.softmax_type,
         # MLA replaces the attention block; its latent norms are its own (`workload.mla_layer`)
         qk_layernorm=m.qk_layernorm and m.mla is None,
+        add_bias_linear=m.add_bias_linear,
     )
 
 
@@ -229,18 +230,23 @@ def layer_params_per_rank(
     kv_width: int = 0,
     gated: bool = False,
     normalization: Normalization = Normalization.LAYERNORM,
+    bias: bool = True,
 ) -> float:
     """QKV, projection, fc1, fc2 weights and column biases split by t; row-parallel biases
     and both norms replicated (12h² + 13h per layer when ffn = 4h, t = 1). Megatron-core
     widths (`transformer/attention.py`, `transformer/mlp.py`): linear_qkv h × (q + 2k)
     with q = a·d_h and k = g·d_h (0 = h),
     linear_proj q × h, linear_fc1 h × 2f when gated (SwiGLU) else h × f, linear_fc2 f × h.
-    Biases follow Megatron's default `add_bias_linear` (the scenario has no
-    `--disable-bias-linear`; Llama's recipes drop them, (q + 2k + fc1)/t + 2h per layer)."""
+    `bias` is Megatron's `add_bias_linear` (`bias=self.config.add_bias_linear` on all four
+    linears): False (`--disable-bias-linear`, Llama's recipes) drops (q + 2k + fc1)/t + 2h
+    per layer."""
     q, k = query_width or h, kv_width or h
     qkv, fc1 = q + 2 * k, (2 * ffn if gated else ffn)
-    sharded = (h * qkv + qkv) + q * h + (h * fc1 + fc1) + ffn * h
-    replicated = h + h + 2 * norm_params(h, normalization)
+    sharded = h * qkv + q * h + h * fc1 + ffn * h
+    replicated = 2 * norm_params(h, normalization)
+    if bias:
+        sharded += qkv + fc1
+        replicated += h + h
     return sharded / tp + replicated
 
 
@@ -263,6 +269,7 @@ def stage_params_per_rank(
         kv_width=cfg.kv_width,
         gated=cfg.activation.gated,
         normalization=cfg.normalization,
+        bias=cfg.add_bias_linear,
     )
     if cfg.qk_layernorm:  # the query and key norms' weights (h/a each; replicated over tp)
         params += layers * 2 * norm_params(cfg.head_dim, cfg.normalization)
@@ -326,12 +333,13 @@ def _attention_variant_params(
     if m.mla is not None:
         mla = MLAConfig(**m.mla.model_dump())
         extra += layers * mla_param_delta_per_rank(
-            m.hidden_size, m.num_attention_heads, mla, par.tp, cfg.query_width, cfg.kv_width
-        )
+            m.hidden_size, m.num_attention_heads, mla, par.tp, cfg.query_width, cfg.kv_width,
+            cfg.add_bias_linear,
+        )  # fmt: skip
     if mtp:
         layer = layer_params_per_rank(
             m.hidden_size, m.ffn_size, par.tp, query_width=cfg.query_width, kv_width=cfg.kv_width,
-            gated=cfg.activation.gated, normalization=cfg.normalization,
+            gated=cfg.activation.gated, normalization=cfg.normalization, bias=cfg.add_bias_linear,
         )  # fmt: skip
         extra += mtp * mtp_params_per_rank(
             m.hidden_size, par.tp, norm_params(m.hidden_size, m.normalization), layer
@@ -410,12 +418,14 @@ def _stage_params(
             params, 0.0, memory.static_memory(params, par.dp * par.cp, distributed, grad_bytes)
         )
     h, q, kv, norm = m.hidden_size, cfg.query_width, cfg.kv_width, cfg.normalization
-    gated = cfg.activation.gated
+    gated, bias = cfg.activation.gated, cfg.add_bias_linear
     full = layer_params_per_rank(
-        h, m.ffn_size, par.tp, query_width=q, kv_width=kv, gated=gated, normalization=norm
+        h, m.ffn_size, par.tp, query_width=q, kv_width=kv, gated=gated, normalization=norm, bias=bias
     )
     # without an MLP: fc1 and its bias vanish, fc2's replicated bias (h) too
-    attention_only = layer_params_per_rank(h, 0, par.tp, query_width=q, kv_width=kv, normalization=norm) - h
+    attention_only = layer_params_per_rank(
+        h, 0, par.tp, query_width=q, kv_width=kv, normalization=norm, bias=bias
+    ) - (h if bias else 0)
     experts = expert_static_memory(
         m.hidden_size, spec.moe, spec.layout, True, distributed, spec.moe.expert_bias, grad_bytes
     )

@@ -39,6 +39,7 @@ def test_round_trip_yaml_loads_and_matches_the_flags(tmp_path):
     assert m.vocab_size == DEFAULT_VOCAB_SIZE
     assert (par.tp, par.pp, par.dp, par.vpp) == (8, 8, 1, 3)  # vpp = 96 / 8 / 4; dp = 64 / 64
     assert par.sequence_parallel
+    assert m.add_bias_linear is False  # --disable-bias-linear (Megatron's add_bias_linear)
     assert (tr.micro_batch_size, tr.global_batch_size) == (1, 64)
     assert tr.recompute is Recompute.SELECTIVE and tr.dtype is Dtype.BF16
     assert tr.use_distributed_optimizer and tr.overlap_grad_reduce
@@ -52,7 +53,7 @@ def test_unknown_ignored_and_unmodelled_flags_are_listed_on_stderr_and_in_the_ya
         assert "unknown flags (not recognised, not used): --frobnicate 3" in text
         assert "ignored (no effect on the simulation):" in text
         assert "--lr 6.0e-5" in text and "--train-iters 500000" in text
-        assert "not modelled (simulated without it): --disable-bias-linear" in text
+        assert "--disable-bias-linear" not in text  # read into model.add_bias_linear
         assert "vocab_size = 51200" in text
 
 

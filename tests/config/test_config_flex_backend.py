@@ -14,6 +14,7 @@ from simcluster.config.megatron_args import parse_megatron_args, to_megatron_arg
 from simcluster.config.megatron_flags import bucket
 from simcluster.config.moe_choices import FlexBackend
 from simcluster.config.scenario import hardware_problems, parse_scenario
+from tests.megatron_line import as_read_back
 from tests.paths import ROOT
 
 QWEN = ROOT / "tests" / "data" / "moe" / "qwen3-30b-a3b-head-dim-64.yaml"
@@ -107,6 +108,6 @@ def test_export_writes_hybridep_and_round_trips():
     words = shlex.split(flags)
     assert words[words.index("--moe-flex-dispatcher-backend") + 1] == "hybridep"
     imported = parse_megatron_args(flags, scenario.hardware, scenario.name)
-    assert imported.validated() == scenario
+    assert imported.validated() == as_read_back(scenario)
     deepep = parse_scenario(_data(backend=None), "s.yaml")
     assert "--moe-flex-dispatcher-backend" not in to_megatron_args(deepep, 8)  # Megatron's default

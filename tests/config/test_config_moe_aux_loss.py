@@ -14,6 +14,7 @@ from simcluster.config.moe_choices import LoadBalancingType
 from simcluster.config.moe_config import MoEConfig
 from simcluster.config.scenario import parse_scenario
 from tests.config.test_config_megatron_moe import MIXTRAL, MOE_LINE
+from tests.megatron_line import as_read_back
 
 
 def _mixtral(**moe):
@@ -66,7 +67,7 @@ def test_export_writes_the_flags_and_import_reads_them_back():
     assert float(words[words.index("--moe-aux-loss-coeff") + 1]) == 1e-4
     assert float(words[words.index("--moe-z-loss-coeff") + 1]) == 1e-3
     imported = parse_megatron_args(to_megatron_args(on, 8), on.hardware, on.name)
-    assert imported.validated() == on and imported.not_modelled == ()
+    assert imported.validated() == as_read_back(on) and imported.not_modelled == ()
     off = parse_scenario(_mixtral(aux_loss_coeff=0.0), "m.yaml")
     words = shlex.split(to_megatron_args(off, 8))
     assert not {"--moe-router-load-balancing-type", "--moe-aux-loss-coeff", "--moe-z-loss-coeff"} & set(words)

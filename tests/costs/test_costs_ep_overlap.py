@@ -44,6 +44,7 @@ from simcluster.workload.ops import (
     collective,
     elementwise,
 )
+from tests.megatron_line import as_read_back
 from tests.paths import ROOT
 
 H100 = load_hardware("h100-sxm5-80gb")
@@ -187,7 +188,7 @@ def test_import_and_export_carry_the_flag():
     scenario = parse_scenario(_data(), "s.yaml")
     line = to_megatron_args(scenario, 8)
     assert "--overlap-moe-expert-parallel-comm" in shlex.split(line)
-    assert parse_megatron_args(line, scenario.hardware, scenario.name).validated() == scenario
+    assert parse_megatron_args(line, scenario.hardware, scenario.name).validated() == as_read_back(scenario)
 
 
 # --- warm-up and cooldown run alone; the extra warm-up forward; --delay-wgrad-compute ---
@@ -339,7 +340,7 @@ def test_delay_wgrad_compute_is_a_key_with_megatrons_rule_and_its_flag():
     assert exposed_now <= before.forward.ep_comm_s + before.backward.ep_comm_s
     line = to_megatron_args(delayed, 8)
     assert "--delay-wgrad-compute" in shlex.split(line)
-    assert parse_megatron_args(line, delayed.hardware, delayed.name).validated() == delayed
+    assert parse_megatron_args(line, delayed.hardware, delayed.name).validated() == as_read_back(delayed)
     data["training"]["overlap_moe_expert_parallel_comm"] = False
     with pytest.raises(ConfigError, match="training.delay_wgrad_compute: value true: needs training.overlap"):
         parse_scenario(data, "s.yaml")

@@ -151,7 +151,8 @@ def test_a_clamp_of_zero_is_refused():
 def test_megatron_flags_carry_the_biases_and_the_clamp():
     """Export writes --activation-func-clamp-value and no --disable-bias-linear for gpt-oss
     (Megatron's add_bias_linear default); --disable-bias-linear on a MoE line drops both
-    biases; on a dense line it is reported as not modelled."""
+    biases and the dense linears' (`model.add_bias_linear` false); on a dense line it is read
+    as `add_bias_linear` false too, not listed as not modelled."""
     from simcluster.config.megatron_export import to_megatron_args
     from simcluster.config.megatron_import import parse_megatron_args
 
@@ -166,13 +167,15 @@ def test_megatron_flags_carry_the_biases_and_the_clamp():
     )
     plain = to_megatron_args(_scenario(), 8)
     assert "--disable-bias-linear" in plain
-    back = parse_megatron_args(plain, scenario.hardware, scenario.name).requested["model"]["moe"]
-    assert "router_bias" not in back and "expert_bias" not in back
+    back = parse_megatron_args(plain, scenario.hardware, scenario.name).requested["model"]
+    assert "router_bias" not in back["moe"] and "expert_bias" not in back["moe"]
+    assert back["add_bias_linear"] is False
     with pytest.raises(ConfigError, match="router_bias"):
         to_megatron_args(_scenario(moe=BIAS), 8)
     dense = "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 1 "
     imported = parse_megatron_args(
         dense + "--disable-bias-linear --activation-func-clamp-value 7", "h100-sxm5-80gb"
     )
-    assert any("--disable-bias-linear" in flag for flag in imported.not_modelled)
+    assert not any("--disable-bias-linear" in flag for flag in imported.not_modelled)
+    assert imported.requested["model"]["add_bias_linear"] is False
     assert any("--activation-func-clamp-value" in flag for flag in imported.not_modelled)

@@ -113,10 +113,20 @@ class _BiasDropoutAdd(torch.autograd.Function):
 
 
 def bias_dropout_add(
-    x: Tensor, bias: Tensor, residual: Tensor, keep: Tensor | None, prob: float, impl: RegionMath = EAGER_MATH
+    x: Tensor,
+    bias: Tensor | None,
+    residual: Tensor,
+    keep: Tensor | None,
+    prob: float,
+    impl: RegionMath = EAGER_MATH,
 ) -> Tensor:
     """residual + dropout(x + bias, keep): eager, the composition of torch ops the eager
-    layer has always run; fused, one region forward and one backward."""
+    layer has always run; fused, one region forward and one backward. Without a bias
+    (`add_bias_linear` false) residual + dropout(x, keep), as Megatron-core's
+    `_bias_dropout_add_func` with bias None (fusions/fused_bias_dropout.py): the dropout's
+    region (none at p = 0) and one add; it saves the same keep-mask."""
+    if bias is None:
+        return residual + dropout(x, keep, prob, impl)
     if impl.mode is LayerMode.EAGER:
         return residual + dropout(x + bias, keep, prob)
     if keep is not None:

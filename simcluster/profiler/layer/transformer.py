@@ -80,6 +80,7 @@ from simcluster.profiler.layer.parallel import (
 from simcluster.profiler.layer.regions import region_math
 from simcluster.profiler.layer.spec import LayerSpec
 from simcluster.profiler.layer.weights import (
+    LINEAR_BIASES,
     local_weights,
     param_names,
     param_shapes,
@@ -100,15 +101,15 @@ class ParallelTransformerLayer(nn.Module):
     ln1_weight: nn.Parameter
     ln1_bias: nn.Parameter  # LayerNorm only
     qkv_weight: nn.Parameter  # [(q + 2k)/t, h]
-    qkv_bias: nn.Parameter  # [(q + 2k)/t]
+    qkv_bias: nn.Parameter | None  # [(q + 2k)/t]; None without add_bias_linear, as the others
     proj_weight: nn.Parameter  # [h, q/t]
-    proj_bias: nn.Parameter  # [h], added once after f̄ / ḡ
+    proj_bias: nn.Parameter | None  # [h], added once after f̄ / ḡ
     ln2_weight: nn.Parameter
     ln2_bias: nn.Parameter  # LayerNorm only
     fc1_weight: nn.Parameter  # [f/t, h], [2f/t, h] under SwiGLU
-    fc1_bias: nn.Parameter  # [f/t], [2f/t] under SwiGLU
+    fc1_bias: nn.Parameter | None  # [f/t], [2f/t] under SwiGLU
     fc2_weight: nn.Parameter  # [h, f/t]
-    fc2_bias: nn.Parameter  # [h], added once after f̄ / ḡ
+    fc2_bias: nn.Parameter | None  # [h], added once after f̄ / ḡ
     rope_cos: Tensor  # [s/c, 1, 1, d], RoPE only: constant buffers, not activations
     rope_sin: Tensor
 
@@ -132,6 +133,9 @@ class ParallelTransformerLayer(nn.Module):
             if tuple(weights[name].shape) != shapes[name]:
                 raise ValueError(f"{name}: expected shape {shapes[name]}, got {tuple(weights[name].shape)}")
             self.register_parameter(name, nn.Parameter(weights[name]))
+        for name in LINEAR_BIASES:  # None where the spec has no linear biases (add_bias_linear)
+            if name not in shapes:
+                self.register_parameter(name, None)
         if spec.position_embedding is PositionEmbedding.ROPE:
             # Megatron computes the rotary tables once per model forward and hands them to
             # every layer, so they belong to no layer's activations (TE `FusedRoPEFunc` saves only them).
@@ -283,8 +287,9 @@ class ParallelTransformerLayer(nn.Module):
             hidden = F.gelu(hidden, approximate="tanh")  # [s, b, f/t]
         return row_parallel_linear(hidden, self.fc2_weight, self.comm, sp)
 
-    def _bias_dropout_add(self, x: Tensor, bias: Tensor, residual: Tensor, site: str) -> Tensor:
-        """residual + dropout(x + bias): keeps only the sbh (sbh/t with SP) 1-byte mask."""
+    def _bias_dropout_add(self, x: Tensor, bias: Tensor | None, residual: Tensor, site: str) -> Tensor:
+        """residual + dropout(x + bias) (residual + dropout(x) without a bias): keeps only the
+        sbh (sbh/t with SP) 1-byte mask."""
         spec = self.spec
         p = spec.hidden_dropout
         full = (spec.full_seq_length, spec.micro_batch_size, spec.hidden_size)

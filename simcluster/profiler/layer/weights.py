@@ -6,7 +6,8 @@ heads of group j (Megatron-core's `linear_qkv` layout; [q_0 k_0 v_0 | ...] per h
 g = a), so rank r's contiguous row block holds whole groups r·g/t ... (r+1)·g/t - 1.
 Column-parallel layers (QKV, fc1) split their output rows and biases; row-parallel layers
 (proj, fc2) split their input columns and keep the full bias on every rank, added once after
-the all-reduce / reduce-scatter. Norms are replicated (RMSNorm has no bias).
+the all-reduce / reduce-scatter. Norms are replicated (RMSNorm has no bias). Without
+Megatron's `add_bias_linear` (`--disable-bias-linear`) the four linears have no bias.
 
 SwiGLU's fc1 is one [2f, h] GEMM whose serial rows are [gate; up]. Megatron shards it with
 stride 2: rank r holds [gate_r; up_r] (its slice of each), so the local output splits into
@@ -28,14 +29,17 @@ ROW_PARALLEL = ("proj_weight", "fc2_weight")  # split dim 1
 REPLICATED = ("ln1_weight", "ln1_bias", "proj_bias", "ln2_weight", "ln2_bias", "fc2_bias")
 PARAM_NAMES = COLUMN_PARALLEL + ROW_PARALLEL + REPLICATED
 NORM_BIASES = ("ln1_bias", "ln2_bias")
+LINEAR_BIASES = ("qkv_bias", "proj_bias", "fc1_bias", "fc2_bias")  # Megatron's add_bias_linear
 STRIDE_2 = ("fc1_weight", "fc1_bias")  # gate and up sharded separately under SwiGLU
 
 
 def param_names(spec: LayerSpec) -> tuple[str, ...]:
-    """The layer's parameters: RMSNorm has a weight only."""
-    if spec.normalization is Normalization.RMSNORM:
-        return tuple(n for n in PARAM_NAMES if n not in NORM_BIASES)
-    return PARAM_NAMES
+    """The layer's parameters: RMSNorm has a weight only; without `add_bias_linear` the
+    linears have no bias (Megatron builds them with `bias=config.add_bias_linear`)."""
+    dropped: tuple[str, ...] = NORM_BIASES if spec.normalization is Normalization.RMSNORM else ()
+    if not spec.add_bias_linear:
+        dropped += LINEAR_BIASES
+    return tuple(n for n in PARAM_NAMES if n not in dropped)
 
 
 def param_shapes(spec: LayerSpec) -> dict[str, tuple[int, ...]]:
