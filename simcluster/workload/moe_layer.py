@@ -492,7 +492,10 @@ def moe_mlp_ops(cfg: LayerConfig, spec: MoELayerSpec) -> tuple[tuple[Op, ...], t
     clamp = moe.activation_func_clamp_value is not None  # gpt-oss (`workload.gptoss_experts`)
     m_local = fc1.batch
     capacity_rows = fc1.m if spec.moe.capacity_factor is not None and spec.moe.pad_to_capacity else None
-    pad_before, pad_after, unpad_before, unpad_after = (), (), (), ()
+    pad_before: tuple[Op, ...] = ()
+    pad_after: tuple[Op, ...] = ()
+    unpad_before: tuple[Op, ...] = ()
+    unpad_after: tuple[Op, ...] = ()
     if experts_padded(cfg, spec.dispatcher, spec.flex_backend, capacity_rows):
         pad_before, pad_after = padding_forward_ops(e, re, h)
         unpad_before, unpad_after = padding_backward_ops(e, re, h)
