@@ -73,26 +73,46 @@ def test_window_pairs_match_cudnn_benchmark_band():
     assert shape.flops == pytest.approx(reference, rel=1e-3)
 
 
-def test_mla_backward_counts_fewer_flops_than_five_bmms():
-    """At MLA's unequal head dims (Q·K 192, V 128) the flash-attention convention simcluster
-    keeps (2.5 × forward, as FA3's hopper/benchmark_attn.py prints its backward) counts 1,600
-    per score pair where cuDNN's five BMMs count 1,664: the measured head-dim-128 rates (where
-    the two agree) price an MLA backward 4 % short if the kernel keeps its per-FLOP rate. Left
-    as is (docs/hardware_profiles.md, "Counting conventions checked"); this pins the size."""
-    shape = AttentionShape(
+def test_mla_backward_counts_five_gemms_by_their_head_dims():
+    """At MLA's unequal head dims (Q·K 192, V 128) the backward counts cuDNN's five BMMs
+    (3 × 192 + 2 × 128 = 832 per score pair and FLOP pair), not 2.5 × forward (800): the
+    backward rates were measured at equal head dims, where the two agree, so they are rates of
+    the five GEMMs' FLOPs. Causal, as the MLA layer's core is."""
+    s = 4096
+    fwd = AttentionShape(
+        batch=1, heads=128, kv_heads=128, seq_q=s, seq_k=s, head_dim=192, causal=True, v_head_dim=128
+    )
+    bwd = AttentionShape(
         batch=1,
-        heads=1,
-        kv_heads=1,
-        seq_q=1024,
-        seq_k=1024,
+        heads=128,
+        kv_heads=128,
+        seq_q=s,
+        seq_k=s,
         head_dim=192,
-        causal=False,
+        causal=True,
         backward=True,
         v_head_dim=128,
     )
-    five_bmms = 2 * 1024 * 1024 * (3 * 192 + 2 * 128)
+    assert fwd.flops == pytest.approx(cudnn_training_benchmark_flops(1, s, 192, 128, 128, "fwd"), rel=1.0 / s)
+    assert bwd.flops == pytest.approx(cudnn_training_benchmark_flops(1, s, 192, 128, 128, "bwd"), rel=1.0 / s)
+    assert bwd.flops / fwd.flops == pytest.approx(832 / 320, rel=1e-12)
+    # equal head dims given as a separate V head dim price as the plain shape does
+    same = AttentionShape(
+        batch=1, heads=8, kv_heads=8, seq_q=s, seq_k=s, head_dim=128, causal=True, backward=True
+    )
+    split = AttentionShape(
+        batch=1,
+        heads=8,
+        kv_heads=8,
+        seq_q=s,
+        seq_k=s,
+        head_dim=128,
+        causal=True,
+        backward=True,
+        v_head_dim=128,
+    )
+    assert split.flops == pytest.approx(same.flops, rel=1e-12)
     assert FLASH_BACKWARD_FLOP_RATIO == 2.5
-    assert five_bmms / shape.flops == pytest.approx(1664 / 1600, rel=1e-12)
 
 
 @pytest.mark.parametrize(("m", "n", "k"), [(8192, 8192, 8192), (802816, 192, 768), (15872, 12288, 4096)])
