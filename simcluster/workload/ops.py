@@ -228,8 +228,19 @@ class AttentionShape:
     @property
     def flops(self) -> float:
         """This direction's FLOPs under the flash-attention convention: forward, or
-        2.5 × forward for the backward (`FLASH_BACKWARD_FLOP_RATIO`)."""
-        return self.forward_flops * (FLASH_BACKWARD_FLOP_RATIO if self.backward else 1.0)
+        2.5 × forward for the backward (`FLASH_BACKWARD_FLOP_RATIO`). With a separate V head
+        dim (MLA) the backward counts its five GEMMs by their own head dims,
+        2·b·heads·s_q·s_k·(3·d + 2·d_v)·visible (QKᵀ recomputed, dQ, dK over d; dP, dV over
+        d_v), as NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/benchmark_single_sdpa.py
+        `flops` counts it (mode "bwd": 3 × head_dim_qk + 2 × head_dim_vo): the backward rates
+        were measured at d = d_v, where this is 2.5 × forward, so they are rates of these
+        five GEMMs' FLOPs; 2.5 × forward would count an MLA backward (d 192, d_v 128) 4 % short."""
+        if not self.backward:
+            return self.forward_flops
+        if self.v_head_dim is None:
+            return self.forward_flops * FLASH_BACKWARD_FLOP_RATIO
+        pairs = self.batch * self.heads * self.seq_q * self.seq_k * self.visible_fraction
+        return 2.0 * pairs * (3.0 * self.head_dim + 2.0 * self.v_head_dim)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,9 @@ does, so a read-back value is the float written, bit for bit. The test
 Re-captured (issue 20, 2026-11-27) at the deliberate pricing change that priced the
 dropout-0 bias-dropout-add as a bias add and took the H100 SwiGLU / bias-GeLU rates from two
 more H100s: only runs on the H100, H200 and Blackwell profiles moved; every A100 run equal.
+
+Re-captured (2026-11-27) at MLA's attention backward counted as its five GEMMs by their own
+head dims (workload.ops.AttentionShape.flops): only scenarios/moe/deepseek-v3-h100.yaml moved.
 """
 
 from __future__ import annotations
