@@ -168,8 +168,11 @@ them; 32 on 8-GPU nodes with 8 NICs ("32 p2p channels" in NCCL's init log, NVIDI
 RCCL caps the same count on multi-node MI350 "so there are more CUs available for computation
 for the E2E workload" (ROCm/rocm-systems#2977)."""
 DEEPEP_SMS = 20
-"""Megatron-core `moe_deepep_num_sms` (--moe-deepep-num-sms), default 20 (transformer_config.py):
-the SMs DeepEP's normal dispatch / combine kernels are given (`Buffer.set_num_sms`)."""
+"""The SMs DeepEP's normal dispatch / combine kernels are given: DeepEP's own default,
+`Buffer.num_sms = 20` (deepseek-ai/DeepEP @b306af06 deep_ep/buffers/legacy.py), which
+Megatron-core keeps unless `moe_flex_dispatcher_num_sms` (the deprecated
+`--moe-deepep-num-sms`, "historical default 20") is set (transformer_config.py @d98e8a64).
+DeepEP's published tables ran at 24 (tests/legacy/test_intranode.py `for i in (24, )`)."""
 HYBRIDEP_SMS = 32
 """Megatron-Bridge's performance scripts set `moe_hybridep_num_sms = 32` for every hybridep recipe
 (NVIDIA-NeMo/Megatron-Bridge @0fbfe7d3, scripts/performance/utils/overrides.py; costs.hybridep)."""

@@ -12,7 +12,8 @@ this scale, so a measured busbw prices every ring collective of the same buffer 
 with latency = base + steps · per-step network latency (NCCL tuning.cc, ring).
 The NVLink domain is a node (DGX: 8 GPUs), or a rack of compute trays on one NVLink fabric
 (GB200 NVL72: 72 GPUs, 4 per tray). All-reduce reads the profile's all-reduce sweep (NVLS
-where the system uses it); all-gather and reduce-scatter read its ring sweep where it gives
+where the system uses it; capped by the ring sweep over at most 4 ranks, where NCCL runs a
+ring: `NVLS_MAX_RING_RANKS`); all-gather and reduce-scatter read its ring sweep where it gives
 one (`nvlink_allgather_busbw`; NVLink SHARP accelerates all-reduce only), else the same.
 """
 
@@ -52,16 +53,38 @@ def ring_steps(kind: CollectiveKind, num_ranks: int) -> int:
     return 2 * (num_ranks - 1) if kind is CollectiveKind.ALL_REDUCE else num_ranks - 1
 
 
-def nvlink_busbw_bytes_per_s(
-    message_bytes: float, hw: HardwareProfile, kind: CollectiveKind = CollectiveKind.ALL_REDUCE
-) -> float:
-    """busbw from the profile's sweep for `kind` (module docstring)."""
-    table = hw.network.nvlink_allreduce_busbw
-    if kind is not CollectiveKind.ALL_REDUCE and hw.network.nvlink_allgather_busbw:
-        table = hw.network.nvlink_allgather_busbw
+NVLS_MAX_RING_RANKS = 4
+"""The largest all-reduce group NCCL still runs as a ring on an NVSwitch node: with 4 GPUs of
+8×H200 it picks Ring (363.3 GB/s busbw at 8 GiB, the same with NVLS disabled), NVLS from 5;
+on 8×B200 Ring through 5 (673.2 at 4), NVLS from 6 (stas00/ml-engineering @744d01e
+network/README.md, "SHARP"). An NVLS busbw is not a rate on the wire (sjeaugey,
+NVIDIA/nccl-tests#212: "With NVLink SHARP neither the algbw nor busbw correspond to the
+bandwidth on the wire"): the profiles' NVLS sweeps, measured on 8 GPUs, price only the time of
+an all-reduce of that width, not 2(n − 1)/n · S of a smaller ring over the same busbw."""
+
+
+def _sweep_gb_per_s(table: list[tuple[float, float]], message_bytes: float) -> float:
     sizes = np.log([units.BYTES_PER_MB * mb for mb, _ in table])
     rates = [gb for _, gb in table]
-    gb_per_s = float(np.interp(math.log(max(message_bytes, 1.0)), sizes, rates))
+    return float(np.interp(math.log(max(message_bytes, 1.0)), sizes, rates))
+
+
+def nvlink_busbw_bytes_per_s(
+    message_bytes: float,
+    hw: HardwareProfile,
+    kind: CollectiveKind = CollectiveKind.ALL_REDUCE,
+    num_ranks: int | None = None,
+) -> float:
+    """busbw from the profile's sweep for `kind` (module docstring). An all-reduce over at
+    most `NVLS_MAX_RING_RANKS` ranks runs as a ring: where the profile has a ring sweep
+    (`nvlink_allgather_busbw`), its busbw caps the all-reduce sweep's (whose small sizes keep
+    their latency ramp, the ring table being one large-message point on most profiles)."""
+    net = hw.network
+    if kind is not CollectiveKind.ALL_REDUCE and net.nvlink_allgather_busbw:
+        return units.gb_per_s_to_bytes_per_s(_sweep_gb_per_s(net.nvlink_allgather_busbw, message_bytes))
+    gb_per_s = _sweep_gb_per_s(net.nvlink_allreduce_busbw, message_bytes)
+    if num_ranks is not None and num_ranks <= NVLS_MAX_RING_RANKS and net.nvlink_allgather_busbw:
+        gb_per_s = min(gb_per_s, _sweep_gb_per_s(net.nvlink_allgather_busbw, message_bytes))
     return units.gb_per_s_to_bytes_per_s(gb_per_s)
 
 
@@ -102,7 +125,7 @@ def collective_time_s(
     if kind is CollectiveKind.ALL_TO_ALL:
         return all_to_all_time_s(message_bytes, group, hw)
     factor = ring_factor(kind, group.num_ranks)
-    nvlink = nvlink_busbw_bytes_per_s(message_bytes, hw, kind)
+    nvlink = nvlink_busbw_bytes_per_s(message_bytes, hw, kind, min(group.num_ranks, group.ranks_per_node))
     net = hw.network
     if not group.crosses_nodes:
         floor_s = units.us_to_s(

@@ -60,3 +60,36 @@ def test_nvls_speeds_up_all_reduce_only():
     assert all_reduce < 2 * gather
     a100_split = 2 * collective_time_s(CollectiveKind.ALL_GATHER, SIZE, NODE, A100)
     assert collective_time_s(CollectiveKind.ALL_REDUCE, SIZE, NODE, A100) == pytest.approx(a100_split)
+
+
+def test_an_all_reduce_over_four_ranks_runs_at_the_ring_busbw_not_the_nvls_one():
+    """NCCL runs an all-reduce of at most 4 GPUs as a ring (8×H200: 363.3 GB/s with NVLS on
+    or off; ml-engineering "SHARP"): a TP-4 or 2-rank all-reduce at 8 GiB takes 2(n−1)/n · S
+    over the ring's 370 GB/s on H100, not the 8-GPU NVLS 478.87; 5 ranks and up keep NVLS."""
+    for n in (2, 4):
+        group = GroupPlacement(num_ranks=n, ranks_per_node=n)
+        assert collective_time_s(CollectiveKind.ALL_REDUCE, SIZE, group, H100) == pytest.approx(
+            2 * (n - 1) / n * SIZE / 370e9
+        )
+    five = GroupPlacement(num_ranks=5, ranks_per_node=5)
+    assert collective_time_s(CollectiveKind.ALL_REDUCE, SIZE, five, H100) == pytest.approx(
+        1.6 * SIZE / 478.87e9
+    )
+
+
+def test_a_small_all_reduce_over_four_ranks_keeps_the_sweeps_latency_ramp():
+    """Below the ring table's one 16 GiB point the all-reduce sweep's own rate stands where
+    it is lower (H100, 1 MiB: 43.70 GB/s), so the cap never makes a small message faster."""
+    mib = 1.048576e6
+    group = GroupPlacement(num_ranks=4, ranks_per_node=4)
+    assert collective_time_s(CollectiveKind.ALL_REDUCE, mib, group, H100) == pytest.approx(
+        1.5 * mib / 43.70e9
+    )
+
+
+def test_a100_has_no_ring_table_so_its_all_reduce_is_unchanged_at_any_width():
+    """The A100 profile (Table 4/5 validation) has one all-reduce sweep and no ring table."""
+    group = GroupPlacement(num_ranks=4, ranks_per_node=4)
+    assert A100.network.nvlink_allgather_busbw is None
+    gather = collective_time_s(CollectiveKind.ALL_GATHER, SIZE, group, A100)  # the same one sweep
+    assert collective_time_s(CollectiveKind.ALL_REDUCE, SIZE, group, A100) == pytest.approx(2 * gather)
