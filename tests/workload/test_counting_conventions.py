@@ -7,6 +7,8 @@ published rate against other FLOPs than it was measured on fails here."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from simcluster.workload.ops import FLASH_BACKWARD_FLOP_RATIO, AttentionShape, GemmShape
@@ -82,17 +84,7 @@ def test_mla_backward_counts_five_gemms_by_their_head_dims():
     fwd = AttentionShape(
         batch=1, heads=128, kv_heads=128, seq_q=s, seq_k=s, head_dim=192, causal=True, v_head_dim=128
     )
-    bwd = AttentionShape(
-        batch=1,
-        heads=128,
-        kv_heads=128,
-        seq_q=s,
-        seq_k=s,
-        head_dim=192,
-        causal=True,
-        backward=True,
-        v_head_dim=128,
-    )
+    bwd = replace(fwd, backward=True)
     assert fwd.flops == pytest.approx(cudnn_training_benchmark_flops(1, s, 192, 128, 128, "fwd"), rel=1.0 / s)
     assert bwd.flops == pytest.approx(cudnn_training_benchmark_flops(1, s, 192, 128, 128, "bwd"), rel=1.0 / s)
     assert bwd.flops / fwd.flops == pytest.approx(832 / 320, rel=1e-12)
@@ -100,17 +92,7 @@ def test_mla_backward_counts_five_gemms_by_their_head_dims():
     same = AttentionShape(
         batch=1, heads=8, kv_heads=8, seq_q=s, seq_k=s, head_dim=128, causal=True, backward=True
     )
-    split = AttentionShape(
-        batch=1,
-        heads=8,
-        kv_heads=8,
-        seq_q=s,
-        seq_k=s,
-        head_dim=128,
-        causal=True,
-        backward=True,
-        v_head_dim=128,
-    )
+    split = replace(same, v_head_dim=128)
     assert split.flops == pytest.approx(same.flops, rel=1e-12)
     assert FLASH_BACKWARD_FLOP_RATIO == 2.5
 
