@@ -491,14 +491,10 @@ def moe_mlp_ops(cfg: LayerConfig, spec: MoELayerSpec) -> tuple[tuple[Op, ...], t
     losses = loss_ops(rows.tokens, cfg.micro_batch_size, moe, layout, e, spec.router_fusion)
     clamp = moe.activation_func_clamp_value is not None  # gpt-oss (`workload.gptoss_experts`)
     m_local = fc1.batch
-    capacity_rows = fc1.m if spec.moe.capacity_factor is not None and spec.moe.pad_to_capacity else None
-    pad_before: tuple[Op, ...] = ()
-    pad_after: tuple[Op, ...] = ()
-    unpad_before: tuple[Op, ...] = ()
-    unpad_after: tuple[Op, ...] = ()
-    if experts_padded(cfg, spec.dispatcher, spec.flex_backend, capacity_rows):
-        pad_before, pad_after = padding_forward_ops(e, re, h)
-        unpad_before, unpad_after = padding_backward_ops(e, re, h)
+    capacity_rows = fc1.m if moe.capacity_factor is not None and moe.pad_to_capacity else None
+    padded = experts_padded(cfg, spec.dispatcher, spec.flex_backend, capacity_rows)
+    pad_before, pad_after = padding_forward_ops(e, re, h) if padded else ((), ())
+    unpad_before, unpad_after = padding_backward_ops(e, re, h) if padded else ((), ())
     forward = (
         gemm("moe.router", GemmShape(m=T, n=E, k=h), region_in, module=Module.ROUTER, pass_=F),
         *losses.z_forward,

@@ -96,7 +96,6 @@ def test_capacity_padding_pads_only_a_misaligned_capacity():
 
 
 def test_the_alignment_is_transformer_engines_per_recipe():
-    base = BASE
-    assert align_rows(replace(base, dtype=Dtype.FP8, fp8_recipe=Fp8Recipe.TENSORWISE)) == 16
-    assert align_rows(replace(base, dtype=Dtype.FP8, fp8_recipe=Fp8Recipe.MXFP8)) == 32
-    assert align_rows(replace(base, dtype=Dtype.FP4)) == 128
+    assert align_rows(replace(BASE, dtype=Dtype.FP8, fp8_recipe=Fp8Recipe.TENSORWISE)) == 16
+    assert align_rows(replace(BASE, dtype=Dtype.FP8, fp8_recipe=Fp8Recipe.MXFP8)) == 32
+    assert align_rows(replace(BASE, dtype=Dtype.FP4)) == 128
