@@ -63,7 +63,7 @@ from simcluster.calibration.check import ONE_DEVICE
 from simcluster.config.choices import Activation, CudaGraphImpl, Dtype, Normalization
 from simcluster.config.hardware import HardwareProfile, load_hardware
 from simcluster.costs.chunk import op_time_s
-from simcluster.costs.host import layer_op_kernels, op_kernels, pass_pieces, segmented_wait_s
+from simcluster.costs.host import inorder_wait_s, layer_op_kernels, op_kernels, pass_pieces
 from simcluster.costs.moe_host import is_expert_gemm, sync_points
 from simcluster.workload.layer_config import LayerConfig
 from simcluster.workload.moe_config import ExpertLayout, MoEConfig
@@ -180,7 +180,7 @@ class BlockPrediction:
     host_declared_s: float  # every launch at `host_issue_us_per_op` (no MoE host keys)
     gpu_forward_s: float
     gpu_backward_s: float
-    eager_s: float  # the forward with its sync segments, then the backward's max(GPU, host)
+    eager_s: float  # the forward, then the backward, each op by op in issue order (`costs.host`)
 
     @property
     def host_error(self) -> float:
@@ -215,8 +215,8 @@ def predict(run: BlockRun, hw: HardwareProfile) -> BlockPrediction:
     kb = layer_op_kernels(backward, Dtype.BF16, spec, graph, weights=weights)
     gpu_f, gpu_b = price(forward), price(backward)
     pieces = pass_pieces(forward, gpu_f, price, kf, sync_points(forward, spec))
-    forward_task = gpu_f + segmented_wait_s(pieces, per_op)
-    backward_task = max(gpu_b, sum(kb) * per_op)
+    forward_task = gpu_f + inorder_wait_s(pieces, per_op)
+    backward_task = gpu_b + inorder_wait_s(pass_pieces(backward, gpu_b, price, kb, ()), per_op)
     kernels = block_kernels(run)
     declared_s = (kernels.other + kernels.expert) * per_op
     host_s = (sum(kf) + sum(kb)) * per_op

@@ -2,15 +2,23 @@
 
 PyTorch issues kernels asynchronously, so the GPU is not slowed by the host as long as the
 host issues faster than the GPU runs. When it does not (small layers, high TP, many small
-kernels), the GPU waits between kernels. Per task (one chunk's forward or backward of one
-microbatch) the model is
+kernels), the GPU waits between kernels. A CUDA stream runs its kernels in issue order, so
+within a task (one chunk's forward or backward of one microbatch) the model follows the ops
+in order (`inorder_wait_s`):
 
-    task = max(gpu, host),   host = kernels issued · host_issue_s_per_op,
-    host-bound wait = max(0, host − gpu),
+    host_i = host_{i-1} + kernels_i · host_issue_s_per_op,
+    gpu_i  = max(gpu_{i-1}, host_i) + seconds_i,
+    task   = gpu_n,   host-bound wait = gpu_n − Σ seconds_i,
 
 with `host_issue_s_per_op` the profile's `compute.host_issue_us_per_op` (absent: the host
-is not priced and the GPU never waits). It assumes the host's lead does not carry from one
-task to the next (each pipeline task starts after a p2p receive) and is free within a task.
+is not priced and the GPU never waits). The host's lead builds while long kernels run and
+is spent on runs of short ones; where a run of host-heavy ops comes before the GPU-heavy
+ones that would hide it, the GPU waits even when the task's host total is below its GPU
+total, so the wait is at least max(0, host − gpu) of the whole task and can be more. The
+host's lead does not carry from one task to the next (each pipeline task starts after a p2p
+receive, which Megatron-core's batched p2p ends with `torch.cuda.synchronize`,
+p2p_communication.py `_communicate`). Each op's seconds are its own price, scaled so the
+pass sums to the layer's price (`pass_pieces`).
 
 Kernels issued: one per op (`workload.ops.Op` is one kernel or collective), two for a TE
 linear's FP8 fprop / dgrad GEMM (its input's cast), 3·c − 2 for a context-parallel ring
@@ -24,20 +32,13 @@ device-to-host copy of the token counts (`moe_host.sync_points`). A profile may 
 MoE block's launches apart (`compute.moe_host_us_per_op`, and `expert_gemm_host_us_per_launch`
 for the expert GEMMs' per-expert launches): kernels are then counted in units of
 `host_issue_us_per_op` (a MoE launch weighs their ratio; `moe_host.weighted_moe_kernels`),
-so a profile without the keys counts integers, as always. After such a sync the host
-has no lead: the GPU waits for every kernel the host issues until the host is ahead again.
-A task with syncs is cut into segments at them, and (Megatron-LM
+so a profile without the keys counts integers, as always. At such a sync (Megatron-LM
 @d98e8a64ddf34856e74b24714e3bedb2f5a39553, token_dispatcher.py
 `MoEAlltoAllTokenDispatcher._maybe_dtoh_and_synchronize`,
 `MoEAllGatherTokenDispatcher.dispatch_postprocess`, fused_a2a.py `FusedDispatch.forward`)
-
-    task = gpu + Σ_segments max(0, host_k − gpu_k),
-
-with gpu_k the GPU seconds of segment k (from the previous sync's copy point to this one's)
-and host_k its issue seconds (the host issues up to the sync, the GPU's copy point can be
-earlier: `moe_host.SyncPoint`). Without a sync it is the one-segment rule above, computed as
-it always was; each segment's max(gpu_k, host_k) ≥ its share, so a task with syncs is never
-faster than the same task priced across its whole length.
+the host, having issued the ops up to the sync, waits until the GPU has finished the op
+where the copy was recorded (it can be earlier: `moe_host.SyncPoint`), and goes on from
+there with no lead.
 
 CUDA graphs (`training.cuda_graph_impl`, Megatron-LM `--cuda-graph-impl`,
 megatron/core/transformer/transformer_config.py `cuda_graph_impl`): `local` (Megatron's
@@ -60,7 +61,7 @@ from simcluster.config.hardware import HardwareProfile
 from simcluster.costs.graph_capture import captured_ops, captures_whole_layer, effective_scope
 from simcluster.costs.moe_host import SyncPoint, moe_op_kernels, sync_points, weighted_moe_kernels
 from simcluster.workload.fp8 import is_te_linear_gemm
-from simcluster.workload.model import ChunkWork, LayerSegment
+from simcluster.workload.model import ChunkWork
 from simcluster.workload.moe_layer import MoELayerSpec
 from simcluster.workload.ops import Op, Pass
 
@@ -184,44 +185,55 @@ def host_wait_s(gpu_s: float, host_s: float) -> float:
 
 @dataclass(frozen=True, slots=True)
 class HostPiece:
-    """A run of one task's work: the GPU's seconds, the kernels the host issues for it, and
-    whether the host then blocks until the GPU has finished it (`sync_after`)."""
+    """One op of a task, in issue order: the GPU's seconds for it, the kernels the host
+    issues for it, and whether the host then blocks until the GPU has finished the op
+    `copy_lag` pieces back (`sync_after`; 0: this one), where a device-to-host copy was
+    recorded (`moe_host.SyncPoint`)."""
 
     gpu_s: float
     kernels: float  # in units of the per-kernel host cost (`layer_op_kernels`)
     sync_after: bool = False
+    copy_lag: int = 0
 
 
-def segmented_wait_s(pieces: Sequence[HostPiece], per_op_s: float) -> float:
-    """Σ over the segments between syncs of max(0, host_k − gpu_k) (module docstring)."""
-    wait_s = gpu_s = host_s = 0.0
+def inorder_wait_s(pieces: Sequence[HostPiece], per_op_s: float) -> float:
+    """Seconds the GPU waits for the host over one task's `pieces` (module docstring): the
+    GPU starts a piece once it has finished the one before and the host has issued it; the
+    host issues its kernels one after another from the task's start and, after a sync, from
+    the moment the GPU reaches the copy."""
+    host_t = gpu_t = busy_s = 0.0
+    finish: list[float] = []
     for piece in pieces:
-        gpu_s += piece.gpu_s
-        host_s += piece.kernels * per_op_s
+        host_t += piece.kernels * per_op_s
+        gpu_t = max(gpu_t, host_t) + piece.gpu_s
+        busy_s += piece.gpu_s
+        finish.append(gpu_t)
         if piece.sync_after:
-            wait_s += max(0.0, host_s - gpu_s)
-            gpu_s = host_s = 0.0
-    return wait_s + max(0.0, host_s - gpu_s)
+            copy = len(finish) - 1 - piece.copy_lag
+            host_t = max(host_t, finish[copy] if copy >= 0 else 0.0)
+    return max(0.0, gpu_t - busy_s)
 
 
 def pass_pieces(
     ops: tuple[Op, ...], total_gpu_s: float, price: Callable[[tuple[Op, ...]], float],
     kernels: tuple[float, ...], points: tuple[SyncPoint, ...],
 ) -> tuple[HostPiece, ...]:  # fmt: skip
-    """One pass of a layer (`total_gpu_s` its priced seconds, `kernels` per op) cut at its
-    sync `points`: each piece's GPU seconds are `price` of its ops, the last piece's the
-    rest of the total (so the pieces sum to the layer's price), its kernels those issued
-    before the sync."""
-    pieces, gpu_from, host_from, gpu_sum = [], 0, 0, 0.0
-    for point in points:
-        gpu_s = price(ops[gpu_from : point.gpu_index])
-        pieces.append(HostPiece(gpu_s, sum(kernels[host_from : point.host_index]), True))
-        gpu_sum += gpu_s
-        gpu_from, host_from = point.gpu_index, point.host_index
-    pieces.append(HostPiece(max(0.0, total_gpu_s - gpu_sum), sum(kernels[host_from:])))
-    return tuple(pieces)
-
-
-def has_sync(segment: LayerSegment, graph: CudaGraphImpl = CudaGraphImpl.NONE) -> bool:
-    """Whether a layer of `segment` blocks the host in its forward (`moe_host.sync_points`)."""
-    return bool(layer_sync_points(segment.layer.forward, segment.kind.moe, graph))
+    """One pass of a layer (`total_gpu_s` its priced seconds, `kernels` per op), one piece
+    per op, marked at its sync `points`. Each op's GPU seconds are its own `price`, scaled
+    so that the ops between two copy points sum to `price` of that run and the pass to
+    `total_gpu_s` (which holds what pricing the ops together adds or hides: the EP
+    overlap's phases, TP overlap)."""
+    if not ops:
+        return ()
+    own = [price((op,)) for op in ops]
+    gpu = list(own)
+    start, done = 0, 0.0
+    bounds = [point.gpu_index for point in points] + [len(ops)]
+    for k, end in enumerate(bounds):
+        target = price(ops[start:end]) if k < len(points) else max(0.0, total_gpu_s - done)
+        raw = sum(own[start:end])
+        for i in range(start, end):
+            gpu[i] = own[i] * target / raw if raw > 0 else target / (end - start)
+        done, start = done + target, end
+    lags = {point.host_index - 1: point.host_index - point.gpu_index for point in points}
+    return tuple(HostPiece(gpu[i], kernels[i], i in lags, lags.get(i, 0)) for i in range(len(ops)))

@@ -42,13 +42,12 @@ from simcluster.costs.ep_overlap import overlapped_cost, paired_saving_s
 from simcluster.costs.host import (
     HostPiece,
     chunk_host_s,
-    has_sync,
     host_wait_s,
-    kernels_issued,
+    inorder_wait_s,
     layer_op_kernels,
     layer_sync_points,
+    op_kernels,
     pass_pieces,
-    segmented_wait_s,
 )
 from simcluster.costs.network import GroupPlacement, collective_time_s
 from simcluster.costs.placement import (
@@ -112,15 +111,15 @@ class PricedChunk:
     cost: ChunkCost
     host_forward_s: float
     host_backward_s: float
-    # the GPU's wait for the host where a MoE dispatcher's sync cuts the task into segments
-    # (`costs.host.segmented_wait_s`); None: no sync, the whole task's max(GPU, host)
+    # the GPU's wait for the host, op by op in issue order (`costs.host.inorder_wait_s`);
+    # None: the host is not priced (or a graph captures the whole iteration)
     forward_sync_wait_s: float | None = None
     backward_sync_wait_s: float | None = None
 
     @property
     def forward_busy_s(self) -> float:
-        """The forward task's seconds: max(GPU, host), or GPU + the segments' waits where
-        the task has syncs (`costs.host`)."""
+        """The forward task's seconds: GPU + its in-order host wait (`costs.host`); the GPU's
+        alone where the host is not priced."""
         return _busy_s(self.cost.forward_s, self.host_forward_s, self.forward_sync_wait_s)
 
     @property
@@ -270,16 +269,16 @@ class StagePricing:
             cost = compose_chunk(layers, extras, self.amax_s(layout))
             graph, amax = layout.cuda_graph, layout.amax is not None
             host = chunk_host_s(chunk, self.hw, layout.dtype, graph, amax, layout.cuda_graph_scope)
-            waits = self._sync_waits(chunk, layout)
+            waits = self._host_waits(chunk, layout)
             priced = self._chunks[key] = PricedChunk(cost, *host, *waits)
         return priced
 
-    def _sync_waits(self, chunk: ChunkWork, layout: PricingLayout) -> tuple[float | None, float | None]:
-        """The forward's and backward's host-bound waits, segment by segment, where a MoE
-        layer's dispatcher syncs (`costs.host`); (None, None) where nothing syncs, the host
-        is not priced or a graph captures the whole iteration."""
+    def _host_waits(self, chunk: ChunkWork, layout: PricingLayout) -> tuple[float | None, float | None]:
+        """The forward's and backward's host-bound waits, op by op in issue order, cut at a
+        MoE dispatcher's syncs (`costs.host.inorder_wait_s`); (None, None) where the host is
+        not priced or a graph captures the whole iteration."""
         per_op = self.hw.compute.host_issue_s_per_op
-        if per_op is None or not any(has_sync(segment, layout.cuda_graph) for segment in chunk.segments):
+        if per_op is None or layout.cuda_graph is CudaGraphImpl.FULL_ITERATION:
             return None, None
         forward: list[HostPiece] = []
         backward: list[HostPiece] = []
@@ -299,19 +298,26 @@ class StagePricing:
         if layout.amax is not None:
             amax = HostPiece(self.amax_s(layout), 1)
             forward, backward = [*forward, amax], [*backward, amax]
-        return segmented_wait_s(forward, per_op), segmented_wait_s(backward, per_op)
+        return inorder_wait_s(forward, per_op), inorder_wait_s(backward, per_op)
 
     def _extra_pieces(self, ops: LayerOps, layout: PricingLayout) -> tuple[list[HostPiece], list[HostPiece]]:
+        """The embedding's or the output layer's ops, one piece each (plain NCCL pricing)."""
         cost, dtype = self.extra(ops, layout), layout.dtype
+        slice_cost = _slice_price(self.hw, ops, layout.tp, dtype, NO_CONTEXT_PARALLEL, False, None)
+
+        def price(part: tuple[Op, ...]) -> float:
+            return slice_cost(part).total_s
+
         return (
-            [HostPiece(cost.forward_s, kernels_issued(ops.forward, dtype))],
-            [HostPiece(cost.backward_s, kernels_issued(ops.backward, dtype))],
+            list(pass_pieces(ops.forward, cost.forward_s, price, op_kernels(ops.forward, dtype), ())),
+            list(pass_pieces(ops.backward, cost.backward_s, price, op_kernels(ops.backward, dtype), ())),
         )
 
     def _layer_pieces(
         self, segment: LayerSegment, layout: PricingLayout
     ) -> tuple[tuple[HostPiece, ...], tuple[HostPiece, ...]]:
-        """One layer's forward, and its recompute then backward, cut at its syncs."""
+        """One layer's forward, and its recompute then backward, one piece per op, marked at
+        its syncs."""
         key = ("host_pieces", segment.kind, layout)
         pieces = self._pieces.get(key)
         if pieces is None:

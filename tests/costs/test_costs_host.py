@@ -1,13 +1,16 @@
-"""Host issue time (`costs.host`): the GPU waits only when the host is slower, CUDA graphs
-remove what they capture, and a profile without the key prices no host time."""
+"""Host issue time (`costs.host`): the GPU waits only when the host is slower, op by op in
+issue order, CUDA graphs remove what they capture, and a profile without the key prices no
+host time."""
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from simcluster.config import ConfigError, load_hardware, parse_scenario
 from simcluster.config.choices import CudaGraphImpl, Dtype
 from simcluster.config.files import read_yaml
 from simcluster.config.hardware import parse_hardware
-from simcluster.costs.host import chunk_kernels, kernels_issued
+from simcluster.costs.host import HostPiece, chunk_kernels, inorder_wait_s, kernels_issued
 from simcluster.simulation import run_simulation
 from simcluster.workload.model import build_workload
 from tests.modern_cases import llama3_8b
@@ -41,12 +44,13 @@ def test_no_host_key_prices_no_host_time():
 
 
 def test_host_bound_wait_appears_only_when_the_host_is_slower():
-    """A slow host (2 ms per op) makes every task host-bound: the wait is the host's time
-    minus the GPU's, and the step grows by it; a fast host (1 ns per op) changes nothing."""
+    """A slow host (2 ms per op) makes every task host-bound: each op starts when the host has
+    issued it, so a task lasts the host's time plus its last op, and the step grows by the
+    wait; a fast host (1 ns per op) costs only the first op's issue of each task."""
     gpu_only = _run(SMALL, None)
     fast = _run(SMALL, 1e-3)
-    assert fast.iteration_time_s == gpu_only.iteration_time_s
-    assert fast.time_by_kind_s["host_wait"] == 0.0
+    assert fast.iteration_time_s == pytest.approx(gpu_only.iteration_time_s, rel=1e-6)
+    assert 0 < fast.time_by_kind_s["host_wait"] < 1e-6
     slow = _run(SMALL, 2000.0)
     wait = slow.time_by_kind_s["host_wait"]
     assert wait > 0 and slow.time_breakdown_s["host_wait"] == pytest.approx(wait)
@@ -57,7 +61,34 @@ def test_host_bound_wait_appears_only_when_the_host_is_slower():
     forward, backward = chunk_kernels(chunk, Dtype.BF16, CudaGraphImpl.NONE, amax=False)
     host_step_s = scenario.num_microbatches * (forward + backward) * 2000e-6
     tasks_s = sum(slow.time_breakdown_s[k] for k in ("compute", "recompute", "tp_comm", "host_wait"))
-    assert tasks_s == pytest.approx(host_step_s, rel=1e-9)
+    gpu_s = sum(gpu_only.time_breakdown_s[k] for k in ("compute", "recompute", "tp_comm"))
+    assert host_step_s < tasks_s < host_step_s + gpu_s
+
+
+def test_order_decides_the_wait():
+    """Host 5 s and GPU 5 s in both orders: a host-heavy op first leaves the GPU idle 4 s,
+    a GPU-heavy op first lets the host catch up (only the first issue, 1 s, is waited for);
+    the task's totals alone (max(0, host − gpu) = 0) see neither."""
+    host_heavy_first = [HostPiece(1.0, 4), HostPiece(4.0, 1)]
+    gpu_heavy_first = [HostPiece(4.0, 1), HostPiece(1.0, 4)]
+    assert inorder_wait_s(host_heavy_first, 1.0) == 4.0
+    assert inorder_wait_s(gpu_heavy_first, 1.0) == 1.0
+
+
+_PIECES = st.lists(st.tuples(st.floats(0.0, 10.0), st.integers(0, 6)), min_size=1, max_size=12)
+
+
+@given(_PIECES, st.floats(0.0, 3.0))
+def test_inorder_wait_is_the_longest_chain(raw, per_op):
+    """Without syncs the task ends at max_i(host issue of op i + the GPU seconds from op i on),
+    so the wait is at least max(0, host − gpu) of the whole task and at most the host's total."""
+    pieces = [HostPiece(g, k) for g, k in raw]
+    wait = inorder_wait_s(pieces, per_op)
+    gpu = [g for g, _ in raw]
+    issued = [sum(k for _, k in raw[: i + 1]) * per_op for i in range(len(raw))]
+    chain = max(issued[i] + sum(gpu[i:]) for i in range(len(raw)))
+    assert wait == pytest.approx(max(0.0, chain - sum(gpu)), abs=1e-9)
+    assert max(0.0, issued[-1] - sum(gpu)) - 1e-9 <= wait <= issued[-1] + 1e-9
 
 
 def test_cuda_graphs_remove_the_wait_they_capture():

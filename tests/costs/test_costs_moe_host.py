@@ -12,7 +12,8 @@ import yaml
 from simcluster.config.choices import Dtype
 from simcluster.config.hardware import load_hardware
 from simcluster.config.scenario import parse_scenario
-from simcluster.costs.host import HostPiece, kernels_issued, op_kernels, segmented_wait_s
+from simcluster.costs.chunk import op_time_s
+from simcluster.costs.host import HostPiece, inorder_wait_s, kernels_issued, op_kernels, pass_pieces
 from simcluster.costs.moe_host import SyncPoint, sync_points
 from simcluster.costs.stage_pricing import StagePricing, pricing_layout
 from simcluster.simulation import run_simulation
@@ -168,13 +169,24 @@ def test_sync_points_per_dispatcher_and_capacity():
     assert sync_points(dropping.layer.forward, padded) == ()
 
 
-def test_segmented_wait_by_hand():
-    """Two segments: (gpu 3, host 1) then (gpu 1, host 4) wait 0 + 3; one segment of the
-    same totals (gpu 4, host 5) would wait only 1."""
+def test_sync_wait_by_hand():
+    """(gpu 3, host 1, sync) then (gpu 1, host 4): the first op waits 1 s for its issue, the
+    host resumes when the GPU reaches the copy at 4 s and issues the next op at 8 s: wait
+    1 + 4 = 5. Without the sync the host would have issued it at 5 s (wait 1 + 1)."""
     per_op = 1.0
-    pieces = [HostPiece(3.0, 1, sync_after=True), HostPiece(1.0, 4)]
-    assert segmented_wait_s(pieces, per_op) == 3.0
-    assert segmented_wait_s([HostPiece(4.0, 5)], per_op) == 1.0
+    assert inorder_wait_s([HostPiece(3.0, 1, sync_after=True), HostPiece(1.0, 4)], per_op) == 5.0
+    assert inorder_wait_s([HostPiece(3.0, 1), HostPiece(1.0, 4)], per_op) == 2.0
+
+
+def test_copy_recorded_before_the_sync_releases_the_host_earlier():
+    """The host blocks after the second op on a copy recorded after the first (copy_lag 1):
+    it resumes at 3 s, not 8 s, and the third op starts as the second ends (wait 1, the first
+    op's issue); waiting on the second op's end instead costs one more second."""
+    per_op = 1.0
+    early = [HostPiece(2.0, 1), HostPiece(5.0, 1, sync_after=True, copy_lag=1), HostPiece(1.0, 1)]
+    late = [HostPiece(2.0, 1), HostPiece(5.0, 1, sync_after=True), HostPiece(1.0, 1)]
+    assert inorder_wait_s(early, per_op) == 1.0
+    assert inorder_wait_s(late, per_op) == 2.0
 
 
 def _hw(host_us):
@@ -184,7 +196,8 @@ def _hw(host_us):
 
 @pytest.mark.parametrize("host_us", [0.0, 10.0, 42.3, 200.0])
 def test_a_task_with_syncs_is_never_faster_than_without(host_us):
-    """Each chunk's busy seconds with the syncs ≥ max(GPU, host) over the whole task."""
+    """Each chunk's busy seconds with the syncs ≥ max(GPU, host) over the whole task (the
+    in-order wait is never below the aggregate one)."""
     scenario = _scenario(pp=1)
     hw = _hw(host_us)
     pricing = StagePricing(hw)
@@ -330,17 +343,45 @@ def test_graphs_never_add_host_time_and_full_iteration_removes_it():
 
 
 @pytest.mark.parametrize("dispatcher", ["alltoall", "allgather", "flex"])
-def test_segments_add_up_to_the_task(dispatcher):
-    """With every segment host-bound (10 ms a kernel) the task is its host seconds: the
-    segments' kernels sum to the chunk's count and their GPU seconds to its price."""
+def test_a_host_bound_task_is_its_host_seconds_and_a_tail(dispatcher):
+    """With every op host-bound (10 ms a kernel) each op starts when the host has issued it:
+    the task outlasts its host seconds by the GPU work left after the last issue before each
+    sync and at the end, never by more than its GPU seconds."""
     scenario = _scenario(dispatcher, pp=1)
     hw = _hw(10_000.0)
     pricing = StagePricing(hw)
     chunk = build_workload(scenario).stages[0].chunks[0]
     priced = pricing.chunk(chunk, pricing_layout(scenario, hw))
     assert priced.forward_sync_wait_s is not None
-    assert priced.forward_busy_s == pytest.approx(priced.host_forward_s, rel=1e-12)
-    assert priced.backward_busy_s == pytest.approx(priced.host_backward_s, rel=1e-12)
+    assert priced.host_forward_s < priced.forward_busy_s <= priced.host_forward_s + priced.cost.forward_s
+    assert priced.host_backward_s < priced.backward_busy_s <= priced.host_backward_s + priced.cost.backward_s
+
+
+@pytest.mark.parametrize("dispatcher", ["alltoall", "allgather", "flex"])
+def test_pass_pieces_keep_the_kernels_and_the_price(dispatcher):
+    """One piece per op: the kernels are the op's, the GPU seconds sum to the pass's price and,
+    up to each copy point, to the price of the ops before it; the host blocks after the op
+    before its sync, on the op where the copy was recorded."""
+    scenario = _scenario(dispatcher, pp=1)
+    segment = _segment(scenario)
+    ops, spec = segment.layer.forward, segment.kind.moe
+    layout = pricing_layout(scenario, H100)
+    cost = StagePricing(H100).segment(segment, layout)
+
+    def price(part):
+        recipe = segment.layer.fp8_recipe
+        return sum(op_time_s(op, H100, layout.tp, layout.dtype, recipe, layout.experts) for op in part)
+
+    kernels = op_kernels(ops, layout.dtype, spec)
+    points = sync_points(ops, spec)
+    pieces = pass_pieces(ops, cost.forward.total_s, price, kernels, points)
+    assert tuple(piece.kernels for piece in pieces) == kernels
+    assert sum(piece.gpu_s for piece in pieces) == pytest.approx(cost.forward.total_s, rel=1e-12)
+    for point in points:
+        assert sum(p.gpu_s for p in pieces[: point.gpu_index]) == pytest.approx(price(ops[: point.gpu_index]))
+        marked = pieces[point.host_index - 1]
+        assert marked.sync_after and marked.copy_lag == point.host_index - point.gpu_index
+    assert sum(piece.sync_after for piece in pieces) == len(points)
 
 
 # --- the MoE block's measured host costs (compute.moe_host_us_per_op,
