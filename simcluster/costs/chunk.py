@@ -272,6 +272,23 @@ def price_ops(
     return OpsCost(compute_s, comm_s + pending_comm_s, ep_comm_s)
 
 
+def op_seconds(
+    ops: tuple[Op, ...], hw: HardwareProfile, tp: GroupPlacement, dtype: Dtype,
+    cp: GroupPlacement = NO_CONTEXT_PARALLEL, fp8_recipe: Fp8Recipe = Fp8Recipe.DELAYED,
+    experts: ExpertGroups | None = None,
+) -> tuple[float, ...]:  # fmt: skip
+    """Each op's own seconds as `price_ops` prices it among its neighbours (a ring's attention
+    and transfers together), before any overlap between ops: the weights `costs.host`
+    spreads a pass's price over its ops with."""
+    out = []
+    for index, op in enumerate(ops):
+        if op.ring is not None:
+            out.append(sum(ring_attention_cost_s(op.ring, hw, cp)))
+        else:
+            out.append(_op_seconds(ops, index, hw, tp, dtype, fp8_recipe, experts))
+    return tuple(out)
+
+
 def is_expert_collective(op: Op) -> bool:
     """A MoE token dispatcher's collective: one over an expert group (EP, ETP, ETP·EP),
     reported as `ep_comm` rather than TP comm."""

@@ -216,16 +216,16 @@ def inorder_wait_s(pieces: Sequence[HostPiece], per_op_s: float) -> float:
 
 def pass_pieces(
     ops: tuple[Op, ...], total_gpu_s: float, price: Callable[[tuple[Op, ...]], float],
-    kernels: tuple[float, ...], points: tuple[SyncPoint, ...],
+    kernels: tuple[float, ...], points: tuple[SyncPoint, ...], own_s: tuple[float, ...],
 ) -> tuple[HostPiece, ...]:  # fmt: skip
     """One pass of a layer (`total_gpu_s` its priced seconds, `kernels` per op), one piece
-    per op, marked at its sync `points`. Each op's GPU seconds are its own `price`, scaled
-    so that the ops between two copy points sum to `price` of that run and the pass to
-    `total_gpu_s` (which holds what pricing the ops together adds or hides: the EP
-    overlap's phases, TP overlap)."""
+    per op, marked at its sync `points`. Each op's GPU seconds are its own seconds `own_s`
+    (`costs.chunk.op_seconds`), scaled so that the ops before each copy point sum to `price`
+    of that run and the pass to `total_gpu_s` (which holds what pricing the ops together adds
+    or hides: TP overlap, the EP overlap's phases)."""
     if not ops:
         return ()
-    own = [price((op,)) for op in ops]
+    own = list(own_s)
     gpu = list(own)
     start, done = 0, 0.0
     bounds = [point.gpu_index for point in points] + [len(ops)]

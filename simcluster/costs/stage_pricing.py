@@ -34,6 +34,7 @@ from simcluster.costs.chunk import (
     OpsCost,
     compose_chunk,
     fp8_amax_reduction_s,
+    op_seconds,
     price_layer_ops,
     price_ops,
 )
@@ -308,10 +309,11 @@ class StagePricing:
         def price(part: tuple[Op, ...]) -> float:
             return slice_cost(part).total_s
 
-        return (
-            list(pass_pieces(ops.forward, cost.forward_s, price, op_kernels(ops.forward, dtype), ())),
-            list(pass_pieces(ops.backward, cost.backward_s, price, op_kernels(ops.backward, dtype), ())),
-        )
+        def pieces(part: tuple[Op, ...], total_s: float) -> list[HostPiece]:
+            own = op_seconds(part, self.hw, layout.tp, dtype, fp8_recipe=ops.fp8_recipe)
+            return list(pass_pieces(part, total_s, price, op_kernels(part, dtype), (), own))
+
+        return pieces(ops.forward, cost.forward_s), pieces(ops.backward, cost.backward_s)
 
     def _layer_pieces(
         self, segment: LayerSegment, layout: PricingLayout
@@ -330,12 +332,14 @@ class StagePricing:
                 return slice_cost(part).total_s
 
             args = (layout.dtype, moe, layout.cuda_graph, layout.cuda_graph_scope)
+            rates = (self.hw, layout.tp, layout.dtype, layout.cp, ops.fp8_recipe, layout.experts)
             weights = self.hw.compute.moe_host_weights()
             passes = [
                 pass_pieces(
                     part, total, price,
                     layer_op_kernels(part, *args, recompute=part is ops.recompute, weights=weights),
                     layer_sync_points(part, moe, layout.cuda_graph, layout.cuda_graph_scope),
+                    op_seconds(part, *rates),
                 )
                 for part, total in (
                     (ops.forward, cost.forward.total_s), (ops.recompute, cost.recompute.total_s),

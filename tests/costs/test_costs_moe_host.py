@@ -374,7 +374,8 @@ def test_pass_pieces_keep_the_kernels_and_the_price(dispatcher):
 
     kernels = op_kernels(ops, layout.dtype, spec)
     points = sync_points(ops, spec)
-    pieces = pass_pieces(ops, cost.forward.total_s, price, kernels, points)
+    own = tuple(price((op,)) for op in ops)
+    pieces = pass_pieces(ops, cost.forward.total_s, price, kernels, points, own)
     assert tuple(piece.kernels for piece in pieces) == kernels
     assert sum(piece.gpu_s for piece in pieces) == pytest.approx(cost.forward.total_s, rel=1e-12)
     for point in points:
