@@ -114,7 +114,7 @@ KERNEL_KINDS = {
 one kernel kind, the embedding's forward is its row lookup."""
 ONE_WAY_KINDS = frozenset(
     {Module.RESIDUAL_GRAD_ADD, Module.FP8_AMAX, Module.FP8_SCALE, Module.STANDIN_ALL_GATHER,
-     Module.STANDIN_REDUCE_SCATTER, Module.EXPERT_FP8_PADDING}
+     Module.STANDIN_REDUCE_SCATTER, Module.EXPERT_FP8_PADDING, Module.MOE_INPUT_GRAD_ADD}
 )  # fmt: skip
 """Kernels that are the same kernel in whichever pass they run (no ".bwd" kind)."""
 

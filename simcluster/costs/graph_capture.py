@@ -34,7 +34,7 @@ _MOE_BLOCK = frozenset(
     {
         Module.ROUTER, Module.ROUTER_TOPK, Module.ROUTER_AUX_LOSS, Module.ROUTER_Z_LOSS,
         Module.MOE_PERMUTE, Module.MOE_SORT_CHUNKS, Module.EXPERT_FC1,
-        Module.EXPERT_FC2, Module.MOE_UNPERMUTE, *_SHARED,
+        Module.EXPERT_FC2, Module.MOE_UNPERMUTE, Module.MOE_INPUT_GRAD_ADD, *_SHARED,
     }
 )  # fmt: skip
 WHOLE_LAYER = frozenset({CudaGraphScope.ATTN, CudaGraphScope.MLP})

@@ -125,6 +125,7 @@ SORT_CHUNKS_COMBINE = 1  # the tokens' only
 UNPERMUTE = 2  # `unpermute` without probs: torch.zeros, scatter_add_
 UNPERMUTE_BACKWARD = 1  # scatter_add_'s: a gather
 COLLECTIVE = 1  # an all-to-all / all-gather / reduce-scatter: one NCCL launch
+INPUT_GRAD_ADD = 1  # autograd's add of the block input's gradients (moe_layer.py:558-561 @d7288711)
 
 # --- fused permutation (`--moe-permute-fusion`, alltoall): moe_utils.py `permute` /
 # `unpermute` / `sort_chunks_by_idxs(fused=True)` -> TE pytorch/permutation.py, Triton kernels
@@ -349,6 +350,8 @@ def moe_op_kernels(ops: tuple[Op, ...], spec: MoELayerSpec, quantized: bool) -> 
             count = _permute(spec, backward)
         elif op.module is Module.MOE_UNPERMUTE:
             count = _unpermute(spec, backward)
+        elif op.module is Module.MOE_INPUT_GRAD_ADD:
+            count = INPUT_GRAD_ADD
         counts.append(count)
     return tuple(counts)
 

@@ -291,9 +291,9 @@ def _qk_norm(cfg: LayerConfig, pass_: Pass) -> tuple[Op, ...]:
     (transformer_engine/pytorch/ops/basic/rmsnorm.py `op_forward`, TransformerEngine
     @71bbefbf153418f943640df0f7373625dc93fa46) runs on `input_.contiguous()` and saves it:
     the key is a strided view of the QKV output, so it is copied first (read and write
-    k/t); the query arrives contiguous (its `reshape` to heads already copies where a rank
-    holds several groups of several heads, and is otherwise a view of the whole head row
-    that `.contiguous()` copies: the same bytes, not priced here, as without QK-norm).
+    k/t); the query's copy (its `reshape` to heads where a rank holds several groups of
+    several heads, else the norm's `.contiguous()` of the view: the same bytes) is
+    `_query_copy`, before these.
     Forward: the key copy, then each norm reads x and writes y (2 bytes each per element)
     and keeps its input, e·s·b·(q + k)/t in all. Backward (`op_backward`): each norm reads x
     and dy and writes dx (3 per element), as `_norm_and_residual_backward`'s norm; the
@@ -313,6 +313,95 @@ def _qk_norm(cfg: LayerConfig, pass_: Pass) -> tuple[Op, ...]:
     return (
         elementwise("attn.q.ln.bwd", 3 * q, module=norm, pass_=pass_, kernel=kernel),
         elementwise("attn.k.ln.bwd", 3 * k, module=norm, pass_=pass_, kernel=kernel),
+    )
+
+
+def query_copied(cfg: LayerConfig) -> bool:
+    """Whether the query heads are copied out of the QKV GEMM output before the norms,
+    RoPE and the core. `SelfAttention.get_query_key_value_tensors`
+    (megatron/core/transformer/attention.py:1474, Megatron-LM
+    @d7288711ba278d160d2a5a22c099915c9fe1395c) splits the output viewed as
+    [s, b, g/t, (a/g + 2)·d] and runs `query.reshape(s, b, -1, d)` on the strided
+    [s, b, g/t, (a/g)·d] query part: a view when a rank holds one group (g/t = 1) or groups
+    of one head (a/g = 1), else a copy. Where it is a view, `--qk-layernorm` still copies
+    it: TE's norm op runs on `input_.contiguous()` (TransformerEngine
+    @71bbefbf153418f943640df0f7373625dc93fa46 transformer_engine/pytorch/ops/basic/rmsnorm.py
+    `op_forward`) and the view is not contiguous (rows of (a/g + 2)·d). With RoPE the view
+    goes to RoPE, which writes a new Q (`_rope`); without RoPE TE's layout check may copy it
+    (`layout_copies`). MLA layers replace this block (`workload.mla_layer`)."""
+    groups, per_group = cfg.kv_heads_per_rank, cfg.num_attention_heads // cfg.query_groups
+    return (groups > 1 and per_group > 1) or cfg.qk_layernorm
+
+
+def _query_copy(cfg: LayerConfig) -> tuple[Op, ...]:
+    """The query copy (`query_copied`): reads and writes e·s·b·q/t. Its backward is a view
+    (`reshape` of a contiguous gradient). Keeps nothing of its own: the copy is what the norm,
+    RoPE or the core reads and saves, counted there."""
+    if not query_copied(cfg):
+        return ()
+    q = _slice_bytes(cfg, cfg.query_width)
+    return (elementwise("attn.query_copy", 2 * q, module=Module.QUERY_COPY, pass_=Pass.FORWARD),)
+
+
+def layout_copies(cfg: LayerConfig) -> tuple[bool, bool, bool]:
+    """Which of Q, K, V Transformer Engine's `DotProductAttention.forward` copies before its
+    core (fused, flash or unfused alike: it settles the layout first) with `get_qkv_layout`
+    (TransformerEngine @71bbefbf153418f943640df0f7373625dc93fa46
+    transformer_engine/pytorch/attention/dot_product_attention/utils.py:2055): a layout it
+    does not recognise makes q, k and v `.contiguous()`, a copy for each that is a view.
+    V is always the strided [s, b, g/t, d] view of the QKV output.
+    - RoPE or QK-norm: Q and K are new contiguous tensors, V's strides do not match K's
+      (no sbhd_sbhd_sbhd), so V alone is copied: the layers the scenarios run.
+    - neither, MHA (a/g = 1): the three views are TE's sbh3d layout, kept: nothing.
+    - neither, GQA: K and V views at a non-zero offset match no layout: K and V are copied,
+      and Q where it is still a view (not `query_copied`)."""
+    if cfg.position_embedding is PositionEmbedding.ROPE or cfg.qk_layernorm:
+        return False, False, True
+    if cfg.query_groups == cfg.num_attention_heads:
+        return False, False, False
+    return not query_copied(cfg), True, True
+
+
+def _value_copy(cfg: LayerConfig) -> tuple[Op, ...]:
+    """TE's layout copy (`layout_copies`; the V copy in the RoPE layers): reads and writes
+    each copied tensor, e·s·b·k/t for K or V, e·s·b·q/t for Q. Part of the core (it runs in
+    `DotProductAttention.forward`, so the selective `core_attn` checkpoint re-runs it). Its
+    backward is the identity (no kernel). Keeps nothing of its own: the copies are the Q,
+    K, V the core saves, counted there."""
+    q, k, v = layout_copies(cfg)
+    moved = 2 * _slice_bytes(cfg, q * cfg.query_width + (k + v) * cfg.kv_width)
+    if not moved:
+        return ()
+    return (elementwise("attn.value_copy", moved, module=Module.VALUE_COPY, pass_=Pass.FORWARD),)
+
+
+def qkv_grad_concatenated(cfg: LayerConfig) -> bool:
+    """Whether the QKV split's backward concatenates dq, dk and dv. TE's `SplitAlongDim`
+    (the split of `get_query_key_value_tensors`, attention.py:1469; transformer_engine/pytorch/
+    utils.py:362 `_SplitAlongDim.backward`) returns the gradients' storage as is only when
+    they are views of one buffer laid out as the split's output, and else runs `torch.cat`
+    (torch.split's backward, without TE, is the same cat). Only TE's fused attention on the
+    sbh3d layout writes them so (transformer_engine/pytorch/csrc/extensions/attention.cpp:
+    `NVTE_H3D`: dQ, dK, dV slices of one dQKV): flash, MHA, no RoPE, no QK-norm. Everywhere
+    else dq and dk come from RoPE's / the norms' / the query copy's backward or the unfused
+    core's batched GEMMs, new buffers."""
+    sbh3d = (
+        cfg.flash
+        and cfg.query_groups == cfg.num_attention_heads
+        and cfg.position_embedding is not PositionEmbedding.ROPE
+        and not cfg.qk_layernorm
+    )
+    return not sbh3d
+
+
+def _qkv_grad_concat(cfg: LayerConfig) -> tuple[Op, ...]:
+    """The concat (`qkv_grad_concatenated`): reads dq, dk, dv and writes dQKV,
+    2·e·s·b·(q + 2k)/t, before the QKV linear's backward."""
+    if not qkv_grad_concatenated(cfg):
+        return ()
+    moved = 2 * _slice_bytes(cfg, cfg.qkv_width)
+    return (
+        elementwise("attn.qkv_grad_concat.bwd", moved, module=Module.QKV_GRAD_CONCAT, pass_=Pass.INPUT_GRAD),
     )
 
 
@@ -354,7 +443,8 @@ def _attention_core_forward(cfg: LayerConfig) -> tuple[Op, ...]:
         q, k = _slice_bytes(cfg, cfg.query_width), _slice_bytes(cfg, cfg.kv_width)
         lse = LSE_BYTES * cfg.micro_batch_size * cfg.heads_per_rank * cfg.seq_length
         shape = flash_attention_shape(cfg)
-        return (flash_attention("attn.flash", shape, saved_bytes=2 * q + 2 * k + lse, pass_=Pass.FORWARD),)
+        flash = flash_attention("attn.flash", shape, saved_bytes=2 * q + 2 * k + lse, pass_=Pass.FORWARD)
+        return (*_value_copy(cfg), flash)
     e, s, d = cfg.element_bytes, cfg.seq_length, cfg.head_dim
     batch = cfg.micro_batch_size * cfg.heads_per_rank
     q_slice = _slice_bytes(cfg, cfg.query_width)
@@ -374,6 +464,7 @@ def _attention_core_forward(cfg: LayerConfig) -> tuple[Op, ...]:
         )
         probs_saved = e * scores  # ×V keeps the dropout output
     return (
+        *_value_copy(cfg),
         *_kv_repeat(cfg, "attn.kv_repeat", Pass.FORWARD),
         gemm(
             "attn.qk",
@@ -420,6 +511,7 @@ def _attention_block_forward(cfg: LayerConfig, core: tuple[Op, ...]) -> tuple[Op
             module=Module.QKV,
             pass_=Pass.FORWARD,
         ),  # fmt: skip
+        *_query_copy(cfg),
         *_qk_norm(cfg, Pass.FORWARD),
         *_rope(cfg, "attn.rope", Pass.FORWARD),
         *core,
@@ -672,6 +764,7 @@ def _attention_block_backward(cfg: LayerConfig) -> tuple[Op, ...]:
         *_attention_core_backward(cfg),
         *_rope(cfg, "attn.rope.bwd", Pass.INPUT_GRAD),
         *_qk_norm(cfg, Pass.INPUT_GRAD),
+        *_qkv_grad_concat(cfg),
         *_column_parallel_backward(cfg, "attn.qkv", Module.QKV, n_out=cfg.qkv_width // t),
         *_norm_and_residual_backward(cfg, "ln1"),
     )

@@ -65,7 +65,9 @@ from simcluster.workload.ops import (
 DENSE_ATTENTION_MODULES = frozenset(
     {
         Module.QKV,
+        Module.QUERY_COPY,
         Module.ROPE,
+        Module.VALUE_COPY,
         Module.KV_REPEAT,
         Module.FLASH,
         Module.QK,
@@ -74,10 +76,11 @@ DENSE_ATTENTION_MODULES = frozenset(
         Module.AV,
         Module.CONTEXT_COPY,
         Module.PROJ,
+        Module.QKV_GRAD_CONCAT,
     }
 )
 """The dense layer's attention block between ln1 and the bias-dropout-add (linears, their
-TP collectives, RoPE and the core): the run of ops an MLA layer replaces."""
+TP collectives, RoPE, the core and the QKV split's copies): the run of ops an MLA layer replaces."""
 
 
 @dataclass(frozen=True, slots=True)

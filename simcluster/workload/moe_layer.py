@@ -551,11 +551,28 @@ def moe_mlp_ops(cfg: LayerConfig, spec: MoELayerSpec) -> tuple[tuple[Op, ...], t
         elementwise("moe.router_topk.bwd", topk_backward_bytes, module=Module.ROUTER_TOPK, pass_=B),
         *losses.z_backward,
         gemm("moe.router.dgrad", GemmShape(m=T, n=h, k=E), module=Module.ROUTER, pass_=B),
+        *_input_grad_adds(e, T, h, shared=bool(shared_backward)),
         gemm(
             "moe.router.wgrad", GemmShape(m=h, n=E, k=T, accumulate_fp32=True), module=Module.ROUTER, pass_=W
         ),
     )
     return forward, backward
+
+
+def _input_grad_adds(e: int, tokens: int, h: int, shared: bool) -> tuple[Op, ...]:
+    """Autograd's sums of the MoE block input's gradient: the pre-MLP norm's output feeds
+    the router (`self.route(hidden_states)`) and the dispatcher (`self.preprocess(
+    hidden_states, ...)`), and the shared experts where the layer has them
+    (`shared_experts_compute(hidden_states)`), megatron/core/transformer/moe/moe_layer.py:
+    558-561 (Megatron-LM @d7288711ba278d160d2a5a22c099915c9fe1395c), so the engine adds the
+    gradients reaching it, one add per consumer after the first, before the norm's backward:
+    each reads two [T, h] gradients and writes their sum, 3·e·T·h, the residual-grad add's
+    traffic (a one-way kind, `costs.compute.ONE_WAY_KINDS`). Placed after the router's dgrad,
+    the last of them to arrive."""
+    names = ("moe.input_grad_add", "moe.shared.input_grad_add") if shared else ("moe.input_grad_add",)
+    moved = 3 * e * tokens * h
+    add = Module.MOE_INPUT_GRAD_ADD
+    return tuple(elementwise(name, moved, module=add, pass_=Pass.INPUT_GRAD) for name in names)
 
 
 def _splice(ops: tuple[Op, ...], replacement: tuple[Op, ...]) -> tuple[Op, ...]:

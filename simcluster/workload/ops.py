@@ -38,6 +38,9 @@ class Module(enum.Enum):
     ROPE = "rope"
     QK_NORM = "qk_norm"  # --qk-layernorm: the query and key heads' norms ...
     KEY_COPY = "key_copy"  # ... and the key's contiguous copy before its norm
+    QUERY_COPY = "query_copy"  # the query heads' copy out of the strided QKV split (`layer._query_copy`)
+    VALUE_COPY = "value_copy"  # TE `get_qkv_layout`'s contiguous copy of V (`layer._value_copy`)
+    QKV_GRAD_CONCAT = "qkv_grad_concat"  # the QKV split's backward `torch.cat` of dq, dk, dv
     KV_REPEAT = "kv_repeat"  # GQA's K/V head repeat in the unfused core
     FLASH = "flash"  # the fused attention core (one kernel each way, or the CP ring)
     QK = "qk"  # the unfused core: QKᵀ (batched GEMM) ...
@@ -68,6 +71,7 @@ class Module(enum.Enum):
     GLU_CLAMP = "glu_clamp"  # gpt-oss: the eager clamps of the experts' GLU input (and their cat)
     EXPERT_BIAS = "expert_bias"  # gpt-oss: the experts' fc2 bias, added per local expert in eager PyTorch
     MOE_UNPERMUTE = "unpermute"  # the combine's all-to-all and the scatter-add back to [T, h]
+    MOE_INPUT_GRAD_ADD = "input_grad_add"  # autograd's sum of the block input's gradients
     SHARED_FC1 = "shared_fc1"  # the shared experts' fc1 (tensor-parallel like the dense MLP)
     SHARED_FC2 = "shared_fc2"  # the shared experts' fc2
     MLA_DOWN = "mla_down"  # MLA: the duplicated q / kv down projections (TE linears, not split)

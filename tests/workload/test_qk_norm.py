@@ -50,10 +50,11 @@ def test_norms_sit_between_qkv_and_rope_each_way():
     ops = layer_ops(QWEN)
     forward, backward = _names(ops.forward), _names(ops.backward)
     at = forward.index("attn.qkv")
-    assert forward[at + 1 : at + 5] == ["attn.key_copy", "attn.q.ln", "attn.k.ln", "attn.rope"]
+    expected = ["attn.query_copy", "attn.key_copy", "attn.q.ln", "attn.k.ln", "attn.rope"]
+    assert forward[at + 1 : at + 6] == expected
     at = backward.index("attn.rope.bwd")
-    assert backward[at + 1 : at + 3] == ["attn.q.ln.bwd", "attn.k.ln.bwd"]
-    assert ops.backward[at + 3].module is Module.QKV  # then the QKV backward (SP: its all-gather)
+    assert backward[at + 1 : at + 4] == ["attn.q.ln.bwd", "attn.k.ln.bwd", "attn.qkv_grad_concat.bwd"]
+    assert ops.backward[at + 4].module is Module.QKV  # then the QKV backward (SP: its all-gather)
 
 
 def test_bytes_and_saved_inputs_follow_the_head_widths():
