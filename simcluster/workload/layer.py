@@ -376,22 +376,25 @@ def _value_copy(cfg: LayerConfig) -> tuple[Op, ...]:
 
 
 def qkv_grad_concatenated(cfg: LayerConfig) -> bool:
-    """Whether the QKV split's backward concatenates dq, dk and dv. TE's `SplitAlongDim`
-    (the split of `get_query_key_value_tensors`, attention.py:1469; transformer_engine/pytorch/
-    utils.py:362 `_SplitAlongDim.backward`) returns the gradients' storage as is only when
-    they are views of one buffer laid out as the split's output, and else runs `torch.cat`
-    (torch.split's backward, without TE, is the same cat). Only TE's fused attention on the
-    sbh3d layout writes them so (transformer_engine/pytorch/csrc/extensions/attention.cpp:
-    `NVTE_H3D`: dQ, dK, dV slices of one dQKV): flash, MHA, no RoPE, no QK-norm. Everywhere
-    else dq and dk come from RoPE's / the norms' / the query copy's backward or the unfused
-    core's batched GEMMs, new buffers."""
+    """Whether the QKV split's backward concatenates dq, dk and dv as an op of its own. TE's
+    `SplitAlongDim` (the split of `get_query_key_value_tensors`, attention.py:1469;
+    transformer_engine/pytorch/utils.py:362 `_SplitAlongDim.backward`) returns the
+    gradients' storage as is only when they are views of one buffer laid out as the split's
+    output, and else runs `torch.cat` (torch.split's backward, without TE, is the same cat).
+    TE's fused attention on the sbh3d layout writes them so
+    (transformer_engine/pytorch/csrc/extensions/attention.cpp: `NVTE_H3D`, dQ, dK, dV slices
+    of one dQKV): flash, MHA, no RoPE, no QK-norm, no concat. Every other flash layer
+    concatenates (dq and dk come from RoPE's / the norms' backward, or TE made the layout
+    contiguous). The unfused core concatenates too, but that cat is already part of the
+    context copy's backward site the profiler times and fits (`profiler.bench.sites`,
+    `context_layout`: "the concatenation of the Q, K, V gradients into the QKV layout"), so
+    it is not added again here."""
     sbh3d = (
-        cfg.flash
-        and cfg.query_groups == cfg.num_attention_heads
+        cfg.query_groups == cfg.num_attention_heads
         and cfg.position_embedding is not PositionEmbedding.ROPE
         and not cfg.qk_layernorm
     )
-    return not sbh3d
+    return cfg.flash and not sbh3d
 
 
 def _qkv_grad_concat(cfg: LayerConfig) -> tuple[Op, ...]:
