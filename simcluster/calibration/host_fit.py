@@ -22,7 +22,7 @@ kernel is that declared assumption). Two measurements give it:
   are host-bound (eager time at least (1 + `HOST_BOUND_MARGIN`) × the CUDA-graph replay's):
   in a GPU-bound case the host's wall time also holds its waits on the GPU (the caching
   allocator, a full launch queue), which are not issue time (the committed H100 Llama 3 8B
-  t 1: 357 µs per op against 110-186 in the host-bound cases).
+  t 1: 323 µs per op against 104-168 in the host-bound cases).
 
 The torch layer's recompute is `torch.utils.checkpoint(use_reentrant=False)`, one call per
 checkpointed region (`checkpoint_regions`), and it costs the host more than the ops it runs:

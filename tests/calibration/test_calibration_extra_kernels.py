@@ -59,10 +59,11 @@ def test_the_eager_modern_layers_come_within_ten_percent(with_extra: HardwarePro
     eager kernels move (`calibration.eager_traffic`; RMSNorm / SwiGLU backward 15.7 / 14.2
     times their op-graph bytes); 3.0 % since the dropout-0 bias-dropout-add is priced as the two
     adds the eager layer runs there (it was priced at the eager masked-dropout sites' rate: the
-    rooflines of the unmeasured eager backwards are lower bounds, so the layers lean fast)."""
+    rooflines of the unmeasured eager backwards are lower bounds, so the layers lean fast); 1.6 %
+    with the query / V copies and the QKV-gradient concat the torch layer runs priced."""
     run = LayerRun.from_json((DOCS / "h100-2026-11-26-script" / "modern_layers_eager.json").read_text())
     summary = summarize(compare(run, with_extra))
-    assert summary.median_abs_error == pytest.approx(0.030, abs=0.003)
+    assert summary.median_abs_error == pytest.approx(0.016, abs=0.003)
     assert summary.max_abs_error <= 0.10
 
 

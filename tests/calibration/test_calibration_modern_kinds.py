@@ -53,11 +53,12 @@ def test_the_fused_modern_layers_come_closer(fused: Measurements) -> None:
     RoPE priced by their own fused curves instead of the paper sites' generic one; 4.0 % (fast)
     once their host-bound small records no longer price the device (`device_envelope`); 5.0 %
     with the dropout-0 bias-dropout-add priced as the residual add's fused curve (t 1 +0.5 ->
-    −1.1 %, t 2 −7.5 -> −8.9 %)."""
+    −1.1 %, t 2 −7.5 -> −8.9 %); 4.1 % with the query / V copies and the QKV-gradient concat
+    the torch layer runs (profiler/layer/transformer.py) priced."""
     profile = parse_hardware(build_profile(fused), "fused.yaml")
     run = LayerRun.from_json((FOLDER / "modern_layers_fused.json").read_text())
     errors = [abs(c.error) for c in compare(run, profile)]
-    assert statistics.median(errors) == pytest.approx(0.050, abs=0.003)
+    assert statistics.median(errors) == pytest.approx(0.041, abs=0.003)
 
 
 def test_a_cpu_microbench_times_the_modern_kinds_and_the_fit_reads_them() -> None:

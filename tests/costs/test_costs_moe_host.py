@@ -413,7 +413,7 @@ def test_weighted_launches_by_hand():
 
 def test_profile_weights_default_to_one_and_scale_the_host_seconds():
     """No MoE keys (or no host pricing): weights (1, 1), the plain counts; the H100 profile's
-    57.4 / 28.6 µs over its 42.3: a chunk's host seconds are its dense launches × 42.3 µs plus
+    56.3 / 28.6 µs over its 42.3: a chunk's host seconds are its dense launches × 42.3 µs plus
     its MoE launches at the measured costs."""
     from simcluster.costs.host import chunk_host_s, layer_op_kernels
     from simcluster.costs.moe_host import is_expert_gemm, moe_op_kernels
@@ -424,7 +424,7 @@ def test_profile_weights_default_to_one_and_scale_the_host_seconds():
     assert plain.moe_host_weights() == (1.0, 1.0)
     assert H100.compute.model_copy(update={"host_issue_us_per_op": None}).moe_host_weights() == (1.0, 1.0)
     other, expert = H100.compute.moe_host_weights()
-    assert other == pytest.approx(57.4 / 42.3) and expert == pytest.approx(28.6 / 42.3)
+    assert other == pytest.approx(56.3 / 42.3) and expert == pytest.approx(28.6 / 42.3)
     scenario = _scenario(pp=1)
     chunk = build_workload(scenario).stages[0].chunks[0]
     tr = scenario.training
@@ -435,7 +435,7 @@ def test_profile_weights_default_to_one_and_scale_the_host_seconds():
     declared = chunk_host_s(
         chunk, H100.model_copy(update={"compute": plain}), tr.dtype, tr.cuda_graph_impl, False
     )
-    moved = 0.0  # the forward's MoE launches: (57.4 − 42.3) µs each, expert GEMM launches (28.6 − 42.3)
+    moved = 0.0  # the forward's MoE launches: (56.3 − 42.3) µs each, expert GEMM launches (28.6 − 42.3)
     for seg in chunk.segments:
         if seg.kind.moe is None:
             continue
@@ -445,5 +445,5 @@ def test_profile_weights_default_to_one_and_scale_the_host_seconds():
         ):
             if moe_n is not None:
                 expert_n = op.gemm.batch if is_expert_gemm(op) and op.gemm else 0
-                moved += seg.num_layers * (expert_n * (28.6 - 42.3) + (n - expert_n) * (57.4 - 42.3)) * 1e-6
+                moved += seg.num_layers * (expert_n * (28.6 - 42.3) + (n - expert_n) * (56.3 - 42.3)) * 1e-6
     assert moved > 0 and measured[0] - declared[0] == pytest.approx(moved)
