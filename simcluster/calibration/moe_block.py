@@ -207,20 +207,20 @@ def predict(run: BlockRun, hw: HardwareProfile) -> BlockPrediction:
     cfg, spec = block_spec(run)
     forward, backward = moe_mlp_ops(cfg, spec)
 
+    def own(ops: tuple[Op, ...]) -> tuple[float, ...]:
+        return tuple(op_time_s(op, hw, ONE_DEVICE, Dtype.BF16) for op in ops)
+
     def price(ops: tuple[Op, ...]) -> float:
-        return sum(op_time_s(op, hw, ONE_DEVICE, Dtype.BF16) for op in ops)
+        return sum(own(ops))
 
     graph, weights = CudaGraphImpl.NONE, hw.compute.moe_host_weights()
     kf = layer_op_kernels(forward, Dtype.BF16, spec, graph, weights=weights)
     kb = layer_op_kernels(backward, Dtype.BF16, spec, graph, weights=weights)
-    gpu_f, gpu_b = price(forward), price(backward)
-
-    def own(ops: tuple[Op, ...]) -> tuple[float, ...]:
-        return tuple(op_time_s(op, hw, ONE_DEVICE, Dtype.BF16) for op in ops)
-
-    pieces = pass_pieces(forward, gpu_f, price, kf, sync_points(forward, spec), own(forward))
+    own_f, own_b = own(forward), own(backward)
+    gpu_f, gpu_b = sum(own_f), sum(own_b)
+    pieces = pass_pieces(forward, gpu_f, price, kf, sync_points(forward, spec), own_f)
     forward_task = gpu_f + inorder_wait_s(pieces, per_op)
-    backward_task = gpu_b + inorder_wait_s(pass_pieces(backward, gpu_b, price, kb, (), own(backward)), per_op)
+    backward_task = gpu_b + inorder_wait_s(pass_pieces(backward, gpu_b, price, kb, (), own_b), per_op)
     kernels = block_kernels(run)
     declared_s = (kernels.other + kernels.expert) * per_op
     host_s = (sum(kf) + sum(kb)) * per_op

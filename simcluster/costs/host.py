@@ -178,11 +178,6 @@ def chunk_host_s(
     return forward * per_op, backward * per_op
 
 
-def host_wait_s(gpu_s: float, host_s: float) -> float:
-    """Seconds the GPU waits for the host in a task: max(0, host − gpu)."""
-    return max(0.0, host_s - gpu_s)
-
-
 @dataclass(frozen=True, slots=True)
 class HostPiece:
     """One op of a task, in issue order: the GPU's seconds for it, the kernels the host
@@ -225,15 +220,14 @@ def pass_pieces(
     or hides: TP overlap, the EP overlap's phases)."""
     if not ops:
         return ()
-    own = list(own_s)
-    gpu = list(own)
+    gpu = list(own_s)
     start, done = 0, 0.0
     bounds = [point.gpu_index for point in points] + [len(ops)]
     for k, end in enumerate(bounds):
         target = price(ops[start:end]) if k < len(points) else max(0.0, total_gpu_s - done)
-        raw = sum(own[start:end])
+        raw = sum(own_s[start:end])
         for i in range(start, end):
-            gpu[i] = own[i] * target / raw if raw > 0 else target / (end - start)
+            gpu[i] = own_s[i] * target / raw if raw > 0 else target / (end - start)
         done, start = done + target, end
     lags = {point.host_index - 1: point.host_index - point.gpu_index for point in points}
     return tuple(HostPiece(gpu[i], kernels[i], i in lags, lags.get(i, 0)) for i in range(len(ops)))

@@ -43,7 +43,6 @@ from simcluster.costs.ep_overlap import overlapped_cost, paired_saving_s
 from simcluster.costs.host import (
     HostPiece,
     chunk_host_s,
-    host_wait_s,
     inorder_wait_s,
     layer_op_kernels,
     layer_sync_points,
@@ -113,38 +112,27 @@ class PricedChunk:
     host_forward_s: float
     host_backward_s: float
     # the GPU's wait for the host, op by op in issue order (`costs.host.inorder_wait_s`);
-    # None: the host is not priced (or a graph captures the whole iteration)
-    forward_sync_wait_s: float | None = None
-    backward_sync_wait_s: float | None = None
+    # None: the host is not priced (or a graph captures the whole iteration): no wait
+    forward_wait_s: float | None = None
+    backward_wait_s: float | None = None
 
     @property
     def forward_busy_s(self) -> float:
-        """The forward task's seconds: GPU + its in-order host wait (`costs.host`); the GPU's
-        alone where the host is not priced."""
-        return _busy_s(self.cost.forward_s, self.host_forward_s, self.forward_sync_wait_s)
+        """The forward task's seconds: GPU + its in-order host wait (`costs.host`)."""
+        return self.cost.forward_s + self.forward_host_wait_s
 
     @property
     def backward_busy_s(self) -> float:
-        return _busy_s(self.cost.backward_s, self.host_backward_s, self.backward_sync_wait_s)
+        return self.cost.backward_s + self.backward_host_wait_s
 
     @property
     def forward_host_wait_s(self) -> float:
         """Seconds the GPU waits for the host in the forward task."""
-        return _wait_s(self.cost.forward_s, self.host_forward_s, self.forward_sync_wait_s)
+        return self.forward_wait_s or 0.0
 
     @property
     def backward_host_wait_s(self) -> float:
-        return _wait_s(self.cost.backward_s, self.host_backward_s, self.backward_sync_wait_s)
-
-
-def _busy_s(gpu_s: float, host_s: float, sync_wait_s: float | None = None) -> float:
-    if sync_wait_s is not None:
-        return gpu_s + sync_wait_s
-    return host_s if host_wait_s(gpu_s, host_s) > 0 else gpu_s
-
-
-def _wait_s(gpu_s: float, host_s: float, sync_wait_s: float | None) -> float:
-    return host_wait_s(gpu_s, host_s) if sync_wait_s is None else sync_wait_s
+        return self.backward_wait_s or 0.0
 
 
 def _slice_price(

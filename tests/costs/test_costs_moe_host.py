@@ -208,7 +208,7 @@ def test_a_task_with_syncs_is_never_faster_than_without(host_us):
     slack = 1 - 1e-12
     for chunk in build_workload(scenario).stages[0].chunks:
         priced = pricing.chunk(chunk, layout)
-        assert priced.forward_sync_wait_s is not None
+        assert priced.forward_wait_s is not None
         assert priced.forward_busy_s >= max(priced.cost.forward_s, priced.host_forward_s) * slack
         assert priced.backward_busy_s >= max(priced.cost.backward_s, priced.host_backward_s) * slack
 
@@ -352,7 +352,7 @@ def test_a_host_bound_task_is_its_host_seconds_and_a_tail(dispatcher):
     pricing = StagePricing(hw)
     chunk = build_workload(scenario).stages[0].chunks[0]
     priced = pricing.chunk(chunk, pricing_layout(scenario, hw))
-    assert priced.forward_sync_wait_s is not None
+    assert priced.forward_wait_s is not None
     assert priced.host_forward_s < priced.forward_busy_s <= priced.host_forward_s + priced.cost.forward_s
     assert priced.host_backward_s < priced.backward_busy_s <= priced.host_backward_s + priced.cost.backward_s
 
